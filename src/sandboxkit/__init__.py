@@ -1,0 +1,57 @@
+"""sandboxkit: run untrusted, model-written code safely and fast, from any RL trainer.
+
+One :class:`Sandbox` contract, pluggable backends found by name, one :class:`SandboxPool`
+with caps, rate limits, retries and cleanup, and thin adapters for TRL, verl, SGLang and rLLM.
+"""
+
+from sandboxkit.base import Availability, Backend, Capabilities, Sandbox
+from sandboxkit.errors import (
+    BackendNotFound,
+    BackendUnavailable,
+    DeadlineExceeded,
+    InvalidRequest,
+    PoolClosed,
+    RateLimited,
+    SandboxCrashed,
+    SandboxError,
+    ToolchainMissing,
+    Transient,
+)
+from sandboxkit.hookspecs import hookimpl
+from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status
+from sandboxkit.pool import SandboxPool, Session
+from sandboxkit.registry import BackendSpec, available_backends, backend
+from sandboxkit.sync import SyncSandboxPool, SyncSession
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Availability",
+    "Backend",
+    "BackendNotFound",
+    "BackendSpec",
+    "BackendUnavailable",
+    "Capabilities",
+    "DeadlineExceeded",
+    "ExecResult",
+    "InvalidRequest",
+    "Limits",
+    "PoolClosed",
+    "RateLimited",
+    "RunRequest",
+    "RunResult",
+    "Sandbox",
+    "SandboxCrashed",
+    "SandboxError",
+    "SandboxPool",
+    "Session",
+    "Status",
+    "SyncSandboxPool",
+    "SyncSession",
+    "ToolchainMissing",
+    "Transient",
+    "__version__",
+    "available_backends",
+    "backend",
+    "hookimpl",
+]

@@ -1,0 +1,65 @@
+"""Entry-point plugins of the built-in backends.
+
+Each built-in backend is advertised through the ``sandboxkit.backends`` entry-point group,
+exactly as a third-party plugin would be. The specs name their classes as strings, so
+looking a backend up imports only that backend's module, and its SDK only when it opens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sandboxkit.hookspecs import hookimpl
+from sandboxkit.registry import BackendSpec
+
+
+class _Builtin:
+    def __init__(self, spec: BackendSpec) -> None:
+        self.spec = spec
+
+    @hookimpl
+    def sandboxkit_backends(self) -> Sequence[BackendSpec]:
+        return [self.spec]
+
+
+subprocess = _Builtin(
+    BackendSpec(
+        name="subprocess",
+        factory="sandboxkit.backends.subprocess:SubprocessBackend",
+        summary="local processes isolated with namespaces and rlimits (no extra needed)",
+    )
+)
+docker = _Builtin(
+    BackendSpec(
+        name="docker",
+        factory="sandboxkit.backends.docker:DockerBackend",
+        extra="docker",
+        modules=("docker",),
+        summary="hardened local Docker containers with a warm in-container runner",
+    )
+)
+sandbox_fusion = _Builtin(
+    BackendSpec(
+        name="sandbox_fusion",
+        factory="sandboxkit.backends.sandbox_fusion:SandboxFusionBackend",
+        summary="a Sandbox Fusion-compatible /run_code HTTP service (stateless)",
+    )
+)
+daytona = _Builtin(
+    BackendSpec(
+        name="daytona",
+        factory="sandboxkit.backends.daytona:DaytonaBackend",
+        extra="daytona",
+        modules=("daytona",),
+        summary="Daytona cloud sandboxes through the daytona SDK",
+    )
+)
+e2b = _Builtin(
+    BackendSpec(
+        name="e2b",
+        factory="sandboxkit.backends.e2b:E2BBackend",
+        extra="e2b",
+        modules=("e2b",),
+        summary="E2B cloud sandboxes through the e2b SDK",
+    )
+)

@@ -1,0 +1,182 @@
+"""The two contracts every backend implements: :class:`Sandbox` and :class:`Backend`.
+
+A *sandbox* is one isolated workspace whose files persist across calls until ``close``.
+A *backend* creates sandboxes. The pool (``sandboxkit.pool``) sits on top and owns all
+policy: caps, rate limits, retries, deadlines, warm reuse. Backends stay simple: do one
+thing, report infrastructure failures as :mod:`sandboxkit.errors`, and report the
+program's own failures as data in the result.
+
+The behaviour is pinned by the conformance suite in :mod:`sandboxkit.testing`, which every
+built-in backend passes and a plugin author runs against a new one.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
+
+__all__ = ["Availability", "Backend", "Capabilities", "Sandbox"]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do, so callers never assume a protection that is not there.
+
+    Attributes:
+        languages: canonical language names it can run (see :mod:`sandboxkit.languages`).
+        stateful: files written by one call are seen by the next call on the same sandbox.
+        network_control: it can turn the program's network off (``Limits.network=False``).
+        limits: names of :class:`~sandboxkit.models.Limits` fields it enforces.
+        resettable: ``reset()`` wipes the workspace cheaply, so the pool can reuse a sandbox
+            for unrelated runs; when False the pool closes a sandbox after each pooled run.
+        missing_protections: human-readable protections this backend would normally apply
+            but cannot on this machine (``"network namespace: kernel refused unshare"``).
+    """
+
+    languages: frozenset[str]
+    stateful: bool = True
+    network_control: bool = True
+    limits: frozenset[str] = frozenset()
+    resettable: bool = True
+    missing_protections: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether a backend can be used here, and if not, why and what to do."""
+
+    usable: bool
+    reason: str = ""
+
+
+class Sandbox(abc.ABC):
+    """One isolated workspace. Methods are coroutines; a sandbox is used by one call at a time.
+
+    Attributes:
+        id: identifier of the sandbox (container id, cloud sandbox id, local slot name).
+        backend_name: name of the backend that created it.
+    """
+
+    id: str
+    backend_name: str
+
+    @abc.abstractmethod
+    async def run(self, request: RunRequest) -> RunResult:
+        """Write ``request.code`` and ``request.files``, compile if needed, run with stdin, fetch files.
+
+        Returns:
+            A result whose ``status`` says how the *program* ended.
+
+        Raises:
+            InvalidRequest: the language is not supported by this backend.
+            ToolchainMissing: the language's toolchain is not installed where the code runs.
+            SandboxCrashed: the sandbox died or vanished during the call.
+            Transient: a passing fault talking to the sandbox; safe to retry on a fresh sandbox.
+        """
+
+    @abc.abstractmethod
+    async def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | None = None,
+        timeout: float | None = None,
+    ) -> ExecResult:
+        """Run a shell command (a string, run by ``bash -c``) or an argv list in the workspace.
+
+        ``cwd`` is relative to the workspace. ``timeout`` overrides the sandbox's
+        ``limits.timeout_s`` for this call. Other limits are those the sandbox was opened with.
+
+        Raises:
+            InvalidRequest: ``cwd`` escapes the workspace or the timeout is not positive.
+            SandboxCrashed: the sandbox died or vanished during the call.
+            Transient: a passing fault talking to the sandbox.
+        """
+
+    @abc.abstractmethod
+    async def write_files(self, files: Mapping[str, bytes | str]) -> None:
+        """Write files (paths relative to the workspace; parents created).
+
+        Raises:
+            InvalidRequest: a path is absolute or contains ``..``.
+            SandboxCrashed: the sandbox is gone.
+        """
+
+    @abc.abstractmethod
+    async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
+        """Read files; paths that do not exist are absent from the returned mapping.
+
+        Raises:
+            InvalidRequest: a path is absolute or contains ``..``.
+            SandboxCrashed: the sandbox is gone.
+        """
+
+    @abc.abstractmethod
+    async def alive(self) -> bool:
+        """Cheap liveness check; ``False`` means the pool should discard this sandbox. Never raises."""
+
+    async def reset(self) -> bool:
+        """Return the workspace to its freshly opened state (files removed, no processes left).
+
+        Returns:
+            True if the sandbox is clean and reusable; False if it cannot reset (the pool then
+            closes it). The default cannot.
+        """
+        return False
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release everything the sandbox holds. Idempotent; must finish even when cancelled."""
+
+
+class Backend(abc.ABC):
+    """Creates sandboxes of one kind. Constructed through :func:`sandboxkit.backend`.
+
+    Attributes:
+        name: registry name (``"subprocess"``, ``"docker"``...).
+    """
+
+    name: str = ""
+
+    @property
+    @abc.abstractmethod
+    def capabilities(self) -> Capabilities:
+        """What this backend can do on this machine."""
+
+    @abc.abstractmethod
+    async def open(self, limits: Limits | None = None) -> Sandbox:
+        """Create a fresh sandbox whose runs use ``limits`` unless a request says otherwise.
+
+        Raises:
+            BackendUnavailable: the backend cannot create sandboxes here (SDK, engine, key).
+            RateLimited: the service refused the creation for now.
+            Transient: a passing fault; the pool retries.
+        """
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook with a no-op default
+        """Release backend-wide resources (HTTP clients, engine connections). Idempotent."""
+
+    async def cleanup(self) -> int:
+        """Remove everything any sandboxkit process created with this backend's label.
+
+        Used after a crash (``sandboxkit cleanup --backend NAME``). Returns how many
+        sandboxes were removed.
+        """
+        return 0
+
+    def emergency_cleanup(self) -> None:  # noqa: B027 - optional hook with a no-op default
+        """Synchronously remove what *this* backend object created; called at interpreter exit.
+
+        Must not need a running event loop. Best effort: never raises.
+        """
+
+    @classmethod
+    def availability(cls, **options: object) -> Availability:
+        """Whether this backend can work on this machine with these options (no side effects)."""
+        return Availability(True)

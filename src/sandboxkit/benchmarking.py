@@ -1,0 +1,100 @@
+"""Small helpers shared by the benchmarks in ``benchmarks/`` and ``sandboxkit bench``.
+
+A benchmark module ``benchmarks/bench_<name>.py`` defines ``run(quick: bool) -> list[Row]``.
+Rows measured side by side in one run carry the ratio against their baseline row, because
+absolute numbers on a shared 2-core machine are noisy while ratios are not.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from sandboxkit.metrics import percentile
+
+__all__ = ["Row", "render", "row_from_samples", "save_plot"]
+
+
+@dataclass
+class Row:
+    """One measured case.
+
+    Attributes:
+        benchmark: benchmark name (``pool``, ``subprocess``...).
+        case: what was measured.
+        median_ms / p99_ms: per-operation latency.
+        throughput: operations per second, when that is the figure of merit.
+        ratio: this row's figure of merit divided by the baseline's (throughput ratio, or
+            baseline latency / this latency), when ``baseline`` names a row.
+        target: the goal from the issue, in words; ``met`` says whether it was reached.
+    """
+
+    benchmark: str
+    case: str
+    n: int
+    median_ms: float
+    p99_ms: float
+    throughput: float | None = None
+    baseline: str | None = None
+    ratio: float | None = None
+    target: str = ""
+    met: bool | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def row_from_samples(
+    benchmark: str, case: str, samples_s: Sequence[float], *, throughput: float | None = None, **kw: Any
+) -> Row:
+    """Build a row from per-operation durations in seconds."""
+    data = list(samples_s)
+    med = statistics.median(data) * 1000 if data else 0.0
+    return Row(benchmark, case, len(data), med, percentile(data, 0.99) * 1000, throughput, **kw)
+
+
+def render(rows: Sequence[Row]) -> Any:
+    """A rich Table of the rows."""
+    from rich.table import Table
+
+    table = Table(title="sandboxkit bench")
+    for col in ("benchmark", "case", "n", "median ms", "p99 ms", "ops/s", "ratio", "target", "met"):
+        table.add_column(col, justify="right" if col in {"n", "median ms", "p99 ms", "ops/s", "ratio"} else "left")
+    for r in rows:
+        met = "" if r.met is None else ("[green]yes[/]" if r.met else "[red]no[/]")
+        table.add_row(
+            r.benchmark,
+            r.case,
+            str(r.n),
+            f"{r.median_ms:.3f}",
+            f"{r.p99_ms:.3f}",
+            "" if r.throughput is None else f"{r.throughput:.1f}",
+            "" if r.ratio is None else f"{r.ratio:.2f}x vs {r.baseline}",
+            r.target,
+            met,
+        )
+    return table
+
+
+def save_plot(rows: Sequence[Row], path: str) -> None:
+    """Bar chart of medians (and throughput when present), one panel per benchmark."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    benches = list(dict.fromkeys(r.benchmark for r in rows))
+    fig, axes = plt.subplots(len(benches), 1, figsize=(9, 2.6 * len(benches)), squeeze=False)
+    for ax, bench in zip(axes[:, 0], benches):
+        sub = [r for r in rows if r.benchmark == bench]
+        use_tp = all(r.throughput is not None for r in sub)
+        values = [r.throughput if use_tp else r.median_ms for r in sub]
+        ax.barh([r.case for r in sub], values, color="#4c72b0")
+        ax.set_title(f"{bench}: {'ops/s (higher is better)' if use_tp else 'median ms (lower is better)'}")
+        for y, v in enumerate(values):
+            ax.text(v, y, f" {v:.1f}" if use_tp else f" {v:.3f}", va="center", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)

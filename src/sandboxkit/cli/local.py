@@ -1,0 +1,164 @@
+"""``sandboxkit run``, ``backends``, ``doctor`` and ``cleanup``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from sandboxkit.cli._common import EXIT_USAGE, err_console, fail
+from sandboxkit.errors import InvalidRequest, SandboxError
+from sandboxkit.models import Status
+
+console = Console()
+
+
+def register(app: typer.Typer) -> None:
+    """Add the commands to ``app``."""
+    app.command("run")(run)
+    app.command("backends")(backends)
+    app.command("doctor")(doctor)
+    app.command("cleanup")(cleanup)
+
+
+def run(
+    file: Annotated[Path | None, typer.Argument(help="Source file to run (or use -c).")] = None,
+    code: Annotated[str | None, typer.Option("-c", "--code", help="Program text.")] = None,
+    backend: Annotated[str, typer.Option("--backend", "-b", help="Backend name.")] = "subprocess",
+    language: Annotated[str, typer.Option("--language", "-l", help="Language name or alias.")] = "python",
+    stdin: Annotated[str | None, typer.Option("--stdin", help="Text fed to the program ('-' reads ours).")] = None,
+    timeout: Annotated[float, typer.Option("--timeout", "-t", help="Wall-clock limit in seconds.")] = 10.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the RunResult as JSON.")] = False,
+) -> None:
+    """Run one program and print its output; exit with its exit code."""
+    from sandboxkit.pool import SandboxPool
+
+    if (file is None) == (code is None):
+        err_console.print("error: give exactly one of FILE or -c CODE")
+        raise typer.Exit(EXIT_USAGE)
+    if file is not None:
+        try:
+            code = file.read_text()
+        except OSError as exc:
+            err_console.print(f"error: cannot read {str(file)!r}: {exc.strerror}")
+            raise typer.Exit(EXIT_USAGE) from exc
+    if stdin == "-":
+        stdin = sys.stdin.read()
+    assert code is not None
+
+    async def go() -> object:
+        async with SandboxPool(backend, max_concurrency=1) as pool:
+            return await pool.run(code, language=language, stdin=stdin, timeout=timeout)
+
+    try:
+        result = asyncio.run(go())
+    except SandboxError as exc:
+        fail(exc)
+    from sandboxkit.models import RunResult
+
+    assert isinstance(result, RunResult)
+    if as_json:
+        print(result.model_dump_json(indent=2))
+        raise typer.Exit(0)
+    if result.compile is not None and result.status is Status.COMPILE_ERROR:
+        sys.stderr.write(result.compile.stderr or result.compile.stdout)
+        raise typer.Exit(1)
+    sys.stdout.write(result.stdout)
+    sys.stderr.write(result.stderr)
+    if result.status is not Status.OK and result.status is not Status.FAILED:
+        err_console.print(f"[{result.status.value}]", highlight=False)
+    code_out = result.exit_code if result.exit_code is not None else 1
+    raise typer.Exit(code_out if result.status is not Status.TIMEOUT else 124)
+
+
+def backends(
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """List installed backends, whether each is usable here, and why not."""
+    from sandboxkit.registry import available_backends
+
+    rows = []
+    for name, spec in available_backends().items():
+        avail = spec.availability()
+        rows.append(
+            {
+                "name": name,
+                "usable": avail.usable,
+                "reason": avail.reason,
+                "extra": spec.extra or "",
+                "plugin": spec.plugin,
+                "summary": spec.summary,
+            }
+        )
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table(title="sandboxkit backends")
+    for col in ("backend", "usable", "why not / install", "summary"):
+        table.add_column(col)
+    for row in rows:
+        reason = str(row["reason"])
+        table.add_row(str(row["name"]), "[green]yes[/]" if row["usable"] else "[red]no[/]", reason, str(row["summary"]))
+    console.print(table)
+
+
+def doctor() -> None:
+    """Check this machine: backends, isolation mechanisms, toolchains."""
+    from sandboxkit.languages import LANGUAGES
+    from sandboxkit.registry import available_backends
+
+    console.print(f"[bold]python[/] {sys.version.split()[0]}")
+    for name, spec in available_backends().items():
+        avail = spec.availability()
+        mark = "[green]ok[/]" if avail.usable else "[red]unusable[/]"
+        console.print(f"[bold]backend {name}[/]: {mark} {avail.reason}")
+        if avail.usable and name == "subprocess":
+            try:
+                from sandboxkit.registry import backend as make
+
+                caps = make(name).capabilities
+                for missing in caps.missing_protections:
+                    console.print(f"  [yellow]missing protection[/]: {missing}")
+                if not caps.missing_protections:
+                    console.print("  all isolation mechanisms available")
+            except SandboxError as exc:
+                console.print(f"  [red]{exc}[/]")
+    table = Table(title="toolchains on this machine")
+    for col in ("language", "status", "install"):
+        table.add_column(col)
+    for lang in LANGUAGES.values():
+        missing = lang.missing_binaries()
+        table.add_row(
+            lang.name,
+            "[green]ok[/]" if not missing else f"[red]missing {', '.join(missing)}[/]",
+            "" if not missing else f"apt-get install {lang.package}",
+        )
+    console.print(table)
+
+
+def cleanup(
+    backend: Annotated[str, typer.Option("--backend", "-b", help="Backend whose leftovers to remove.")] = "subprocess",
+) -> None:
+    """Remove every sandbox the backend ever created with the sandboxkit label (after a crash)."""
+    from sandboxkit.registry import backend as make
+
+    async def go() -> int:
+        b = make(backend)
+        try:
+            return await b.cleanup()
+        finally:
+            await b.aclose()
+
+    try:
+        removed = asyncio.run(go())
+    except InvalidRequest as exc:
+        fail(exc)
+    except SandboxError as exc:
+        fail(exc)
+    console.print(f"removed {removed} sandbox(es) left by {backend}")

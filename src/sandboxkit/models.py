@@ -1,0 +1,168 @@
+"""Request and result models shared by every backend, the pool, the server and the adapters.
+
+All models are pydantic v2 and round-trip through JSON. Bytes (file contents) travel as
+base64 in JSON; in Python a ``str`` file body is accepted and stored as UTF-8 bytes.
+Program output (``stdout`` / ``stderr``) is text decoded with replacement characters, so
+a program that prints invalid UTF-8 still yields a valid result.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+__all__ = [
+    "ExecResult",
+    "Limits",
+    "RunRequest",
+    "RunResult",
+    "Status",
+    "check_relative_path",
+    "decode_output",
+]
+
+
+class Status(str, Enum):
+    """How a program ended. A model's failure is one of these, never an exception."""
+
+    OK = "ok"
+    FAILED = "failed"  # non-zero exit or killed by a signal other than our limits
+    COMPILE_ERROR = "compile_error"
+    TIMEOUT = "timeout"
+    MEMORY_EXCEEDED = "memory_exceeded"
+    OUTPUT_LIMIT = "output_limit"  # wrote more than limits.output_bytes; killed, output truncated
+
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid", ser_json_bytes="base64", val_json_bytes="base64")
+
+
+class Limits(BaseModel):
+    """Resource limits for one run. ``None`` means "the backend's default / unlimited".
+
+    A backend enforces what it can and lists the fields it enforces in its capabilities;
+    the wall timeout is always enforced (inside the sandbox and again by the host with a grace).
+    """
+
+    model_config = _FROZEN
+
+    timeout_s: float = Field(10.0, gt=0, le=24 * 3600, description="Wall-clock limit of the run.")
+    compile_timeout_s: float = Field(30.0, gt=0, le=3600, description="Wall-clock limit of the compile step.")
+    memory_mb: int | None = Field(1024, gt=0, description="Memory limit of the program (and of the compiler).")
+    cpus: float | None = Field(1.0, gt=0, description="CPU share (cores); CPU *time* is capped at timeout_s.")
+    pids: int | None = Field(128, gt=0, description="Processes/threads the program may have at once.")
+    output_bytes: int = Field(1 << 20, gt=0, description="Cap per stream; past it the run stops (output_limit).")
+    file_size_mb: int | None = Field(64, gt=0, description="Largest file the program may write.")
+    network: bool = Field(False, description="Whether the program may use the network.")
+
+    def merged(self, **overrides: Any) -> Limits:
+        """Return a copy with the non-``None`` overrides applied (validated)."""
+        data = self.model_dump()
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        return Limits.model_validate(data)
+
+
+def check_relative_path(path: str) -> str:
+    """Normalise a sandbox path and reject anything that could escape the workspace.
+
+    Raises:
+        ValueError: for an empty path, an absolute path, a NUL byte or a ``..`` component.
+    """
+    if not isinstance(path, str) or not path or "\x00" in path:
+        raise ValueError(f"file path {path!r} is empty or contains a NUL byte; use a relative path like 'data/in.txt'")
+    if path.startswith("/") or path.startswith("\\"):
+        raise ValueError(f"file path {path!r} is absolute; use a path relative to the sandbox workspace")
+    parts = path.replace("\\", "/").split("/")
+    if ".." in parts:
+        raise ValueError(f"file path {path!r} contains '..'; paths must stay inside the sandbox workspace")
+    norm = posixpath.normpath(path.replace("\\", "/"))
+    if norm in (".", ""):
+        raise ValueError(f"file path {path!r} names the workspace itself; give a file name")
+    return norm
+
+
+def decode_output(data: bytes) -> str:
+    """Decode program output as UTF-8, replacing invalid bytes (never raises)."""
+    return data.decode("utf-8", errors="replace")
+
+
+class RunRequest(BaseModel):
+    """Run ``code`` in ``language``: write it and ``files``, compile if needed, run with ``stdin``."""
+
+    model_config = _FROZEN
+
+    code: str
+    language: str = "python"
+    stdin: str | None = None
+    files: dict[str, bytes] = Field(default_factory=dict, description="Files written to the workspace first.")
+    fetch_files: list[str] = Field(default_factory=list, description="Workspace files returned after the run.")
+    limits: Limits = Field(default_factory=Limits)
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for the program.")
+    argv: list[str] = Field(default_factory=list, description="Extra command-line arguments for the program.")
+
+    @field_validator("language")
+    @classmethod
+    def _known_language(cls, value: str) -> str:
+        from sandboxkit.languages import resolve_language  # local: languages imports models
+
+        return resolve_language(value).name
+
+    @field_validator("files", mode="before")
+    @classmethod
+    def _text_files_as_utf8(cls, value: Any, info: ValidationInfo) -> Any:
+        # In JSON, file bodies are base64 (val_json_bytes); in Python a str body is its UTF-8 text.
+        if isinstance(value, dict) and info.mode == "python":
+            return {k: (v.encode("utf-8") if isinstance(v, str) else v) for k, v in value.items()}
+        return value
+
+    @field_validator("files")
+    @classmethod
+    def _safe_file_paths(cls, value: dict[str, bytes]) -> dict[str, bytes]:
+        return {check_relative_path(k): v for k, v in value.items()}
+
+    @field_validator("fetch_files")
+    @classmethod
+    def _safe_fetch_paths(cls, value: list[str]) -> list[str]:
+        return [check_relative_path(p) for p in value]
+
+
+class ExecResult(BaseModel):
+    """Outcome of one command or program run inside a sandbox."""
+
+    model_config = _FROZEN
+
+    status: Status
+    exit_code: int | None = Field(None, description="Exit code; None when killed or never started.")
+    signal: int | None = Field(None, description="Signal that ended the process, if any.")
+    stdout: str = ""
+    stderr: str = ""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when the program exited 0 within its limits."""
+        return self.status is Status.OK
+
+
+class RunResult(ExecResult):
+    """Outcome of :class:`RunRequest`: the run itself plus the compile step and fetched files.
+
+    When compilation fails, ``status`` is ``compile_error``, ``compile`` holds the compiler's
+    output, and ``stdout``/``stderr`` are empty because the program never ran.
+    """
+
+    compile: ExecResult | None = None
+    files: dict[str, bytes] = Field(default_factory=dict, description="Fetched files that existed.")
+    language: str = "python"
+    backend: str = ""
+    sandbox_id: str | None = None
+
+    @model_validator(mode="after")
+    def _compile_error_has_compile(self) -> RunResult:
+        if self.status is Status.COMPILE_ERROR and self.compile is None:
+            raise ValueError("a compile_error result must carry the compile step's ExecResult")
+        return self

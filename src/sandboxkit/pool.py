@@ -1,0 +1,767 @@
+"""``SandboxPool``: the one place where caps, rate limits, reuse, retries and teardown live.
+
+Every backend sits behind it, and every adapter uses it, so a training run gets the same
+discipline whichever sandbox service it talks to:
+
+* a hard cap on calls in flight and on open sandboxes, and a token bucket on creation;
+* warm sandboxes handed out only after a liveness check, reset between unrelated runs,
+  recycled after ``max_uses`` runs or after any infrastructure error;
+* retries with exponential backoff and full jitter on :class:`~sandboxkit.errors.Transient`
+  errors only (never on a program's own failure, which is a result, not an exception);
+* a deadline on the whole call (queue wait and retries included);
+* teardown on close, on cancellation (shielded), on SIGINT/SIGTERM, and at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import random
+import signal
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import anyio
+from pydantic import ValidationError
+
+from sandboxkit.base import Backend, Sandbox
+from sandboxkit.errors import (
+    DeadlineExceeded,
+    InvalidRequest,
+    PoolClosed,
+    RateLimited,
+    SandboxCrashed,
+    SandboxError,
+    Transient,
+)
+from sandboxkit.limiter import Limiter, LocalLimiter
+from sandboxkit.metrics import PoolMetrics
+from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
+
+__all__ = ["SandboxPool", "Session", "make_request"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+CLOSE_TIMEOUT_S = 30.0
+
+
+def make_request(
+    code: str | RunRequest | Mapping[str, Any],
+    *,
+    language: str | None = None,
+    stdin: str | None = None,
+    files: Mapping[str, bytes | str] | None = None,
+    fetch_files: Sequence[str] | None = None,
+    limits: Limits | None = None,
+    timeout: float | None = None,
+    default_limits: Limits | None = None,
+) -> RunRequest:
+    """Build a validated :class:`RunRequest` from keyword arguments, a dict or a request.
+
+    Raises:
+        InvalidRequest: a field is invalid (unknown language, ``..`` in a path, negative timeout).
+    """
+    try:
+        if isinstance(code, RunRequest):
+            req = code
+        elif isinstance(code, Mapping):
+            data = dict(code)
+            data.setdefault("limits", limits or default_limits or Limits())
+            req = RunRequest.model_validate(data)
+        else:
+            data2: dict[str, Any] = {"code": code, "limits": limits or default_limits or Limits()}
+            if language is not None:
+                data2["language"] = language
+            if stdin is not None:
+                data2["stdin"] = stdin
+            if files:
+                data2["files"] = dict(files)
+            if fetch_files:
+                data2["fetch_files"] = list(fetch_files)
+            req = RunRequest.model_validate(data2)
+        if timeout is not None:
+            req = req.model_copy(update={"limits": req.limits.merged(timeout_s=_positive_timeout(timeout))})
+        return req
+    except ValidationError as exc:
+        raise InvalidRequest(_validation_message(exc)) from exc
+
+
+def _positive_timeout(timeout: float) -> float:
+    if not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise InvalidRequest(f"timeout must be a positive number of seconds, got {timeout!r}")
+    return float(timeout)
+
+
+def _validation_message(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "request"
+        msg = str(err.get("msg", "")).removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg} (got {err.get('input')!r:.80})")
+    return "invalid request: " + "; ".join(parts)
+
+
+class _Entry:
+    """A sandbox the pool owns, with its bookkeeping."""
+
+    __slots__ = ("closed", "last_used", "sandbox", "slot", "uses")
+
+    def __init__(self, sandbox: Sandbox, slot: object) -> None:
+        self.sandbox = sandbox
+        self.slot = slot
+        self.uses = 0
+        self.last_used = time.monotonic()
+        self.closed = False
+
+
+_live_pools: weakref.WeakSet[SandboxPool] = weakref.WeakSet()
+
+
+@atexit.register
+def _emergency_cleanup_at_exit() -> None:
+    # Last line of defence when a script exits without closing its pool (or an unhandled
+    # exception unwinds past it): ask each backend to remove what it created, synchronously.
+    for pool in list(_live_pools):
+        if not pool.closed:
+            try:
+                pool.backend.emergency_cleanup()
+            except Exception:  # at exit, never raise
+                log.debug("emergency cleanup of %s failed", pool.backend.name, exc_info=True)
+
+
+class SandboxPool:
+    """A bounded, self-healing pool of sandboxes from one backend.
+
+    Use it as ``async with SandboxPool("subprocess") as pool: await pool.run(code)``.
+    For synchronous code, see :class:`sandboxkit.SyncSandboxPool`.
+
+    Args:
+        backend: a registered backend name or a :class:`~sandboxkit.base.Backend` instance.
+        max_concurrency: calls (runs, execs) in flight at once.
+        max_sandboxes: sandboxes open at once (default: ``max_concurrency``; sessions hold one each).
+        creation_rate: sandbox creations per second (token bucket); ``None`` = unlimited.
+        creation_burst: creations allowed at once before the rate applies.
+        warm: sandboxes opened at start so the first calls do not pay creation.
+        max_uses: a sandbox is closed after this many pooled runs (fresh state, bounded leaks).
+        retries: retries of a call after a ``Transient`` error (``RateLimited`` included).
+        backoff_base: first backoff in seconds; doubles per retry, with full jitter.
+        backoff_max: cap on one backoff.
+        deadline_s: default deadline of one call, queue wait and retries included (``None`` = none).
+        health_check_after_s: an idle sandbox is checked with ``alive()`` before lease once it has
+            been idle this long (0 = always).
+        limits: default limits of runs and of the sandboxes the pool opens.
+        backend_options: options passed to the backend when ``backend`` is a name.
+        limiter: a :class:`~sandboxkit.limiter.Limiter`, ``"local"`` (default) or ``"ray"``.
+        handle_signals: turn SIGTERM into a clean shutdown (main thread only; SIGINT already is).
+
+    Raises:
+        BackendNotFound: the backend name is unknown.
+        BackendUnavailable: the backend's SDK is missing.
+        InvalidRequest: a parameter is out of range.
+    """
+
+    def __init__(
+        self,
+        backend: str | Backend = "subprocess",
+        *,
+        max_concurrency: int = 16,
+        max_sandboxes: int | None = None,
+        creation_rate: float | None = None,
+        creation_burst: float | None = None,
+        warm: int = 0,
+        max_uses: int = 1000,
+        retries: int = 3,
+        backoff_base: float = 0.2,
+        backoff_max: float = 10.0,
+        deadline_s: float | None = None,
+        health_check_after_s: float = 0.0,
+        limits: Limits | None = None,
+        backend_options: Mapping[str, Any] | None = None,
+        limiter: Limiter | str = "local",
+        handle_signals: bool = True,
+    ) -> None:
+        from sandboxkit.registry import backend as make_backend
+
+        if isinstance(backend, str):
+            self.backend: Backend = make_backend(backend, **dict(backend_options or {}))
+            self._owns_backend = True
+        else:
+            self.backend = backend
+            self._owns_backend = False
+        for name, value, low in (
+            ("max_concurrency", max_concurrency, 1),
+            ("max_uses", max_uses, 1),
+            ("retries", retries, 0),
+            ("warm", warm, 0),
+        ):
+            if not isinstance(value, int) or value < low:
+                raise InvalidRequest(f"{name} must be an integer >= {low}, got {value!r}", backend=self.backend.name)
+        if deadline_s is not None and deadline_s <= 0:
+            raise InvalidRequest(f"deadline_s must be positive or None, got {deadline_s!r}", backend=self.backend.name)
+        self.max_concurrency = max_concurrency
+        self.max_sandboxes = max_sandboxes if max_sandboxes is not None else max_concurrency
+        self.limits = limits or Limits()
+        self.warm = min(warm, self.max_sandboxes)
+        self.max_uses = max_uses
+        self.retries = retries
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.deadline_s = deadline_s
+        self.health_check_after_s = health_check_after_s
+        self.handle_signals = handle_signals
+        self._limiter = self._make_limiter(limiter, creation_rate, creation_burst)
+        self._idle: deque[_Entry] = deque()
+        self._entries: set[_Entry] = set()
+        self._changed: anyio.Event | None = None
+        self._started = False
+        self.closed = False
+        self.metrics_data = PoolMetrics()
+        _live_pools.add(self)
+
+    # ----------------------------------------------------------------- set-up / teardown
+
+    def _make_limiter(self, limiter: Limiter | str, rate: float | None, burst: float | None) -> Limiter:
+        if not isinstance(limiter, str):
+            return limiter
+        if limiter == "local":
+            return LocalLimiter(self.max_concurrency, self.max_sandboxes, rate, burst)
+        if limiter == "ray":
+            from sandboxkit.distributed import ray_limiter
+
+            return ray_limiter(self.max_concurrency, self.max_sandboxes, rate, burst, backend=self.backend.name)
+        raise InvalidRequest(f"limiter must be 'local', 'ray' or a Limiter object, got {limiter!r}")
+
+    async def __aenter__(self) -> SandboxPool:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        """Open the ``warm`` sandboxes. Called by ``async with``; optional otherwise.
+
+        Raises:
+            BackendUnavailable: the backend cannot create sandboxes here.
+        """
+        if self.closed:
+            raise PoolClosed("the pool is closed; create a new SandboxPool", backend=self.backend.name)
+        if self._started:
+            return
+        self._started = True
+        self._install_signal_handlers()
+        if self.warm:
+            async with anyio.create_task_group() as tg:
+                for _ in range(self.warm):
+                    tg.start_soon(self._prewarm_one)
+
+    async def _prewarm_one(self) -> None:
+        entry = await self._open_entry()
+        if entry is not None:
+            self._idle.append(entry)
+
+    def _install_signal_handlers(self) -> None:
+        if not self.handle_signals or threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, _sigterm_to_exit)
+        except (ValueError, OSError):  # not allowed here (embedded interpreter): the atexit hook still runs
+            pass
+
+    async def aclose(self) -> None:
+        """Close every sandbox the pool opened, then the backend if the pool created it.
+
+        Idempotent, and it finishes even if the calling task is being cancelled.
+        """
+        if self.closed:
+            return
+        self.closed = True
+        with anyio.CancelScope(shield=True):
+            self._notify()
+            entries = list(self._entries)
+            self._idle.clear()
+            async with anyio.create_task_group() as tg:
+                for entry in entries:
+                    tg.start_soon(self._close_entry, entry)
+            try:
+                await self._limiter.aclose()
+            finally:
+                if self._owns_backend:
+                    with anyio.move_on_after(CLOSE_TIMEOUT_S):
+                        await self.backend.aclose()
+        _live_pools.discard(self)
+
+    # ----------------------------------------------------------------- leasing
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    async def _wait_for_change(self) -> None:
+        if self._changed is None:
+            self._changed = anyio.Event()
+        await self._changed.wait()
+
+    async def _open_entry(self, limits: Limits | None = None) -> _Entry | None:
+        """Open a sandbox if a slot is free; None if the cap is reached."""
+        slot = object()
+        if not await self._limiter.try_acquire_sandbox(slot):
+            return None
+        try:
+            await self._limiter.creation_token()
+            started = time.perf_counter()
+            sandbox = await self.backend.open(limits or self.limits)
+        except BaseException as exc:
+            self._limiter.release_sandbox(slot)
+            if isinstance(exc, RateLimited) and hasattr(self._limiter, "bucket"):
+                self._limiter.bucket.penalize(exc.retry_after or self.backoff_base)
+            self._notify()
+            raise
+        if self.closed:  # closed while we were opening: do not leak it
+            with anyio.CancelScope(shield=True):
+                await _close_quietly(sandbox)
+            self._limiter.release_sandbox(slot)
+            raise PoolClosed("the pool was closed while a sandbox was opening", backend=self.backend.name)
+        self.metrics_data.sandbox_opened(time.perf_counter() - started)
+        entry = _Entry(sandbox, slot)
+        self._entries.add(entry)
+        return entry
+
+    async def _lease(self) -> _Entry:
+        """Get a healthy sandbox: an idle one, a new one, or wait for one."""
+        while True:
+            if self.closed:
+                raise PoolClosed("the pool is closed; create a new SandboxPool", backend=self.backend.name)
+            if self._idle:
+                entry = self._idle.pop()  # LIFO: the most recently used is the warmest
+                if self.health_check_after_s <= 0 or time.monotonic() - entry.last_used >= self.health_check_after_s:
+                    if not await entry.sandbox.alive():
+                        self.metrics_data.error("dead_on_lease")
+                        await self._close_entry(entry)
+                        continue
+                return entry
+            entry_or_none = await self._open_entry()
+            if entry_or_none is not None:
+                return entry_or_none
+            await self._wait_for_change()
+
+    async def _give_back(self, entry: _Entry, *, dirty: bool) -> None:
+        """Return a sandbox after a call: reset and keep it warm, or close it."""
+        entry.uses += 1
+        entry.last_used = time.monotonic()
+        keep = not self.closed and entry.uses < self.max_uses
+        if keep and dirty:
+            keep = self.backend.capabilities.resettable and await _reset_quietly(entry.sandbox)
+        if keep and not self.closed:
+            self._idle.append(entry)
+            self._notify()
+        else:
+            await self._close_entry(entry)
+
+    async def _close_entry(self, entry: _Entry) -> None:
+        if entry.closed:
+            return
+        entry.closed = True
+        with anyio.CancelScope(shield=True):
+            try:
+                await _close_quietly(entry.sandbox)
+            finally:
+                self._entries.discard(entry)
+                try:
+                    self._idle.remove(entry)
+                except ValueError:
+                    pass
+                self._limiter.release_sandbox(entry.slot)
+                self.metrics_data.sandbox_closed()
+                self._notify()
+
+    # ----------------------------------------------------------------- calls
+
+    async def _call(self, fn: Callable[[Sandbox], Awaitable[T]], deadline_s: float | None) -> T:
+        """Run ``fn`` on a leased sandbox under the cap, with retries and the deadline."""
+        if self.closed:
+            raise PoolClosed("the pool is closed; create a new SandboxPool", backend=self.backend.name)
+        if not self._started:
+            await self.start()
+        deadline_s = deadline_s if deadline_s is not None else self.deadline_s
+        started = time.perf_counter()
+        record = self.metrics_data.call_started()
+        try:
+            if deadline_s is None:
+                result = await self._attempts(fn, record)
+            else:
+                with anyio.move_on_after(deadline_s) as scope:
+                    result = await self._attempts(fn, record)
+                if scope.cancelled_caught:
+                    raise DeadlineExceeded(
+                        f"call did not finish within its deadline of {deadline_s:g}s (queue wait and retries "
+                        "included); raise deadline_s or max_concurrency, or lower the load",
+                        backend=self.backend.name,
+                    )
+        except SandboxError as exc:
+            self.metrics_data.call_failed(record, exc, time.perf_counter() - started)
+            raise
+        self.metrics_data.call_finished(record, result, time.perf_counter() - started)
+        return result
+
+    async def _attempts(self, fn: Callable[[Sandbox], Awaitable[T]], record: Any) -> T:
+        attempt = 0
+        while True:
+            token = object()
+            queued = time.perf_counter()
+            await self._limiter.acquire_call(token)
+            try:
+                entry = await self._lease()
+                record.queue_wait += time.perf_counter() - queued
+                run_started = time.perf_counter()
+                try:
+                    result = await fn(entry.sandbox)
+                except BaseException as exc:
+                    # After an infrastructure error or a cancellation the sandbox's state is unknown.
+                    await self._close_entry(entry)
+                    if isinstance(exc, SandboxCrashed) and self.closed:
+                        raise PoolClosed("the pool was closed during the call", backend=self.backend.name) from exc
+                    raise
+                record.run_time += time.perf_counter() - run_started
+                await self._give_back(entry, dirty=True)
+                return result
+            except Transient as exc:
+                if attempt >= self.retries or self.closed:
+                    raise
+                delay = self._backoff(attempt, exc)
+                attempt += 1
+                record.retries += 1
+                log.info("retrying after %s (attempt %d/%d, in %.2fs)", exc, attempt, self.retries, delay)
+            finally:
+                self._limiter.release_call(token)
+            await anyio.sleep(delay)  # outside the call slot: a backing-off caller does not hold capacity
+
+    def _backoff(self, attempt: int, exc: Exception) -> float:
+        ceiling = min(self.backoff_max, self.backoff_base * (2**attempt))
+        delay = random.uniform(0, ceiling)  # full jitter: retries of a burst spread out
+        if isinstance(exc, RateLimited) and exc.retry_after:
+            delay = max(delay, min(exc.retry_after, self.backoff_max))
+        return delay
+
+    async def run(
+        self,
+        code: str | RunRequest | Mapping[str, Any],
+        *,
+        language: str | None = None,
+        stdin: str | None = None,
+        files: Mapping[str, bytes | str] | None = None,
+        fetch_files: Sequence[str] | None = None,
+        limits: Limits | None = None,
+        timeout: float | None = None,
+        deadline_s: float | None = None,
+    ) -> RunResult:
+        """Run a program in a fresh-state sandbox.
+
+        Args:
+            code: source code, or a ready :class:`RunRequest` (or its dict form).
+            language: language name or alias (default ``python``).
+            stdin: text fed to the program.
+            files: files written to the workspace before the run.
+            fetch_files: workspace files returned in ``result.files``.
+            limits: limits of this run (default: the pool's).
+            timeout: shorthand for ``limits.timeout_s``.
+            deadline_s: deadline of the whole call, queue wait and retries included.
+
+        Returns:
+            The result; ``result.status`` says how the program ended.
+
+        Raises:
+            InvalidRequest: the request is invalid or the backend does not support the language.
+            BackendUnavailable: the backend cannot serve (SDK, engine, key, toolchain missing).
+            SandboxCrashed: the sandbox died during the run.
+            Transient: a passing fault persisted through every retry.
+            DeadlineExceeded: the deadline passed.
+            PoolClosed: the pool is closed.
+        """
+        request = make_request(
+            code,
+            language=language,
+            stdin=stdin,
+            files=files,
+            fetch_files=fetch_files,
+            limits=limits,
+            timeout=timeout,
+            default_limits=self.limits,
+        )
+        self._check_language(request.language)
+        return await self._call(lambda sandbox: sandbox.run(request), deadline_s)
+
+    async def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        stdin: str | None = None,
+        timeout: float | None = None,
+        deadline_s: float | None = None,
+    ) -> ExecResult:
+        """Run a command (``bash -c`` string or argv list) in a fresh-state sandbox.
+
+        Raises:
+            Same as :meth:`run`.
+        """
+        if timeout is not None:
+            _positive_timeout(timeout)
+        return await self._call(
+            lambda sandbox: sandbox.exec(command, env=env, stdin=stdin, timeout=timeout), deadline_s
+        )
+
+    async def run_many(
+        self,
+        requests: Iterable[RunRequest | Mapping[str, Any]],
+        *,
+        deadline_s: float | None = None,
+    ) -> list[RunResult | SandboxError]:
+        """Run a batch concurrently (within the pool's caps); results come back in input order.
+
+        Every input yields exactly one output: a :class:`RunResult`, or the
+        :class:`SandboxError` that prevented it (an invalid request is an ``InvalidRequest``
+        in its slot, the other requests still run).
+        """
+        items = list(requests)
+        results: list[RunResult | SandboxError | None] = [None] * len(items)
+
+        async def one(i: int, item: RunRequest | Mapping[str, Any]) -> None:
+            try:
+                results[i] = await self.run(item, deadline_s=deadline_s)
+            except SandboxError as exc:
+                results[i] = exc
+            except Exception as exc:  # a backend bug must not lose the rest of the batch
+                log.exception("unexpected error from backend %s", self.backend.name)
+                results[i] = SandboxCrashed(
+                    f"backend raised {type(exc).__name__}: {exc}; this is a bug in the backend, please report it",
+                    backend=self.backend.name,
+                )
+
+        async with anyio.create_task_group() as tg:
+            for i, item in enumerate(items):
+                tg.start_soon(one, i, item)
+        return [r if r is not None else PoolClosed("no result", backend=self.backend.name) for r in results]
+
+    def session(self, *, limits: Limits | None = None) -> Session:
+        """A stateful sandbox held for a multi-turn exchange (files and cwd persist).
+
+        Use ``async with pool.session() as s:`` or ``s = pool.session(); await s.open(); ...; await s.close()``.
+        The sandbox counts against ``max_sandboxes`` until the session closes.
+        """
+        return Session(self, limits or self.limits)
+
+    def _check_language(self, language: str) -> None:
+        langs = self.backend.capabilities.languages
+        if language not in langs:
+            raise InvalidRequest(
+                f"backend {self.backend.name!r} cannot run {language!r}; it supports: {', '.join(sorted(langs))}",
+                backend=self.backend.name,
+            )
+
+    # ----------------------------------------------------------------- introspection
+
+    def metrics(self) -> dict[str, Any]:
+        """Counters and latency percentiles since the pool started, as a plain dict."""
+        stats = self._limiter.statistics()
+        data = self.metrics_data.snapshot()
+        data.update(
+            backend=self.backend.name,
+            calls_in_flight=stats.calls_in_flight,
+            calls_waiting=stats.calls_waiting,
+            max_concurrency=stats.max_calls,
+            sandboxes_open=len(self._entries),
+            sandboxes_idle=len(self._idle),
+            max_sandboxes=self.max_sandboxes,
+        )
+        return data
+
+    @property
+    def open_sandboxes(self) -> int:
+        """Sandboxes this pool holds right now (idle, in use, or in sessions)."""
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<SandboxPool backend={self.backend.name!r} max_concurrency={self.max_concurrency} {state}>"
+
+
+class Session:
+    """One sandbox held across calls, for multi-turn tools and agent environments.
+
+    If the sandbox dies, the call that saw it raises :class:`SandboxCrashed` and the next
+    call opens a fresh sandbox (``restarts`` counts how often); state is lost then, which is
+    why the error is raised rather than hidden.
+    """
+
+    def __init__(self, pool: SandboxPool, limits: Limits) -> None:
+        self.pool = pool
+        self.limits = limits
+        self._entry: _Entry | None = None
+        self.restarts = 0
+        self.closed = False
+        self._lock = anyio.Lock()
+
+    @property
+    def sandbox_id(self) -> str | None:
+        """Id of the current sandbox, if one is open."""
+        return self._entry.sandbox.id if self._entry else None
+
+    async def __aenter__(self) -> Session:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        """Open the session's sandbox now (otherwise the first call opens it).
+
+        Raises:
+            BackendUnavailable, RateLimited, Transient: opening failed after the pool's retries.
+        """
+        await self._ensure()
+
+    async def _ensure(self) -> _Entry:
+        if self.closed:
+            raise PoolClosed(
+                "this session is closed; open a new one with pool.session()", backend=self.pool.backend.name
+            )
+        if self._entry is not None:
+            return self._entry
+        if not self.pool._started:
+            await self.pool.start()
+        attempt = 0
+        while True:
+            try:
+                entry = await self.pool._open_entry(self.limits)
+                if entry is None:
+                    await self.pool._wait_for_change()
+                    continue
+                self._entry = entry
+                return entry
+            except Transient as exc:
+                if attempt >= self.pool.retries:
+                    raise
+                await anyio.sleep(self.pool._backoff(attempt, exc))
+                attempt += 1
+
+    async def _call(self, fn: Callable[[Sandbox], Awaitable[T]], deadline_s: float | None) -> T:
+        async with self._lock:  # a sandbox serves one call at a time
+            entry = await self._ensure()
+
+            async def on_sandbox(_: Sandbox) -> T:
+                return await fn(entry.sandbox)
+
+            token = object()
+            await self.pool._limiter.acquire_call(token)
+            try:
+                if deadline_s is None:
+                    return await on_sandbox(entry.sandbox)
+                with anyio.fail_after(deadline_s):
+                    return await on_sandbox(entry.sandbox)
+            except TimeoutError as exc:
+                await self._discard()
+                raise DeadlineExceeded(
+                    f"session call did not finish within {deadline_s:g}s; the sandbox was discarded",
+                    backend=self.pool.backend.name,
+                ) from exc
+            except BaseException:
+                await self._discard()
+                raise
+            finally:
+                self.pool._limiter.release_call(token)
+
+    async def _discard(self) -> None:
+        if self._entry is not None:
+            entry, self._entry = self._entry, None
+            self.restarts += 1
+            await self.pool._close_entry(entry)
+
+    async def run(
+        self,
+        code: str | RunRequest | Mapping[str, Any],
+        *,
+        language: str | None = None,
+        stdin: str | None = None,
+        files: Mapping[str, bytes | str] | None = None,
+        fetch_files: Sequence[str] | None = None,
+        limits: Limits | None = None,
+        timeout: float | None = None,
+        deadline_s: float | None = None,
+    ) -> RunResult:
+        """Like :meth:`SandboxPool.run`, in this session's sandbox (files persist)."""
+        request = make_request(
+            code,
+            language=language,
+            stdin=stdin,
+            files=files,
+            fetch_files=fetch_files,
+            limits=limits,
+            timeout=timeout,
+            default_limits=self.limits,
+        )
+        self.pool._check_language(request.language)
+        return await self._call(lambda s: s.run(request), deadline_s)
+
+    async def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | None = None,
+        timeout: float | None = None,
+        deadline_s: float | None = None,
+    ) -> ExecResult:
+        """Run a command in this session's sandbox (cwd relative to the workspace)."""
+        if timeout is not None:
+            _positive_timeout(timeout)
+        return await self._call(lambda s: s.exec(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout), deadline_s)
+
+    async def write_files(self, files: Mapping[str, bytes | str]) -> None:
+        """Write files into this session's workspace."""
+        await self._call(lambda s: s.write_files(files), None)
+
+    async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
+        """Read files from this session's workspace (missing ones are absent)."""
+        return await self._call(lambda s: s.read_files(paths), None)
+
+    async def close(self) -> None:
+        """Give the sandbox back (reset and kept warm when possible). Idempotent, shielded."""
+        if self.closed:
+            return
+        self.closed = True
+        with anyio.CancelScope(shield=True):
+            if self._entry is not None:
+                entry, self._entry = self._entry, None
+                await self.pool._give_back(entry, dirty=True)
+
+
+async def _close_quietly(sandbox: Sandbox) -> None:
+    try:
+        with anyio.move_on_after(CLOSE_TIMEOUT_S):
+            await sandbox.close()
+    except Exception:
+        log.warning("closing sandbox %s failed", getattr(sandbox, "id", "?"), exc_info=True)
+
+
+async def _reset_quietly(sandbox: Sandbox) -> bool:
+    try:
+        with anyio.move_on_after(CLOSE_TIMEOUT_S):
+            return await sandbox.reset()
+        return False
+    except Exception:
+        log.warning("resetting sandbox %s failed; closing it", getattr(sandbox, "id", "?"), exc_info=True)
+        return False
+
+
+def _sigterm_to_exit(signum: int, frame: object) -> None:
+    # Unwinding with SystemExit runs `async with` exits and atexit hooks; SIG_DFL would not.
+    raise SystemExit(128 + signum)

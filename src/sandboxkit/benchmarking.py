@@ -88,7 +88,7 @@ def save_plot(rows: Sequence[Row], path: str) -> None:
 
     benches = list(dict.fromkeys(r.benchmark for r in rows))
     fig, axes = plt.subplots(len(benches), 1, figsize=(9, 2.6 * len(benches)), squeeze=False)
-    for ax, bench in zip(axes[:, 0], benches):
+    for ax, bench in zip(axes[:, 0], benches, strict=True):
         sub = [r for r in rows if r.benchmark == bench]
         use_tp = all(r.throughput is not None for r in sub)
         values = [r.throughput if use_tp else r.median_ms for r in sub]

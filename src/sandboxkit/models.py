@@ -36,7 +36,8 @@ class Status(str, Enum):
     OUTPUT_LIMIT = "output_limit"  # wrote more than limits.output_bytes; killed, output truncated
 
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid", ser_json_bytes="base64", val_json_bytes="base64")
+# defer_build: schemas are built on first use, which keeps `import sandboxkit` cheap.
+_FROZEN = ConfigDict(frozen=True, extra="forbid", ser_json_bytes="base64", val_json_bytes="base64", defer_build=True)
 
 
 class Limits(BaseModel):

@@ -232,7 +232,8 @@ class SandboxPool:
         if limiter == "ray":
             from sandboxkit.distributed import ray_limiter
 
-            return ray_limiter(self.max_concurrency, self.max_sandboxes, rate, burst, backend=self.backend.name)
+            ray: Limiter = ray_limiter(self.max_concurrency, self.max_sandboxes, rate, burst, backend=self.backend.name)
+            return ray
         raise InvalidRequest(f"limiter must be 'local', 'ray' or a Limiter object, got {limiter!r}")
 
     async def __aenter__(self) -> SandboxPool:
@@ -340,11 +341,11 @@ class SandboxPool:
                 raise PoolClosed("the pool is closed; create a new SandboxPool", backend=self.backend.name)
             if self._idle:
                 entry = self._idle.pop()  # LIFO: the most recently used is the warmest
-                if self.health_check_after_s <= 0 or time.monotonic() - entry.last_used >= self.health_check_after_s:
-                    if not await entry.sandbox.alive():
-                        self.metrics_data.error("dead_on_lease")
-                        await self._close_entry(entry)
-                        continue
+                idle_for = time.monotonic() - entry.last_used
+                if idle_for >= self.health_check_after_s and not await entry.sandbox.alive():
+                    self.metrics_data.error("dead_on_lease")
+                    await self._close_entry(entry)
+                    continue
                 return entry
             entry_or_none = await self._open_entry()
             if entry_or_none is not None:

@@ -13,7 +13,7 @@ import importlib.util
 import logging
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,7 +145,7 @@ def available_backends() -> dict[str, BackendSpec]:
             specs: dict[str, BackendSpec] = {}
             for impl in pm.hook.sandboxkit_backends.get_hookimpls():
                 try:
-                    provided = impl.function() or []
+                    provided: Sequence[BackendSpec] = impl.function() or []
                 except Exception as exc:
                     warnings.warn(
                         f"sandboxkit plugin {impl.plugin_name!r} failed: {exc!r}", RuntimeWarning, stacklevel=2

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import signal
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -98,6 +99,8 @@ class SyncSandboxPool:
         except BaseException:
             self._thread.stop()
             raise
+        if options.get("handle_signals", True):
+            _install_sigterm_handler()
         _live.add(self)
 
     @property
@@ -231,6 +234,19 @@ class SyncSession:
     def close(self) -> None:
         if not self._owner._thread.loop.is_closed():
             self._owner._call(self.session.close())
+
+
+def _install_sigterm_handler() -> None:
+    """SIGTERM's default kills without running atexit; turn it into SystemExit so the pool closes."""
+    from sandboxkit.pool import _sigterm_to_exit
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _sigterm_to_exit)
+    except (ValueError, OSError):  # not allowed here; the atexit hook still runs on normal exits
+        pass
 
 
 async def _construct(backend: str | Backend, options: dict[str, Any]) -> SandboxPool:

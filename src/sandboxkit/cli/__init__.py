@@ -6,8 +6,6 @@ Exit codes: the program's own exit code for ``run``; 0 for ``grade`` even when p
 
 from __future__ import annotations
 
-import sys
-
 import typer
 
 from sandboxkit.cli import bench, grade, local, serve
@@ -33,4 +31,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

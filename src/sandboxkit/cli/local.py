@@ -123,8 +123,8 @@ def doctor() -> None:
                 from sandboxkit.registry import backend as make
 
                 caps = make(name).capabilities
-                for missing in caps.missing_protections:
-                    console.print(f"  [yellow]missing protection[/]: {missing}")
+                for gap in caps.missing_protections:
+                    console.print(f"  [yellow]missing protection[/]: {gap}")
                 if not caps.missing_protections:
                     console.print("  all isolation mechanisms available")
             except SandboxError as exc:

@@ -135,7 +135,9 @@ class BackendConformance:
 
     async def test_timeout(self, sandbox: Sandbox) -> None:
         started = time.monotonic()
-        result = await sandbox.run(self.request("import time\nwhile True: time.sleep(0.05)", limits=Limits(timeout_s=1)))
+        result = await sandbox.run(
+            self.request("import time\nwhile True: time.sleep(0.05)", limits=Limits(timeout_s=1))
+        )
         assert result.status is Status.TIMEOUT
         assert time.monotonic() - started < 1 + TIMEOUT_GRACE_S
 

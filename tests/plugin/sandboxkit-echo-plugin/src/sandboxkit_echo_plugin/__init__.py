@@ -1,0 +1,1 @@
+"""A third-party backend for tests: its 'programs' print their own source text."""

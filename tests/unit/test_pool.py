@@ -1,0 +1,290 @@
+"""SandboxPool semantics, proven against a failure-injecting backend (tests/support/fake_backend.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from sandboxkit import (
+    BackendNotFound,
+    BackendUnavailable,
+    DeadlineExceeded,
+    InvalidRequest,
+    PoolClosed,
+    RateLimited,
+    RunResult,
+    SandboxCrashed,
+    SandboxPool,
+    Status,
+    Transient,
+)
+from support.fake_backend import FakeBackend
+
+FAST = {"backoff_base": 0.001, "backoff_max": 0.01}
+
+
+async def test_calls_in_flight_never_exceed_the_cap_under_1000_concurrent_calls() -> None:
+    backend = FakeBackend()
+    async with SandboxPool(backend, max_concurrency=16, max_sandboxes=64, **FAST) as pool:
+        results = await pool.run_many([{"code": "sleep:0.002"}] * 1000)
+    assert all(isinstance(r, RunResult) and r.status is Status.OK for r in results)
+    assert backend.peak_in_flight <= 16
+    assert backend.peak_in_flight >= 8, "the pool should actually run calls concurrently"
+    assert backend.peak_live <= 16
+    assert not backend.live
+
+
+async def test_creations_never_exceed_the_token_bucket() -> None:
+    rate, burst = 40.0, 3
+    backend = FakeBackend()
+    # max_uses=1 forces a new sandbox for every call, so every call takes a creation token.
+    async with SandboxPool(backend, max_concurrency=8, creation_rate=rate, creation_burst=burst, max_uses=1) as pool:
+        await pool.run_many([{"code": "ok"}] * 30)
+    times = backend.created_at
+    assert len(times) == 30
+    for i in range(len(times)):
+        for j in range(i + 1, len(times)):
+            allowed = burst + rate * (times[j] - times[i]) + 1e-6
+            assert j - i + 1 <= allowed + 0.5, f"creations {i}..{j} exceeded the bucket"
+
+
+async def test_transient_errors_are_retried_with_backoff() -> None:
+    backend = FakeBackend()
+    async with SandboxPool(backend, retries=3, **FAST) as pool:
+        result = await pool.run("transient:2")
+        assert result.status is Status.OK
+        assert backend.attempts["transient:2"] == 3
+        assert pool.metrics()["retries"] == 2
+        with pytest.raises(Transient):
+            await pool.run("transient:9")
+        assert backend.attempts["transient:9"] == 4  # first try + 3 retries
+
+
+async def test_rate_limited_is_retried_and_honours_retry_after() -> None:
+    backend = FakeBackend()
+    async with SandboxPool(backend, retries=2, backoff_base=0.0001, backoff_max=1.0) as pool:
+        started = time.monotonic()
+        result = await pool.run("ratelimit:1")
+    assert result.status is Status.OK
+    assert time.monotonic() - started >= 0.01  # retry_after of the injected 429
+
+
+async def test_model_failures_are_results_and_never_retried() -> None:
+    backend = FakeBackend()
+    async with SandboxPool(backend, retries=5, **FAST) as pool:
+        result = await pool.run("fail")
+    assert result.status is Status.FAILED and result.exit_code == 1
+    assert backend.attempts["fail"] == 1
+
+
+async def test_a_crashed_sandbox_is_discarded_not_retried() -> None:
+    backend = FakeBackend()
+    async with SandboxPool(backend, max_concurrency=1, retries=5, **FAST) as pool:
+        first = await pool.run("ok")
+        with pytest.raises(SandboxCrashed):
+            await pool.run("crash")
+        second = await pool.run("ok")
+        assert backend.attempts["crash"] == 1
+        assert first.sandbox_id != second.sandbox_id, "the crashed sandbox must not be reused"
+        assert pool.metrics()["errors"] == {"sandbox_crashed": 1}
+
+
+async def test_open_failures_are_retried_then_surface() -> None:
+    backend = FakeBackend(open_failures=2)
+    async with SandboxPool(backend, retries=2, **FAST) as pool:
+        assert (await pool.run("ok")).status is Status.OK
+    down = FakeBackend(open_failures=100, open_error=BackendUnavailable)
+    async with SandboxPool(down, retries=5, **FAST) as pool:
+        with pytest.raises(BackendUnavailable):
+            await pool.run("ok")
+    assert down.opens_attempted == 1, "BackendUnavailable is not transient: no retry"
+
+
+async def test_run_many_returns_every_result_once_in_order() -> None:
+    backend = FakeBackend()
+    codes = ["ok", "sleep:0.02", "fail", "crash", "sleep:0.01", "bug", "ok"]
+    items: list[dict[str, object]] = [{"code": c} for c in codes]
+    items.insert(3, {"code": "x", "language": "cobol"})
+    async with SandboxPool(backend, max_concurrency=4, retries=0) as pool:
+        results = await pool.run_many(items)
+    assert len(results) == len(items)
+    kinds = [r.stdout if isinstance(r, RunResult) else type(r).__name__ for r in results]
+    assert kinds == [
+        "ok",
+        "sleep:0.02",
+        "fail",
+        "InvalidRequest",
+        "SandboxCrashed",
+        "sleep:0.01",
+        "SandboxCrashed",
+        "ok",
+    ]
+    assert "bug" in str(results[6]) and "report it" in str(results[6])
+
+
+async def test_cancelled_run_many_leaves_no_sandbox_open() -> None:
+    backend = FakeBackend(close_delay=0.01)
+    pool = SandboxPool(backend, max_concurrency=8)
+    async with pool:
+        task = asyncio.ensure_future(pool.run_many([{"code": "sleep:30"}] * 20))
+        while backend.in_flight < 8:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert backend.in_flight == 0
+        assert not backend.live, "sandboxes interrupted mid-call must be closed, even under cancellation"
+    assert pool.open_sandboxes == 0
+
+
+async def test_deadline_covers_the_whole_call() -> None:
+    backend = FakeBackend()
+    async with SandboxPool(backend, deadline_s=0.2) as pool:
+        started = time.monotonic()
+        with pytest.raises(DeadlineExceeded, match="deadline"):
+            await pool.run("sleep:5")
+        assert time.monotonic() - started < 2
+        assert not backend.live, "the sandbox interrupted by the deadline is discarded"
+        assert (await pool.run("ok", deadline_s=5)).status is Status.OK
+
+
+async def test_warm_sandboxes_reuse_and_recycling() -> None:
+    backend = FakeBackend()
+    async with SandboxPool(backend, max_concurrency=2, warm=2, max_uses=3) as pool:
+        assert len(backend.created_at) == 2
+        for _ in range(6):
+            await pool.run("ok")
+        # sequential calls reuse the most recent sandbox: 3 uses each before recycling
+        assert len(backend.created_at) <= 4
+        assert backend.resets >= 3, "a reused sandbox is reset between unrelated runs"
+    assert not backend.live
+
+
+async def test_dead_sandboxes_are_not_leased() -> None:
+    backend = FakeBackend()
+    async with SandboxPool(backend, max_concurrency=1) as pool:
+        first = await pool.run("ok")
+        next(iter(backend.live)).healthy = False
+        second = await pool.run("ok")
+        assert first.sandbox_id != second.sandbox_id
+        assert pool.metrics()["errors"]["dead_on_lease"] == 1
+
+
+async def test_bad_input_is_rejected_before_anything_starts() -> None:
+    with pytest.raises(BackendNotFound, match=r"installed backends: .*subprocess"):
+        SandboxPool("no-such-backend")
+    backend = FakeBackend()
+    async with SandboxPool(backend) as pool:
+        with pytest.raises(InvalidRequest, match="unknown language 'cobol'"):
+            await pool.run("x", language="cobol")
+        with pytest.raises(InvalidRequest, match="timeout"):
+            await pool.run("x", timeout=-1)
+        with pytest.raises(InvalidRequest, match=r"\.\."):
+            await pool.run("x", files={"../etc/passwd": "x"})
+        with pytest.raises(InvalidRequest, match=r"\.\."):
+            await pool.run("x", fetch_files=["a/../../b"])
+        with pytest.raises(InvalidRequest, match="cannot run 'go'"):
+            await pool.run("x", language="go")
+    assert backend.opens_attempted == 0
+    with pytest.raises(InvalidRequest):
+        SandboxPool(backend, max_concurrency=0)
+
+
+async def test_session_keeps_state_and_counts_against_the_cap() -> None:
+    backend = FakeBackend()
+    async with SandboxPool(backend, max_concurrency=2, max_sandboxes=2) as pool:
+        async with pool.session() as s:
+            await s.write_files({"a.txt": "1"})
+            assert await s.read_files(["a.txt"]) == {"a.txt": b"1"}
+            assert pool.open_sandboxes == 1
+            assert (await pool.run("ok")).status is Status.OK
+        assert pool.open_sandboxes >= 1  # the session's sandbox was reset and kept warm
+    assert not backend.live
+
+
+async def test_session_reopens_after_a_crash() -> None:
+    backend = FakeBackend()
+    async with SandboxPool(backend) as pool, pool.session() as s:
+        first = s.sandbox_id
+        with pytest.raises(SandboxCrashed):
+            await s.run("crash")
+        assert (await s.run("ok")).sandbox_id != first
+        assert s.restarts == 1
+
+
+async def test_closed_pool_refuses_calls() -> None:
+    pool = SandboxPool(FakeBackend())
+    await pool.aclose()
+    with pytest.raises(PoolClosed):
+        await pool.run("ok")
+
+
+async def test_rate_limited_open_penalizes_the_bucket() -> None:
+    backend = FakeBackend(open_failures=1, open_error=lambda msg: RateLimited(msg, retry_after=0.05))  # type: ignore[arg-type]
+    async with SandboxPool(backend, creation_rate=100, retries=2, backoff_base=0.0001) as pool:
+        started = time.monotonic()
+        await pool.run("ok")
+    assert time.monotonic() - started >= 0.04
+
+
+def test_metrics_dict() -> None:
+    async def go() -> dict[str, object]:
+        async with SandboxPool(FakeBackend(), retries=0) as pool:
+            await pool.run("ok")
+            await pool.run("fail")
+            with pytest.raises(SandboxCrashed):
+                await pool.run("crash")
+            return pool.metrics()
+
+    m = anyio.run(go)
+    assert m["calls"] == 3
+    assert m["statuses"] == {"ok": 1, "failed": 1}
+    assert m["errors"] == {"sandbox_crashed": 1}
+    for key in ("queue_wait_s", "run_time_s", "latency_s"):
+        assert set(m[key]) == {"mean", "p50", "p99"}  # type: ignore[arg-type]
+
+
+_BATCH_SCRIPT = textwrap.dedent(
+    """
+    import asyncio, sys
+    sys.path.insert(0, {tests!r})
+    from support.fake_backend import FakeBackend
+    from sandboxkit import SandboxPool
+
+    async def main():
+        backend = FakeBackend(marker_dir={markers!r})
+        async with SandboxPool(backend, max_concurrency=6) as pool:
+            await pool.run_many([{{"code": "sleep:60"}}] * 30)
+
+    asyncio.run(main())
+    """
+)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_mid_batch_leaves_no_sandbox_open(tmp_path: Path, sig: signal.Signals) -> None:
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    script = _BATCH_SCRIPT.format(tests=str(Path(__file__).parents[1]), markers=str(markers))
+    proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while len(list(markers.iterdir())) < 6:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "the batch never started"
+            time.sleep(0.05)
+        os.kill(proc.pid, sig)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert list(markers.iterdir()) == [], "sandboxes left open after the signal"

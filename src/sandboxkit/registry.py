@@ -15,7 +15,7 @@ import threading
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pluggy
 
@@ -145,7 +145,7 @@ def available_backends() -> dict[str, BackendSpec]:
             specs: dict[str, BackendSpec] = {}
             for impl in pm.hook.sandboxkit_backends.get_hookimpls():
                 try:
-                    provided: Sequence[BackendSpec] = impl.function() or []
+                    provided = cast("Sequence[BackendSpec]", impl.function() or [])
                 except Exception as exc:
                     warnings.warn(
                         f"sandboxkit plugin {impl.plugin_name!r} failed: {exc!r}", RuntimeWarning, stacklevel=2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Annotated
@@ -14,7 +15,8 @@ from rich.console import Console
 
 from sandboxkit.cli._common import EXIT_USAGE, err_console
 
-console = Console()
+# Benchmark tables are read in CI logs and notes: never squeeze them to 80 columns.
+console = Console(width=None if sys.stdout.isatty() else 200)
 
 
 def register(app: typer.Typer) -> None:

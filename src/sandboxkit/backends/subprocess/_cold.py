@@ -1,0 +1,131 @@
+"""The cold path: start one process from the host per command, in its own session.
+
+Used when no fork server is running for a sandbox. The process gets its rlimits in the
+forked child before ``exec``, a new session (so the whole process group can be killed), and
+pipes the host drains concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from sandboxkit.backends.subprocess._output import Drain
+from sandboxkit.backends.subprocess._status import Outcome
+
+__all__ = ["Command", "run_cold"]
+
+#: How long to wait for output pipes to close after the main process exited (a background
+#: child may still hold them) before killing the group and giving up on the rest.
+EOF_GRACE_S = 0.2
+
+
+@dataclass
+class Command:
+    """One process to run in a sandbox."""
+
+    argv: Sequence[str]
+    cwd: str
+    env: Mapping[str, str]
+    stdin: bytes
+    timeout_s: float
+    output_bytes: int
+    rlimits: Sequence[tuple[int, int]]
+
+
+def _killpg(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+async def _wait_pid(pid: int) -> None:
+    loop = asyncio.get_running_loop()
+    fd = os.pidfd_open(pid)
+    done = loop.create_future()
+
+    def ready() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    loop.add_reader(fd, ready)
+    try:
+        await done
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
+async def run_cold(cmd: Command) -> Outcome:
+    """Run ``cmd`` as a fresh process; kill its process group on timeout or overflow.
+
+    Raises:
+        FileNotFoundError: the program does not exist (the caller maps it to ToolchainMissing).
+    """
+    limits = list(cmd.rlimits)
+
+    def child_setup() -> None:  # runs in the child between fork and exec
+        import resource
+
+        for res, value in limits:
+            resource.setrlimit(res, (value, value))
+
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    started = time.perf_counter()
+    try:
+        proc = subprocess.Popen(
+            list(cmd.argv),
+            cwd=cmd.cwd,
+            env=dict(cmd.env),
+            stdin=in_r,
+            stdout=out_w,
+            stderr=err_w,
+            start_new_session=True,
+            preexec_fn=child_setup,
+        )
+    except BaseException:
+        for fd in (in_r, in_w, out_r, out_w, err_r, err_w):
+            os.close(fd)
+        raise
+    finally:
+        for fd in (in_r, out_w, err_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    pgid = proc.pid
+    drain = Drain(out_r, err_r, in_w, cmd.stdin, cmd.output_bytes, lambda: _killpg(pgid))
+    timed_out = False
+    try:
+        try:
+            await asyncio.wait_for(_wait_pid(proc.pid), cmd.timeout_s)
+        except asyncio.TimeoutError:
+            timed_out = True
+            _killpg(pgid)
+        if not await drain.wait_eof(EOF_GRACE_S):
+            _killpg(pgid)
+            await drain.wait_eof(EOF_GRACE_S)
+    finally:
+        _killpg(pgid)
+        drain.close()
+        returncode = proc.wait()
+    duration = time.perf_counter() - started
+    return Outcome(
+        returncode=returncode if returncode >= 0 else None,
+        signal=-returncode if returncode < 0 else None,
+        stdout=drain.stdout,
+        stderr=drain.stderr,
+        stdout_truncated=drain.stdout_truncated,
+        stderr_truncated=drain.stderr_truncated,
+        duration_s=duration,
+        timed_out=timed_out,
+        output_limit=drain.overflowed,
+    )

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Set up a fresh machine for sandboxkit: system packages, a virtualenv with the package, and
+# (with --all) everything the full test suite needs: toolchains, trainers, a Docker engine and
+# its offline base image. Idempotent: steps already done are skipped. Needs root for apt.
+#
+#   bash scripts/bootstrap.sh          # core + subprocess backend (enough for `sandboxkit grade`)
+#   bash scripts/bootstrap.sh --all    # everything the test suite uses
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ALL=0
+[ "${1:-}" = "--all" ] && ALL=1
+log() { echo "[bootstrap] $*" >&2; }
+PY=${PYTHON:-python3}
+
+# --- system packages: install only what is missing (a binary may come from elsewhere) -------
+need=()
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+command -v gcc >/dev/null 2>&1 || need+=(gcc)
+command -v g++ >/dev/null 2>&1 || need+=(g++)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
+if [ "$ALL" = 1 ]; then
+  command -v go >/dev/null 2>&1 || need+=(golang-go)
+  command -v rustc >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/rustc" ] || need+=(rustc)
+  command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
+  command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+  command -v ps >/dev/null 2>&1 || need+=(procps)
+fi
+if [ "${#need[@]}" -gt 0 ]; then
+  log "apt-get install ${need[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# --- virtualenv ---------------------------------------------------------------------------
+if [ ! -x .venv/bin/python ]; then
+  log "creating .venv"
+  "$PY" -m venv .venv
+  .venv/bin/pip install -q --upgrade pip
+fi
+PIP=".venv/bin/pip install -q --disable-pip-version-check"
+if [ "$ALL" = 1 ]; then
+  # torch first and pinned: the machine has a local CPU wheel; anything else pulls GBs of CUDA.
+  .venv/bin/python -c "import torch" 2>/dev/null || $PIP "torch==2.13.0"
+  log "installing sandboxkit[all] + verl 0.9.1 + the test plugin"
+  $PIP -e ".[all]" "verl==0.9.1" -e tests/plugin/sandboxkit-echo-plugin
+  log "starting Docker and building the base image"
+  bash scripts/docker-setup.sh
+else
+  log "installing sandboxkit"
+  $PIP -e .
+fi
+log "done"

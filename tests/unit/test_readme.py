@@ -1,0 +1,28 @@
+"""README's two set-up commands exist, and CI runs exactly the README's test command."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bash_blocks(text: str) -> list[str]:
+    return [b.strip() for b in re.findall(r"```bash\n(.*?)```", text, re.DOTALL)]
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    readme = (ROOT / "README.md").read_text()
+    blocks = _bash_blocks(readme)
+    main_job, test_cmd = blocks[0], blocks[1]
+    assert "sandboxkit grade examples/problems.jsonl" in main_job
+    assert "pytest" in test_cmd and "bootstrap.sh --all" in test_cmd
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert test_cmd in ci.splitlines(), "CI must call the README's test command verbatim"
+
+
+def test_docs_pages_linked_from_readme_exist() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for link in re.findall(r"\]\((docs/[^)]+)\)", readme):
+        assert (ROOT / link).exists(), f"README links to missing {link}"

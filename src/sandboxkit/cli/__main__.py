@@ -1,0 +1,5 @@
+"""``python -m sandboxkit.cli``."""
+
+from sandboxkit.cli import main
+
+main()

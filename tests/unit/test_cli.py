@@ -1,0 +1,74 @@
+"""The command line: exit codes, JSON output, clear errors (on the real subprocess backend)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+SK = [sys.executable, "-m", "sandboxkit.cli"]
+
+
+def sk(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*SK, *args], capture_output=True, text=True, input=stdin, timeout=120)
+
+
+def test_run_prints_output_and_exits_with_the_program_code() -> None:
+    ok = sk("run", "-c", "print(6 * 7)")
+    assert (ok.returncode, ok.stdout) == (0, "42\n")
+    failed = sk("run", "-c", "import sys; print('x'); sys.exit(7)")
+    assert (failed.returncode, failed.stdout) == (7, "x\n")
+
+
+def test_run_json_is_a_run_result() -> None:
+    out = sk("run", "--json", "-c", "print(input()[::-1])", "--stdin", "abc")
+    data = json.loads(out.stdout)
+    assert data["status"] == "ok" and data["stdout"] == "cba\n" and data["backend"] == "subprocess"
+
+
+def test_run_timeout_and_compile_error() -> None:
+    slow = sk("run", "-c", "while True: pass", "--timeout", "1")
+    assert slow.returncode == 124
+    bad = sk("run", "-l", "c", "-c", "int main( {")
+    assert bad.returncode == 1 and "error" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("run", "-l", "cobol", "-c", "x"), "unknown language 'cobol'"),
+        (("run", "-b", "nope", "-c", "x"), "installed backends"),
+        (("run", "--timeout", "-1", "-c", "x"), "timeout"),
+        (("run",), "exactly one of FILE or -c"),
+    ],
+)
+def test_usage_errors_exit_2_with_a_clear_message(args: tuple[str, ...], needle: str) -> None:
+    out = sk(*args)
+    assert out.returncode == 2
+    assert needle in " ".join(out.stderr.split())
+
+
+def test_backends_lists_usability_and_reasons() -> None:
+    rows = {r["name"]: r for r in json.loads(sk("backends", "--json").stdout)}
+    assert rows["subprocess"]["usable"] is True
+    assert rows["sandbox_fusion"]["usable"] is False and "SANDBOX_FUSION_URL" in rows["sandbox_fusion"]["reason"]
+
+
+def test_doctor_reports_toolchains() -> None:
+    out = sk("doctor")
+    assert out.returncode == 0
+    assert "python" in out.stdout and "toolchains" in out.stdout
+
+
+def test_bench_pool_prints_a_table_and_saves_a_plot(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    png, js = tmp_path / "bench.png", tmp_path / "bench.json"
+    out = sk("bench", "pool", "--quick", "--plot", str(png), "--json", str(js))
+    assert out.returncode == 0, out.stderr
+    assert "pool overhead per call" in out.stdout
+    rows = json.loads(js.read_text())
+    overhead = next(r for r in rows if r["case"] == "pool overhead per call")
+    assert overhead["median_ms"] > 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sk("bench", "nope").returncode == 2

@@ -1,9 +1,100 @@
-"""``sandboxkit grade``: placeholder until the judge lands (issue #4)."""
+"""``sandboxkit serve``: a Sandbox Fusion-compatible ``/run_code`` server over any backend.
+
+Point verl's ``reward.sandbox_fusion.url`` at ``http://HOST:PORT/run_code`` or the
+``sandbox-fusion`` client at ``http://HOST:PORT``; see docs/sandbox_fusion.md.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
+from typing import Annotated, Any
+
 import typer
+
+from sandboxkit.cli._common import EXIT_USAGE, err_console, fail
+from sandboxkit.errors import SandboxError
 
 
 def register(app: typer.Typer) -> None:
     """Add the command to ``app``."""
+    app.command("serve")(serve)
+
+
+def serve(
+    backend: Annotated[str, typer.Option("--backend", "-b", help="Backend that runs the code.")] = "subprocess",
+    host: Annotated[str, typer.Option(help="Interface to bind (0.0.0.0 exposes it to the network).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port (0 picks a free one and prints it).")] = 8080,
+    max_concurrency: Annotated[int, typer.Option("--max-concurrency", "-j", help="Runs in flight at once.")] = 64,
+    queue_timeout: Annotated[
+        float, typer.Option(help="Seconds a request may wait for a run slot before a 504 (verl retries 504).")
+    ] = 10.0,
+    max_queue: Annotated[
+        int | None, typer.Option(help="Requests that may wait at once (default 16 x max-concurrency); more get 504.")
+    ] = None,
+    max_body_mb: Annotated[float, typer.Option(help="Largest request body in MiB; larger ones get 413.")] = 32.0,
+    memory_mb: Annotated[
+        int, typer.Option(help="Memory limit of a run when the request says memory_limit_MB=-1.")
+    ] = 1024,
+    output_kb: Annotated[int, typer.Option(help="Per-stream output cap of a run in KiB (flagged when hit).")] = 1024,
+    backend_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--backend-option", "-o", help="KEY=VALUE passed to the backend (VALUE parsed as JSON if it can)."
+        ),
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    access_log: Annotated[bool, typer.Option(help="Log every request (costs throughput).")] = False,
+) -> None:
+    """Serve POST /run_code and GET /v1/ping (Sandbox Fusion's API) over BACKEND."""
+    try:
+        import uvicorn
+
+        from sandboxkit.server.app import create_app
+    except ImportError as exc:
+        err_console.print(f'error: the server needs FastAPI and uvicorn ({exc}); run: pip install "sandboxkit[server]"')
+        raise typer.Exit(EXIT_USAGE) from exc
+    from sandboxkit.models import Limits
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        limits = Limits(memory_mb=memory_mb, output_bytes=output_kb * 1024)
+        app = create_app(
+            backend,
+            max_concurrency=max_concurrency,
+            queue_timeout=queue_timeout,
+            max_body_bytes=int(max_body_mb * 1024 * 1024),
+            max_queue=max_queue,
+            limits=limits,
+            backend_options=_parse_options(backend_option or []),
+        )
+    except SandboxError as exc:
+        fail(exc)
+    except ValueError as exc:
+        err_console.print(f"error: {exc}")
+        raise typer.Exit(EXIT_USAGE) from exc
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level.lower(),
+        access_log=access_log,
+        timeout_keep_alive=30,
+        backlog=4096,
+        log_config=None,  # keep the logging set up above
+    )
+    server = uvicorn.Server(config)
+    server.run()
+
+
+def _parse_options(items: list[str]) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"--backend-option {item!r} must look like KEY=VALUE")
+        try:
+            options[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            options[key] = raw
+    return options

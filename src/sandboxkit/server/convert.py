@@ -1,0 +1,274 @@
+"""Translation between sandboxkit's models and Sandbox Fusion's ``/run_code`` models.
+
+Four pure functions, two per direction, so the server (Sandbox Fusion request in,
+sandboxkit result out) and the ``sandbox_fusion`` backend (sandboxkit request out,
+Sandbox Fusion response in) share one mapping and a round trip through both is lossless
+for everything Sandbox Fusion can express.
+
+Status mapping (sandboxkit → Sandbox Fusion):
+
+========================  ===========  =============================================
+sandboxkit ``Status``     ``status``   command result
+========================  ===========  =============================================
+ok                        Success      run: Finished, return_code 0
+failed                    Failed       run: Finished, return_code != 0 (-N = signal N)
+timeout                   Failed       run: TimeLimitExceeded, return_code null
+compile_error             Failed       compile: Finished rc != 0 or TimeLimitExceeded;
+                                       run_result null
+memory_exceeded           Failed       run: Finished, return_code != 0; message says why
+output_limit              Failed       run: Finished, ``stdout_truncated``; message says why
+========================  ===========  =============================================
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from sandboxkit.errors import InvalidRequest, Transient
+from sandboxkit.languages import resolve_language, sandbox_fusion_name
+from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status, check_relative_path
+from sandboxkit.server.models import CommandRunResult, CommandRunStatus, RunCodeRequest, RunCodeResponse, RunStatus
+
+__all__ = [
+    "FieldError",
+    "request_from_sandbox_fusion",
+    "request_to_sandbox_fusion",
+    "result_from_sandbox_fusion",
+    "result_to_sandbox_fusion",
+]
+
+_KILLED = -9  # return code reported when a limit killed the program and no exit code exists
+
+
+# --------------------------------------------------------------------------- server side
+
+
+class FieldError(InvalidRequest):
+    """An invalid ``/run_code`` field; ``field`` names it so the server can answer 422 with a ``loc``."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def request_from_sandbox_fusion(body: RunCodeRequest, defaults: Limits) -> RunRequest:
+    """Build the sandboxkit request for a ``/run_code`` body.
+
+    ``memory_limit_MB <= 0`` (Sandbox Fusion's "unlimited") keeps the server's default memory
+    limit: a shared server never runs untrusted code without one.
+
+    Raises:
+        InvalidRequest: unknown language, a path that escapes the workspace, content that is
+            not base64, or a timeout out of range. The message names the field.
+    """
+    try:
+        lang = resolve_language(body.language)
+    except InvalidRequest as exc:
+        raise FieldError("language", exc.message) from exc
+    files: dict[str, bytes] = {}
+    for path, content in body.files.items():
+        if content is None:  # Sandbox Fusion skips null contents
+            continue
+        files[_checked_path("files", path)] = _b64decode(f"files[{path!r}]", content)
+    fetch = [_checked_path("fetch_files", p) for p in body.fetch_files]
+    for name, value in (("run_timeout", body.run_timeout), ("compile_timeout", body.compile_timeout)):
+        if not value > 0:
+            raise FieldError(name, f"{name} must be a positive number of seconds, got {value!r}")
+    try:
+        limits = defaults.merged(
+            timeout_s=body.run_timeout,
+            compile_timeout_s=body.compile_timeout,
+            memory_mb=body.memory_limit_MB if body.memory_limit_MB > 0 else None,
+        )
+    except ValueError as exc:
+        raise FieldError("run_timeout", f"invalid limits: {_first_error(exc)}") from exc
+    return RunRequest(
+        code=body.code, language=lang.name, stdin=body.stdin, files=files, fetch_files=fetch, limits=limits
+    )
+
+
+def result_to_sandbox_fusion(result: RunResult, *, executor_pod_name: str | None = None) -> RunCodeResponse:
+    """Turn a sandboxkit result into Sandbox Fusion's response (always a Success or Failed)."""
+    compile_result = _command_from_exec(result.compile) if result.compile is not None else None
+    run_result = None if result.status is Status.COMPILE_ERROR else _command_from_exec(result)
+    return RunCodeResponse(
+        status=RunStatus.Success if result.status is Status.OK else RunStatus.Failed,
+        message=_message(result),
+        compile_result=compile_result,
+        run_result=run_result,
+        executor_pod_name=executor_pod_name,
+        files={path: base64.b64encode(data).decode("ascii") for path, data in result.files.items()},
+        sandboxkit_status=result.status.value,
+    )
+
+
+def _command_from_exec(res: ExecResult) -> CommandRunResult:
+    if res.status is Status.TIMEOUT:
+        status, code = CommandRunStatus.TimeLimitExceeded, None
+    else:
+        status = CommandRunStatus.Finished
+        if res.exit_code is not None:
+            code = res.exit_code
+        elif res.signal:
+            code = -res.signal  # asyncio's (and so Sandbox Fusion's) convention for a signal
+        else:
+            code = _KILLED
+    return CommandRunResult(
+        status=status,
+        execution_time=res.duration_s,
+        return_code=code,
+        stdout=res.stdout,
+        stderr=res.stderr,
+        stdout_truncated=res.stdout_truncated,
+        stderr_truncated=res.stderr_truncated,
+    )
+
+
+def _message(result: RunResult) -> str:
+    if result.status is Status.MEMORY_EXCEEDED:
+        return f"memory limit exceeded ({result.language} program killed)"
+    if result.status is Status.OUTPUT_LIMIT or result.stdout_truncated or result.stderr_truncated:
+        cut = [n for n, t in (("stdout", result.stdout_truncated), ("stderr", result.stderr_truncated)) if t]
+        return f"output limit exceeded: {' and '.join(cut) or 'output'} truncated at the server's per-stream cap"
+    return ""
+
+
+# --------------------------------------------------------------------------- client side
+
+
+def request_to_sandbox_fusion(request: RunRequest) -> dict[str, Any]:
+    """The JSON body of ``/run_code`` for a sandboxkit request.
+
+    Raises:
+        InvalidRequest: the request uses ``env`` or ``argv``, which Sandbox Fusion cannot carry.
+    """
+    if request.env or request.argv:
+        raise InvalidRequest(
+            "Sandbox Fusion's /run_code has no env or argv fields; set them inside the code "
+            "(or use exec(), which runs a bash script)"
+        )
+    limits = request.limits
+    return {
+        "compile_timeout": limits.compile_timeout_s,
+        "run_timeout": limits.timeout_s,
+        "memory_limit_MB": limits.memory_mb if limits.memory_mb is not None else -1,
+        "code": request.code,
+        "stdin": request.stdin,
+        "language": sandbox_fusion_name(request.language),
+        "files": {path: base64.b64encode(data).decode("ascii") for path, data in request.files.items()},
+        "fetch_files": list(request.fetch_files),
+    }
+
+
+def result_from_sandbox_fusion(
+    response: RunCodeResponse, request: RunRequest, *, backend: str, sandbox_id: str | None
+) -> RunResult:
+    """Turn a Success/Failed response back into a sandboxkit result.
+
+    Output longer than ``request.limits.output_bytes`` is cut here and flagged, so a remote
+    service without an output cap still honours the contract.
+
+    Raises:
+        Transient: the response is a ``SandboxError``, or is inconsistent (no run result
+            and no compile failure), or carries files that are not base64.
+    """
+    where = {"backend": backend, "sandbox_id": sandbox_id}
+    if response.status is RunStatus.SandboxError:
+        raise Transient(f"the Sandbox Fusion service reported SandboxError: {response.message!r:.500}", **where)
+    compile_exec = _exec_from_command(response.compile_result) if response.compile_result is not None else None
+    run = response.run_result
+    status: Status
+    if run is None:
+        if compile_exec is None or compile_exec.status is Status.OK:
+            raise Transient(f"malformed /run_code response: no run_result (status {response.status.value})", **where)
+        status = Status.COMPILE_ERROR
+        run_exec = ExecResult(status=status)
+    else:
+        run_exec = _exec_from_command(run)
+        status = run_exec.status
+    if response.sandboxkit_status:  # a sandboxkit server says exactly what happened
+        try:
+            status = Status(response.sandboxkit_status)
+        except ValueError:
+            pass
+    cap = request.limits.output_bytes
+    stdout, out_cut = _cap(run_exec.stdout, cap)
+    stderr, err_cut = _cap(run_exec.stderr, cap)
+    if (out_cut or err_cut) and status in (Status.OK, Status.FAILED):
+        status = Status.OUTPUT_LIMIT
+    try:
+        files = {path: base64.b64decode(data, validate=True) for path, data in response.files.items()}
+    except (binascii.Error, ValueError) as exc:
+        raise Transient(f"malformed /run_code response: fetched files are not base64 ({exc})", **where) from exc
+    return RunResult(
+        status=status,
+        exit_code=run_exec.exit_code,
+        signal=run_exec.signal,
+        stdout=stdout,
+        stderr=stderr,
+        stdout_truncated=run_exec.stdout_truncated or out_cut,
+        stderr_truncated=run_exec.stderr_truncated or err_cut,
+        duration_s=run_exec.duration_s,
+        compile=compile_exec,
+        files=files,
+        language=request.language,
+        backend=backend,
+        sandbox_id=sandbox_id,
+    )
+
+
+def _exec_from_command(cmd: CommandRunResult) -> ExecResult:
+    exit_code: int | None = None
+    signal: int | None = None
+    if cmd.status is CommandRunStatus.TimeLimitExceeded:
+        status = Status.TIMEOUT
+    elif cmd.status is CommandRunStatus.Error:
+        status = Status.FAILED
+    else:
+        rc = cmd.return_code
+        if rc is not None and rc < 0:
+            signal = -rc
+        else:
+            exit_code = rc
+        status = Status.OK if rc == 0 else Status.FAILED
+    return ExecResult(
+        status=status,
+        exit_code=exit_code,
+        signal=signal,
+        stdout=cmd.stdout or "",
+        stderr=cmd.stderr or "",
+        stdout_truncated=cmd.stdout_truncated,
+        stderr_truncated=cmd.stderr_truncated,
+        duration_s=cmd.execution_time or 0.0,
+    )
+
+
+def _cap(text: str, cap: int) -> tuple[str, bool]:
+    data = text.encode("utf-8", errors="replace")
+    if len(data) <= cap:
+        return text, False
+    return data[:cap].decode("utf-8", errors="ignore"), True
+
+
+def _checked_path(field: str, path: str) -> str:
+    try:
+        return check_relative_path(path)
+    except ValueError as exc:
+        raise FieldError(field, str(exc)) from exc
+
+
+def _b64decode(field: str, content: str) -> bytes:
+    try:
+        return base64.b64decode(content, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise FieldError("files", f"{field} is not valid base64 ({exc}); encode file contents with base64") from exc
+
+
+def _first_error(exc: ValueError) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']} (got {first.get('input')!r})"
+    return str(exc)

@@ -1,0 +1,88 @@
+"""Start ``sandboxkit serve`` as a real subprocess on a free loopback port, and stop it cleanly.
+
+Shared by tests/server and tests/backends/sandbox_fusion (imported as ``server.serve_process``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+_LISTENING = re.compile(r"Uvicorn running on (http://127\.0\.0\.1:\d+)")
+
+
+class ServeProcess:
+    """``sandboxkit serve --port 0 ARGS...``; ``url`` is its base URL once :meth:`start` returns."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        self.args = ["serve", "--host", "127.0.0.1", "--port", "0", "--log-level", "info", *args]
+        self.env = env
+        self.url = ""
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.leftover = False
+        self._log = tempfile.NamedTemporaryFile(prefix="sandboxkit-serve-", suffix=".log", delete=False)  # noqa: SIM115
+
+    @property
+    def run_code_url(self) -> str:
+        return f"{self.url}/run_code"
+
+    def log(self) -> str:
+        return Path(self._log.name).read_text(errors="replace")
+
+    def start(self, timeout: float = 60.0) -> ServeProcess:
+        cmd = [sys.executable, "-c", "from sandboxkit.cli import main; main()", *self.args]
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(self.env or {})},
+            start_new_session=True,  # its own process group, so stop() can reach every child
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            match = _LISTENING.search(self.log())
+            if match:
+                self.url = match.group(1)
+                if httpx.get(f"{self.url}/v1/ping", timeout=5).json() == "pong":
+                    return self
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"sandboxkit serve exited with {self.proc.returncode}:\n{self.log()}")
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"sandboxkit serve did not start within {timeout}s:\n{self.log()}")
+
+    def stop(self) -> int | None:
+        """SIGTERM (graceful: the pool closes its sandboxes), then SIGKILL the group if needed."""
+        if self.proc is None:
+            return None
+        proc, self.proc = self.proc, None
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        try:  # anything left in its group (a leaked sandbox process) is ours to end, and a leak
+            os.killpg(proc.pid, 0)
+            self.leftover = True
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self._log.close()
+        return proc.returncode
+
+    def __enter__(self) -> ServeProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        os.unlink(self._log.name)

@@ -1,0 +1,204 @@
+"""The /run_code app in-process (httpx.ASGITransport), on the real subprocess backend.
+
+Each test reads as a statement of Sandbox Fusion's contract or of what sandboxkit adds.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from sandboxkit.models import Limits
+from server.conftest import AppClient
+
+HELLO = {"code": "print('Hello, world!')", "language": "python"}
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+async def test_ping_docs_and_openapi_use_sandbox_fusion_names(app_client: AppClient) -> None:
+    async with app_client() as client:
+        ping = await client.get("/v1/ping")
+        assert ping.status_code == 200 and ping.json() == "pong"
+        assert (await client.get("/docs")).status_code == 200
+        schema = (await client.get("/openapi.json")).json()
+        assert "/run_code" in schema["paths"]
+        request_fields = set(schema["components"]["schemas"]["RunCodeRequest"]["properties"])
+        assert request_fields == {
+            "compile_timeout",
+            "run_timeout",
+            "memory_limit_MB",
+            "code",
+            "stdin",
+            "language",
+            "files",
+            "fetch_files",
+        }
+        response_fields = set(schema["components"]["schemas"]["RunCodeResponse"]["properties"])
+        assert {"status", "message", "compile_result", "run_result", "executor_pod_name", "files"} <= response_fields
+
+
+async def test_hello_world_matches_sandbox_fusion_sample(app_client: AppClient) -> None:
+    async with app_client() as client:
+        resp = await client.post("/run_code", json=HELLO)
+    assert resp.status_code == 200
+    body = resp.json()
+    assert body["status"] == "Success" and body["message"] == ""
+    assert body["compile_result"] is None
+    assert body["run_result"]["status"] == "Finished"
+    assert body["run_result"]["return_code"] == 0
+    assert body["run_result"]["stdout"] == "Hello, world!\n"
+    assert body["run_result"]["stderr"] == ""
+    assert isinstance(body["run_result"]["execution_time"], float)
+    assert body["files"] == {} and body["executor_pod_name"] is None
+
+
+async def test_stdin_nonzero_exit_and_timeout(app_client: AppClient) -> None:
+    async with app_client() as client:
+        echo = await client.post(
+            "/run_code", json={"code": "print(input()[::-1])", "language": "python", "stdin": "abc"}
+        )
+        fail = await client.post("/run_code", json={"code": "import sys; sys.exit(3)", "language": "python"})
+        slow = await client.post(
+            "/run_code",
+            json={
+                "code": "import time; print('x', flush=True); time.sleep(5)",
+                "language": "python",
+                "run_timeout": 0.5,
+            },
+        )
+    assert echo.json()["run_result"]["stdout"] == "cba\n"
+    assert fail.status_code == 200
+    assert fail.json()["status"] == "Failed" and fail.json()["run_result"]["return_code"] == 3
+    body = slow.json()
+    assert slow.status_code == 200 and body["status"] == "Failed"
+    assert body["run_result"]["status"] == "TimeLimitExceeded"
+    assert body["run_result"]["return_code"] is None
+    assert body["run_result"]["stdout"] == "x\n"  # output before the kill is kept
+
+
+async def test_compiled_language_compile_error_has_null_run_result(app_client: AppClient) -> None:
+    async with app_client() as client:
+        ok = await client.post(
+            "/run_code",
+            json={
+                "code": '#include <cstdio>\nint main(){int a,b;scanf("%d %d",&a,&b);printf("%d\\n",a+b);}',
+                "language": "cpp",
+                "stdin": "2 3",
+            },
+        )
+        bad = await client.post("/run_code", json={"code": "int main( {", "language": "cpp"})
+    assert ok.json()["status"] == "Success"
+    assert ok.json()["compile_result"]["status"] == "Finished" and ok.json()["compile_result"]["return_code"] == 0
+    assert ok.json()["run_result"]["stdout"] == "5\n"
+    body = bad.json()
+    assert body["status"] == "Failed"
+    assert body["compile_result"]["return_code"] != 0 and "error" in body["compile_result"]["stderr"]
+    assert body["run_result"] is None
+
+
+async def test_files_in_and_fetch_files_out(app_client: AppClient) -> None:
+    code = "print(open('data/in.txt').read().upper()); open('out.bin','wb').write(bytes([0,255,1]))"
+    async with app_client() as client:
+        resp = await client.post(
+            "/run_code",
+            json={
+                "code": code,
+                "language": "python",
+                "files": {"data/in.txt": b64("hi"), "skipped.txt": None},
+                "fetch_files": ["out.bin", "missing.txt"],
+            },
+        )
+    body = resp.json()
+    assert body["run_result"]["stdout"] == "HI\n"
+    assert body["files"] == {"out.bin": base64.b64encode(bytes([0, 255, 1])).decode()}  # missing ones omitted
+
+
+async def test_memory_limit_is_applied(app_client: AppClient) -> None:
+    hog = "x = bytearray(400 * 1024 * 1024); print('allocated')"
+    async with app_client() as client:
+        small = await client.post("/run_code", json={"code": hog, "language": "python", "memory_limit_MB": 128})
+    body = small.json()
+    assert body["status"] == "Failed"
+    assert "allocated" not in (body["run_result"]["stdout"] or "")
+
+
+async def test_output_over_the_cap_is_flagged_not_silently_cut(app_client: AppClient) -> None:
+    flood = "import sys\nfor _ in range(64): sys.stdout.write('y' * 16384)\nprint('end')"
+    async with app_client(limits=Limits(output_bytes=64 * 1024)) as client:
+        resp = await client.post("/run_code", json={"code": flood, "language": "python"})
+    body = resp.json()
+    assert resp.status_code == 200
+    assert body["status"] == "Failed"
+    assert body["sandboxkit_status"] == "output_limit"
+    assert body["run_result"]["stdout_truncated"] is True
+    assert len(body["run_result"]["stdout"]) <= 64 * 1024
+    assert "output limit" in body["message"]
+
+
+async def test_languages_answer_under_sandbox_fusion_names(app_client: AppClient) -> None:
+    async with app_client() as client:
+        node = await client.post("/run_code", json={"code": "console.log(6*7)", "language": "nodejs"})
+        sh = await client.post("/run_code", json={"code": "echo $((6*7))", "language": "bash"})
+    assert node.json()["run_result"]["stdout"] == "42\n"
+    assert sh.json()["run_result"]["stdout"] == "42\n"
+
+
+# ---------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    ("payload", "status", "needle"),
+    [
+        ('{"code": "print(1)", "language": ', 422, "JSON decode error"),
+        ('["not", "an", "object"]', 422, "dictionary"),
+        ('{"language": "python"}', 422, "code"),
+        ('{"code": "x", "language": "cobol"}', 422, "cobol"),
+        ('{"code": "x", "language": "php"}', 422, "runs: bash"),  # a Sandbox Fusion name this backend lacks
+        ('{"code": "x", "language": "python", "files": {"../escape.txt": "eA=="}}', 422, ".."),
+        ('{"code": "x", "language": "python", "files": {"/etc/passwd": "eA=="}}', 422, "absolute"),
+        ('{"code": "x", "language": "python", "fetch_files": ["../../etc/shadow"]}', 422, ".."),
+        ('{"code": "x", "language": "python", "fetch_files": ["/etc/passwd"]}', 422, "absolute"),
+        ('{"code": "x", "language": "python", "files": {"a.txt": "not base64!"}}', 422, "base64"),
+        ('{"code": "x", "language": "python", "run_timeout": 0}', 422, "run_timeout"),
+        ('{"code": "x", "language": "python", "run_timeout": "soon"}', 422, "run_timeout"),
+    ],
+)
+async def test_bad_input_gets_422_with_a_message_and_the_server_keeps_serving(
+    app_client: AppClient, payload: str, status: int, needle: str
+) -> None:
+    async with app_client() as client:
+        resp = await client.post("/run_code", content=payload, headers={"content-type": "application/json"})
+        assert resp.status_code == status
+        assert needle in json.dumps(resp.json()["detail"])
+        after = await client.post("/run_code", json=HELLO)
+        assert after.status_code == 200 and after.json()["status"] == "Success"
+
+
+async def test_unknown_language_message_lists_what_the_server_runs(app_client: AppClient) -> None:
+    async with app_client() as client:
+        resp = await client.post("/run_code", json={"code": "x", "language": "cobol"})
+    detail = resp.json()["detail"][0]
+    assert detail["loc"] == ["body", "language"]
+    assert "python" in detail["msg"] and "nodejs" in detail["msg"] and "subprocess" in detail["msg"]
+
+
+async def test_huge_body_gets_413_declared_or_streamed(app_client: AppClient) -> None:
+    big = json.dumps({"code": "#" * 200_000, "language": "python"}).encode()
+
+    async def chunked():  # no Content-Length: the limit must hold while streaming
+        for i in range(0, len(big), 8192):
+            yield big[i : i + 8192]
+
+    async with app_client(max_body_bytes=100_000) as client:
+        declared = await client.post("/run_code", content=big, headers={"content-type": "application/json"})
+        streamed = await client.post("/run_code", content=chunked(), headers={"content-type": "application/json"})
+        small = await client.post("/run_code", json=HELLO)
+    for resp in (declared, streamed):
+        assert resp.status_code == 413
+        assert "too large" in resp.json()["detail"] and "100000" in resp.json()["detail"]
+    assert small.status_code == 200 and small.json()["status"] == "Success"

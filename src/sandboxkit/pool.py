@@ -643,6 +643,11 @@ class Session:
             try:
                 entry = await self.pool._open_entry(self.limits)
                 if entry is None:
+                    if self.pool._idle:
+                        # Warm idle sandboxes hold every slot and nothing would ever free one for
+                        # us: close the least recently used to make room.
+                        await self.pool._close_entry(self.pool._idle[0])
+                        continue
                     await self.pool._wait_for_change()
                     continue
                 self._entry = entry

@@ -1,0 +1,259 @@
+"""Synchronous Docker Engine calls, each run in a worker thread by the sandbox or the backend.
+
+Everything that decides how a container is confined lives in :func:`create_container`, so
+the hardening can be read (and reviewed) in one place:
+
+* ``network_mode="none"`` unless the limits allow network (then the configured network);
+* memory (swap included, so no swap), CPU quota and pids limits on the container's cgroup;
+* ``cap_drop=ALL``, ``no-new-privileges``, uid/gid 1000, a private IPC namespace, no core dumps;
+* a read-only root; the workspace is a size-capped tmpfs *volume* (a ``--tmpfs`` mount is
+  invisible to the daemon, so ``put_archive``/``get_archive`` could not reach it), ``/tmp`` a
+  size-capped tmpfs;
+* ``auto_remove`` with the runner as PID 1 on an attach that closes stdin when we disconnect:
+  if this process dies, the runner sees EOF, exits, and the daemon deletes the container and
+  its volume by itself. ``sandboxkit cleanup`` covers the rest (a daemon restart, SIGSTOP...).
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import logging
+import math
+import posixpath
+import socket
+import tarfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sandboxkit.models import Limits
+
+__all__ = [
+    "LABEL",
+    "SANDBOX_UID",
+    "ContainerSpec",
+    "attach",
+    "create_container",
+    "get_file",
+    "put_files",
+    "remove_container",
+    "remove_labelled",
+    "remove_volume",
+    "runner_source",
+    "update_limits",
+]
+
+log = logging.getLogger(__name__)
+
+LABEL = "sandboxkit"
+SANDBOX_UID = 1000
+#: Memory the runner and the workspace bookkeeping need on top of the program's limit.
+RUNNER_OVERHEAD_MB = 48
+#: Processes the runner itself takes from the container's pids limit.
+RUNNER_PIDS = 1
+_CPU_PERIOD = 100_000
+
+
+@functools.cache
+def runner_source() -> str:
+    """Source of the in-container runner, passed as ``python3 -c`` (no file to ship, nothing to tamper with)."""
+    return Path(__file__).with_name("_runner.py").read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """How to create one sandbox container."""
+
+    image: str
+    workdir: str
+    workdir_size_mb: int
+    tmp_size_mb: int
+    network: str
+    limits: Limits
+    volume: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+def resource_kwargs(limits: Limits) -> dict[str, Any]:
+    """cgroup settings for ``limits``, in the form both create and update accept."""
+    out: dict[str, Any] = {}
+    if limits.memory_mb is not None:
+        mem = f"{limits.memory_mb + RUNNER_OVERHEAD_MB}m"
+        out.update(mem_limit=mem, memswap_limit=mem)
+    if limits.cpus is not None:
+        out.update(cpu_period=_CPU_PERIOD, cpu_quota=max(1000, math.ceil(limits.cpus * _CPU_PERIOD)))
+    return out
+
+
+def create_container(client: Any, spec: ContainerSpec) -> str:
+    """Create (not start) a hardened container running the runner; returns its id."""
+    from docker.types import DriverConfig, LogConfig, Mount, Ulimit
+
+    api = client.api
+    workspace = Mount(
+        target=spec.workdir,
+        source=spec.volume,  # named, not anonymous: Docker 20.10 keeps --mount anonymous volumes after rm -v
+        type="volume",
+        labels=dict(spec.labels),
+        driver_config=DriverConfig(
+            "local",
+            {
+                "type": "tmpfs",
+                "device": "tmpfs",
+                "o": f"size={spec.workdir_size_mb}m,uid={SANDBOX_UID},gid={SANDBOX_UID},mode=0700,nosuid,nodev",
+            },
+        ),
+    )
+    limits = spec.limits
+    host_config = api.create_host_config(
+        network_mode=spec.network if limits.network else "none",
+        pids_limit=limits.pids + RUNNER_PIDS if limits.pids is not None else None,
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        read_only=True,
+        ipc_mode="private",
+        mounts=[workspace],
+        tmpfs={"/tmp": f"rw,nosuid,nodev,size={spec.tmp_size_mb}m,mode=1777"},
+        shm_size=f"{spec.tmp_size_mb}m",
+        ulimits=[Ulimit(name="core", soft=0, hard=0)],
+        log_config=LogConfig(type="none"),  # the runner's stdout is our protocol; never log it to disk
+        auto_remove=True,
+        **resource_kwargs(limits),
+    )
+    created = api.create_container(
+        spec.image,
+        command=["python3", "-I", "-c", runner_source(), spec.workdir],
+        user=f"{SANDBOX_UID}:{SANDBOX_UID}",
+        working_dir=spec.workdir,
+        hostname="sandbox",
+        environment={"LANG": "C.UTF-8", "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+        labels=dict(spec.labels),
+        stdin_open=True,
+        detach=False,  # with stdin_open: AttachStdin + StdinOnce, so our hang-up closes the runner's stdin
+        host_config=host_config,
+    )
+    return str(created["Id"])
+
+
+def attach(client: Any, container_id: str) -> tuple[socket.socket, Any]:
+    """Attach to the (not yet started) container: returns the raw socket and the object owning it."""
+    params = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+    owner = client.api.attach_socket(container_id, params=params)
+    sock = getattr(owner, "_sock", owner)  # SocketIO over a unix socket; a socket already over TLS
+    return sock, owner
+
+
+def update_limits(client: Any, container_id: str, limits: Limits) -> None:
+    """Apply a run's memory / CPU / pids limits to a live container."""
+    kwargs = resource_kwargs(limits)
+    if kwargs:
+        client.api.update_container(container_id, **kwargs)
+    if limits.pids is not None:
+        # docker-py's update_container has no pids parameter; the Engine API has had it since 1.40.
+        api = client.api
+        url = api._url("/containers/{0}/update", container_id)
+        api._result(api._post_json(url, data={"PidsLimit": limits.pids + RUNNER_PIDS}), True)
+
+
+def remove_container(client: Any, container_id: str, volume: str | None = None) -> bool:
+    """Force-remove a container, then its workspace volume; False if the container was already gone."""
+    import docker.errors
+
+    removed = True
+    try:
+        client.api.remove_container(container_id, force=True, v=True)
+    except docker.errors.NotFound:
+        removed = False
+    except docker.errors.APIError as exc:
+        if exc.status_code != 409:  # 409: "removal already in progress" (auto_remove beat us to it)
+            raise
+        removed = False
+    if volume is not None:
+        remove_volume(client, volume)
+    return removed
+
+
+def remove_volume(client: Any, name: str, attempts: int = 20) -> None:
+    """Remove a volume, waiting briefly while an in-flight container removal still holds it."""
+    import docker.errors
+
+    for _ in range(attempts):
+        try:
+            client.api.remove_volume(name, force=True)
+            return
+        except docker.errors.NotFound:
+            return
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:
+                raise
+            time.sleep(0.1)
+
+
+def remove_labelled(client: Any, labels: Mapping[str, str]) -> int:
+    """Remove every container (any state) and dangling volume carrying all ``labels``; returns containers removed."""
+    filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+    removed = 0
+    for item in client.api.containers(all=True, filters=filters):
+        removed += remove_container(client, item["Id"])
+    import docker.errors
+
+    for volume in (client.api.volumes(filters=filters) or {}).get("Volumes") or []:
+        try:
+            remove_volume(client, volume["Name"])
+        except docker.errors.APIError:
+            log.warning("could not remove volume %s", volume["Name"])
+    return removed
+
+
+def put_files(client: Any, container_id: str, workdir: str, files: Mapping[str, bytes]) -> None:
+    """Write files (relative, already checked paths) into the workspace through one tar archive.
+
+    Parent directories get their own entries owned by the sandbox user, so the program can
+    write next to them, and so an existing symlink in their place is replaced, not followed.
+    """
+    buf = io.BytesIO()
+    dirs: set[str] = set()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path, data in files.items():
+            parent = posixpath.dirname(path)
+            chain = []
+            while parent and parent not in dirs:
+                chain.append(parent)
+                dirs.add(parent)
+                parent = posixpath.dirname(parent)
+            for folder in reversed(chain):
+                tar.addfile(_entry(folder, tarfile.DIRTYPE, 0o755))
+            info = _entry(path, tarfile.REGTYPE, 0o644)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    client.api.put_archive(container_id, workdir, buf.getvalue())
+
+
+def _entry(name: str, kind: bytes, mode: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.mode = mode
+    info.uid = info.gid = SANDBOX_UID
+    info.uname = info.gname = "sandbox"
+    return info
+
+
+def get_file(client: Any, container_id: str, workdir: str, path: str) -> bytes | None:
+    """Read one regular file of the workspace; ``None`` if it is missing or not a regular file."""
+    import docker.errors
+
+    try:
+        stream, _stat = client.api.get_archive(container_id, posixpath.join(workdir, path))
+    except docker.errors.NotFound as exc:
+        if "no such container" in str(exc).lower():
+            raise
+        return None
+    with tarfile.open(fileobj=io.BytesIO(b"".join(stream)), mode="r:") as tar:
+        member = tar.next()
+        if member is None or not member.isreg():
+            return None
+        extracted = tar.extractfile(member)
+        return extracted.read() if extracted is not None else None

@@ -1,0 +1,336 @@
+"""``DockerSandbox``: one hardened container, driven through its runner.
+
+A run is one framed request on the container's attached socket (source code, stdin and the
+steps travel in the frame); the runner writes the source, compiles, runs, and answers with
+the outputs. Files the caller supplies or fetches go through ``put_archive`` / ``get_archive``.
+Every wait on the runner has a host-side deadline (the run's own limits plus a grace): a runner
+that does not answer in time is declared dead, and the pool discards the container.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from sandboxkit.backends.docker import _engine
+from sandboxkit.backends.docker._channel import ChannelClosed, RunnerChannel
+from sandboxkit.backends.docker._results import base_env, classify, make_step, split_outputs
+from sandboxkit.base import Sandbox
+from sandboxkit.errors import InvalidRequest, SandboxCrashed, SandboxError, ToolchainMissing, Transient
+from sandboxkit.languages import Language, resolve_language
+from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status, check_relative_path
+
+if TYPE_CHECKING:
+    from sandboxkit.backends.docker.backend import DockerBackend
+
+__all__ = ["DockerSandbox"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+_NAME = "docker"
+PING_TIMEOUT_S = 5.0
+RESET_TIMEOUT_S = 30.0
+
+
+class DockerSandbox(Sandbox):
+    """A container whose workspace and files persist across calls until :meth:`close`.
+
+    Created by :meth:`DockerBackend.open`; not constructed directly.
+    """
+
+    backend_name = _NAME
+
+    def __init__(
+        self, backend: DockerBackend, container_id: str, channel: RunnerChannel, limits: Limits, volume: str
+    ) -> None:
+        self.id = container_id[:12]
+        self.container_id = container_id
+        self.volume = volume
+        self._backend = backend
+        self._client = backend.client
+        self._channel = channel
+        self._limits = limits
+        self._applied = (limits.memory_mb, limits.cpus, limits.pids)
+        self._workdir = backend.workdir
+        self._lock = anyio.Lock()
+        self._seq = 0
+        self._broken: str | None = None
+        self._closed = False
+
+    # ----------------------------------------------------------------- plumbing
+
+    def _crashed(self, message: str) -> SandboxCrashed:
+        return SandboxCrashed(message, backend=_NAME, sandbox_id=self.id)
+
+    def _break(self, why: str) -> None:
+        if self._broken is None:
+            self._broken = why
+            log.info("docker sandbox %s is unusable: %s", self.id, why)
+
+    async def _call(
+        self, header: dict[str, Any], blobs: Sequence[bytes], timeout_s: float
+    ) -> tuple[dict[str, Any], bytes]:
+        """One request to the runner, under the host-side deadline."""
+        if self._closed:
+            raise self._crashed("the sandbox is closed; open a new one")
+        if self._broken is not None:
+            raise self._crashed(f"the sandbox is unusable ({self._broken}); open a new one")
+        async with self._lock:
+            self._seq += 1
+            header["id"] = self._seq
+            try:
+                with anyio.fail_after(timeout_s):
+                    reply, blob = await self._channel.request(header, blobs)
+            except TimeoutError as exc:
+                self._break("runner did not answer")
+                raise self._crashed(
+                    f"the runner did not answer within {timeout_s:g}s (the limits plus a grace); "
+                    "the container is stuck and will be discarded"
+                ) from exc
+            except ChannelClosed as exc:
+                self._break("runner gone")
+                raise self._crashed(f"{exc}; the container died (or was removed) and will be discarded") from exc
+            except BaseException:
+                self._break("a call was cancelled mid-flight")  # its reply would desync the channel
+                raise
+        if reply.get("id") != header["id"]:
+            self._break("protocol out of sync")
+            raise self._crashed(f"runner answered request {reply.get('id')!r}, expected {header['id']!r}")
+        if not reply.get("ok"):
+            self._break("runner error")
+            raise self._crashed(f"the runner failed: {reply.get('error', 'no reason')}")
+        return reply, blob
+
+    async def _sdk(self, fn: Callable[..., T], *args: Any) -> T:
+        """A docker SDK call in a worker thread, with its errors translated."""
+        import docker.errors
+        import requests.exceptions
+
+        if self._closed:
+            raise self._crashed("the sandbox is closed; open a new one")
+        try:
+            return await anyio.to_thread.run_sync(fn, self._client, self.container_id, *args)
+        except docker.errors.NotFound as exc:
+            self._break("container gone")
+            raise self._crashed(f"the container vanished: {exc.explanation or exc}") from exc
+        except docker.errors.APIError as exc:
+            raise self._crashed(f"the Docker engine refused: {exc.explanation or exc}") from exc
+        except requests.exceptions.RequestException as exc:
+            raise Transient(
+                f"talking to the Docker engine failed: {exc}; check that dockerd is healthy",
+                backend=_NAME,
+                sandbox_id=self.id,
+            ) from exc
+
+    async def _ensure_limits(self, limits: Limits) -> None:
+        """Apply a request's cgroup limits if they differ from what the container has now."""
+        if limits.network != self._limits.network:
+            state = "on" if self._limits.network else "off"
+            raise InvalidRequest(
+                f"this sandbox was opened with network {state} and Docker cannot switch it per run "
+                f"(requested network={limits.network!r}); open the pool/sandbox with "
+                f"limits=Limits(network={limits.network!r})",
+                backend=_NAME,
+                sandbox_id=self.id,
+            )
+        wanted = (limits.memory_mb, limits.cpus, limits.pids)
+        if wanted != self._applied:
+            await self._sdk(_engine.update_limits, limits)
+            self._applied = wanted
+
+    def _cwd(self, cwd: str | None) -> str:
+        if cwd is None or cwd in ("", "."):
+            return self._workdir
+        try:
+            return posixpath.join(self._workdir, check_relative_path(cwd))
+        except ValueError as exc:
+            raise InvalidRequest(str(exc), backend=_NAME, sandbox_id=self.id) from exc
+
+    def _grace(self) -> float:
+        return self._backend.grace_s
+
+    # ----------------------------------------------------------------- the contract
+
+    async def run(self, request: RunRequest) -> RunResult:
+        """Write the source, compile if needed, run with stdin, fetch files (see :class:`Sandbox`).
+
+        Raises:
+            InvalidRequest: the request needs a network setting this container was not opened with.
+            ToolchainMissing: the image lacks the language's compiler or interpreter.
+            SandboxCrashed: the container or its runner died, or did not answer in time.
+            Transient: the Docker engine could not be reached.
+        """
+        lang = resolve_language(request.language)
+        limits = request.limits
+        await self._ensure_limits(limits)
+        if request.files:
+            await self._sdk(_engine.put_files, self._workdir, dict(request.files))
+        source = request.code.encode("utf-8")
+        stdin = (request.stdin or "").encode("utf-8")
+        src_name = lang.source_name(request.code)
+        env = base_env(self._workdir, lang, request.env)
+        steps = []
+        compile_argv = lang.compile_argv(request.code)
+        if compile_argv is not None:
+            steps.append(
+                make_step(
+                    compile_argv,
+                    cwd=self._workdir,
+                    env=env,
+                    timeout_s=limits.compile_timeout_s,
+                    limits=limits,
+                    compile_step=True,
+                )
+            )
+        run_step = make_step(
+            lang.run_argv(request.code, request.argv),
+            cwd=self._workdir,
+            env=env,
+            timeout_s=limits.timeout_s,
+            limits=limits,
+            stdin=(len(source), len(stdin)),
+        )
+        if lang.name == "python" and self._backend.python_fast and not any(k.startswith("PYTHON") for k in env):
+            run_step["python"] = {"script": src_name, "args": list(request.argv)}
+        steps.append(run_step)
+        header = {"op": "run", "write": [[src_name, 0, len(source), 0o644]], "steps": steps}
+        budget = sum(float(s["timeout"]) for s in steps) + self._grace()
+        reply, blob = await self._call(header, [source, stdin], budget)
+        results = reply["steps"]
+        self._raise_if_missing(results, lang)
+        outputs = split_outputs(results, blob)
+        compiled = classify(results[0], *outputs[0]) if compile_argv is not None else None
+        common = {"language": lang.name, "backend": _NAME, "sandbox_id": self.id, "compile": compiled}
+        if compiled is not None and (compiled.status is not Status.OK or len(results) < 2):
+            return RunResult(status=Status.COMPILE_ERROR, duration_s=compiled.duration_s, **common)
+        ran = classify(results[-1], *outputs[-1])
+        files = await self.read_files(request.fetch_files) if request.fetch_files else {}
+        return RunResult(**ran.model_dump(), files=files, **common)
+
+    def _raise_if_missing(self, results: Sequence[Mapping[str, Any]], lang: Language | None) -> None:
+        for result in results:
+            missing = result.get("missing")
+            if missing:
+                package = lang.package if lang is not None else missing
+                raise ToolchainMissing(
+                    f"the image {self._backend.image!r} has no {missing!r}"
+                    + (f" (needed for {lang.name})" if lang is not None else "")
+                    + f"; install the Debian package {package!r} in the image (scripts/docker-setup.sh "
+                    "takes SANDBOXKIT_DOCKER_EXTRA_PACKAGES) or choose another image with image=/SANDBOXKIT_DOCKER_IMAGE",
+                    backend=_NAME,
+                    sandbox_id=self.id,
+                )
+
+    async def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | None = None,
+        timeout: float | None = None,
+    ) -> ExecResult:
+        """Run ``bash -c command`` or an argv list in the workspace (see :class:`Sandbox`).
+
+        Raises:
+            InvalidRequest: ``cwd`` escapes the workspace, the argv is empty or the timeout is not positive.
+            ToolchainMissing: the program named by the argv is not in the image.
+            SandboxCrashed: the container or its runner died, or did not answer in time.
+        """
+        if timeout is not None and not timeout > 0:
+            raise InvalidRequest(f"timeout must be positive, got {timeout!r}", backend=_NAME, sandbox_id=self.id)
+        argv = ["bash", "-c", command] if isinstance(command, str) else [str(part) for part in command]
+        if not argv:
+            raise InvalidRequest("exec needs a non-empty command", backend=_NAME, sandbox_id=self.id)
+        await self._ensure_limits(self._limits)
+        data = (stdin or "").encode("utf-8")
+        step = make_step(
+            argv,
+            cwd=self._cwd(cwd),
+            env=base_env(self._workdir, None, dict(env or {})),
+            timeout_s=timeout or self._limits.timeout_s,
+            limits=self._limits,
+            stdin=(0, len(data)),
+        )
+        reply, blob = await self._call({"op": "run", "steps": [step]}, [data], float(step["timeout"]) + self._grace())
+        self._raise_if_missing(reply["steps"], None)
+        return classify(reply["steps"][0], *split_outputs(reply["steps"], blob)[0])
+
+    async def write_files(self, files: Mapping[str, bytes | str]) -> None:
+        """Write files into the workspace with ``put_archive`` (parents created).
+
+        Raises:
+            InvalidRequest: a path is absolute or contains ``..``.
+            SandboxCrashed: the container is gone or the engine refused the archive.
+        """
+        checked: dict[str, bytes] = {}
+        for path, data in files.items():
+            try:
+                checked[check_relative_path(path)] = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+            except ValueError as exc:
+                raise InvalidRequest(str(exc), backend=_NAME, sandbox_id=self.id) from exc
+        if checked:
+            await self._sdk(_engine.put_files, self._workdir, checked)
+
+    async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
+        """Read workspace files with ``get_archive``; missing ones (and non-regular files) are absent.
+
+        Raises:
+            InvalidRequest: a path is absolute or contains ``..``.
+            SandboxCrashed: the container is gone.
+        """
+        try:
+            checked = [check_relative_path(p) for p in paths]
+        except ValueError as exc:
+            raise InvalidRequest(str(exc), backend=_NAME, sandbox_id=self.id) from exc
+
+        def read_all(client: Any, container_id: str) -> dict[str, bytes]:
+            found = {}
+            for path in checked:
+                data = _engine.get_file(client, container_id, self._workdir, path)
+                if data is not None:
+                    found[path] = data
+            return found
+
+        if not checked:
+            return {}
+        return await self._sdk(read_all)
+
+    async def alive(self) -> bool:
+        """Ping the runner over the channel (no API call). Never raises."""
+        if self._closed or self._broken is not None:
+            return False
+        try:
+            await self._call({"op": "ping"}, [], PING_TIMEOUT_S)
+            return True
+        except SandboxError:
+            return False
+
+    async def reset(self) -> bool:
+        """Kill every process and wipe the workspace, ``/tmp`` and ``/dev/shm``; False if that failed."""
+        if self._closed or self._broken is not None:
+            return False
+        try:
+            await self._call({"op": "reset"}, [], RESET_TIMEOUT_S)
+            return True
+        except SandboxError as exc:
+            log.info("reset of docker sandbox %s failed: %s", self.id, exc)
+            return False
+
+    async def close(self) -> None:
+        """Remove the container (and its workspace volume). Idempotent; finishes even when cancelled."""
+        if self._closed:
+            return
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            self._channel.close()
+            await self._backend._remove(self.container_id)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("broken" if self._broken else "open")
+        return f"<DockerSandbox {self.id} {state}>"

@@ -1,0 +1,609 @@
+"""rLLM adapters: ``SandboxEnv`` (the ``BaseEnv`` contract) and ``RLLMSandbox`` (``rllm.sandbox.protocol.Sandbox``).
+
+rLLM's execution engine builds one environment per trajectory with ``from_dict(row)``, then
+calls ``reset``, ``step`` (repeatedly), ``compute_final_reward`` and ``close`` from a
+64-thread pool. :class:`SandboxEnv` holds one session sandbox per episode, taken from a
+pool shared by every environment in the process, and offers the LLM-in-Sandbox tool set:
+``execute_bash``, ``str_replace_editor`` (view / create / str_replace / insert) and ``submit``.
+Files move through the backend's file API, under a configurable ``/testbed``-style layout,
+so the same dataset runs on any backend.
+
+A malformed action is answered with an error observation, never an exception. When the
+sandbox infrastructure fails, the episode ends cleanly (``done=True``, ``info["infra_error"]``)
+and the sandbox is released. ``close`` always releases it; ``reset`` releases the previous one.
+
+rLLM is not on PyPI. When it is importable, ``SandboxEnv`` subclasses its ``BaseEnv`` (the
+engine asserts ``isinstance``); otherwise it subclasses a local class with the same contract.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import os
+import posixpath
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any
+
+from sandboxkit.errors import SandboxError
+from sandboxkit.integrations._editor import EditError
+from sandboxkit.integrations._editor import insert as edit_insert
+from sandboxkit.integrations._editor import str_replace as edit_str_replace
+from sandboxkit.integrations._editor import view as edit_view
+from sandboxkit.integrations._format import format_error, format_result, truncate_middle
+from sandboxkit.integrations._runtime import GRACE_S, BackendLike, PoolHandle, shared_handle
+from sandboxkit.integrations._workspace import WorkspaceMap
+from sandboxkit.integrations.sglang import ToolCall, ToolCallError, _call_from_mapping, parse_hermes_tool_calls
+from sandboxkit.models import ExecResult, Limits
+from sandboxkit.pool import SandboxPool, Session
+
+__all__ = ["TOOLS", "BaseEnv", "RLLMSandbox", "SandboxEnv"]
+
+log = logging.getLogger(__name__)
+
+try:  # the engine asserts isinstance(env, rllm's BaseEnv), so subclass the real one when it exists
+    from rllm.environments.base.base_env import BaseEnv  # type: ignore[import-not-found]
+except ImportError:  # rLLM is installed from git only; keep the same contract locally
+
+    class BaseEnv(ABC):  # type: ignore[no-redef]
+        """Local stand-in for ``rllm.environments.base.base_env.BaseEnv`` (same methods)."""
+
+        @property
+        def idx(self) -> Any:
+            """Position of this environment in the engine's batch."""
+            return getattr(self, "_idx", None)
+
+        @idx.setter
+        def idx(self, value: Any) -> None:
+            self._idx = value
+
+        @abstractmethod
+        def reset(self) -> tuple[Any, dict[str, Any]]:
+            """Start an episode: ``(observation, info)``."""
+
+        @abstractmethod
+        def step(self, action: Any) -> tuple[Any, float, bool, dict[str, Any]]:
+            """Apply an action: ``(observation, reward, done, info)``."""
+
+        def close(self) -> None:
+            """Release resources."""
+            return
+
+        @staticmethod
+        @abstractmethod
+        def from_dict(info: dict[str, Any]) -> BaseEnv:
+            """Build an environment from one dataset row."""
+
+        @staticmethod
+        def is_multithread_safe() -> bool:
+            """Whether the engine may call several environments from threads at once."""
+            return True
+
+
+def _tool(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": properties, "required": required},
+        },
+    }
+
+
+#: OpenAI function schemas of the environment's tools (give them to the agent's chat template).
+TOOLS: list[dict[str, Any]] = [
+    _tool(
+        "execute_bash",
+        "Run a bash command in the working directory and return its output and exit code.",
+        {"command": {"type": "string", "description": "The bash command to run."}},
+        ["command"],
+    ),
+    _tool(
+        "str_replace_editor",
+        "View, create and edit text files. `view` shows a file with line numbers (or lists a directory); "
+        "`create` writes file_text to path; `str_replace` replaces the unique occurrence of old_str with new_str; "
+        "`insert` inserts new_str after line insert_line (0 = top).",
+        {
+            "command": {"type": "string", "enum": ["view", "create", "str_replace", "insert"]},
+            "path": {"type": "string", "description": "Absolute path inside the working directory, or relative."},
+            "file_text": {"type": "string", "description": "Content for `create`."},
+            "old_str": {"type": "string", "description": "Exact text to replace (`str_replace`)."},
+            "new_str": {"type": "string", "description": "Replacement (`str_replace`) or inserted text (`insert`)."},
+            "insert_line": {"type": "integer", "description": "Line after which to insert (`insert`)."},
+            "view_range": {"type": "array", "description": "[start, end] lines for `view` (end -1 = last)."},
+        },
+        ["command", "path"],
+    ),
+    _tool("submit", "Finish the task; your work is graded as it is now.", {}, []),
+]
+
+CONTINUE_MSG = (
+    "No tool call was found in your response. Call one of the tools (execute_bash, str_replace_editor, submit) "
+    "in every response."
+)
+FINISHED_MSG = "<<< Finished >>>"
+
+
+def _to_calls(action: Any) -> list[ToolCall | ToolCallError]:
+    """Normalise whatever an agent hands to ``step`` into a list of calls."""
+    if action is None:
+        return []
+    if hasattr(action, "action") and not isinstance(action, (Mapping, str, list, tuple)):
+        return _to_calls(action.action)  # rLLM's Action dataclass
+    if isinstance(action, (list, tuple)):
+        return [c for item in action for c in _to_calls(item)]
+    if isinstance(action, str):
+        stripped = action.strip()
+        if stripped.startswith("{"):
+            try:
+                return _to_calls(json.loads(stripped))
+            except json.JSONDecodeError as exc:
+                return [ToolCallError(f"the action is not valid JSON ({exc.msg} at position {exc.pos})", action)]
+        return parse_hermes_tool_calls(action)[1]
+    if isinstance(action, Mapping):
+        if "tool_calls" in action:
+            return [c for item in action.get("tool_calls") or [] for c in _to_calls(item)]
+        return [_call_from_mapping(action, json.dumps(action, default=str)[:2000])]
+    name = getattr(action, "function_name", None) or getattr(action, "name", None)
+    if isinstance(name, str):  # llm-in-sandbox's Action(function_name, parameters) and similar objects
+        params = getattr(action, "parameters", None)
+        if params is None:
+            params = getattr(action, "arguments", None)
+        return [_call_from_mapping({"name": name, "arguments": params}, repr(action)[:2000])]
+    return [ToolCallError(f"unsupported action of type {type(action).__name__}", repr(action)[:2000])]
+
+
+async def _open_session(pool: SandboxPool, limits: Limits) -> Session:
+    session = pool.session(limits=limits)
+    try:
+        await session.open()
+    except BaseException:
+        await session.close()
+        raise
+    return session
+
+
+class SandboxEnv(BaseEnv):
+    """One sandbox per episode, with ``execute_bash`` / ``str_replace_editor`` / ``submit``.
+
+    Args:
+        task: the dataset row. Recognised keys: ``problem_statement`` (or ``question`` /
+            ``prompt``), ``files`` ({path: text} written into the workdir at reset),
+            ``tests`` and ``solution_path`` (graded with the judge at the end), ``reward_command``
+            (a shell command; exit 0 = reward 1.0), ``language``.
+        backend: backend name, Backend instance or SyncSandboxPool. With a name, every
+            environment in the process with the same settings shares one pool.
+        workdir: the directory the model is told its files live in.
+        timeout: seconds one command may run.
+        max_output_chars: longest observation text (head and tail kept).
+        limits: limits of the sandbox (``timeout`` overrides ``limits.timeout_s`` per command).
+        deadline_s: wall-clock bound of one sandbox call, queue wait included.
+        pool_options: :class:`~sandboxkit.pool.SandboxPool` options of the shared pool.
+        backend_options: options of the backend (when ``backend`` is a name).
+    """
+
+    def __init__(
+        self,
+        task: Mapping[str, Any] | None = None,
+        *,
+        backend: BackendLike = "subprocess",
+        workdir: str = "/testbed",
+        timeout: float = 30.0,
+        max_output_chars: int = 8000,
+        limits: Limits | None = None,
+        deadline_s: float = 300.0,
+        pool_options: Mapping[str, Any] | None = None,
+        backend_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.task: dict[str, Any] = dict(task or {})
+        options = {"max_concurrency": 64, "max_sandboxes": 128, **dict(pool_options or {})}
+        if backend_options:
+            options["backend_options"] = dict(backend_options)
+        self.handle: PoolHandle = (
+            shared_handle(backend, **options) if isinstance(backend, str) else PoolHandle(backend, **options)
+        )
+        self.workspace = WorkspaceMap(workdir)
+        self.timeout = timeout
+        self.max_output_chars = max_output_chars
+        self.limits = (limits or Limits()).merged(timeout_s=timeout)
+        self.deadline_s = deadline_s
+        self._session: Session | None = None
+        self._lock = threading.RLock()
+        self._done = False
+        self._final_reward: float | None = None
+        self.final_info: dict[str, Any] = {}
+        self.infra_error: str | None = None
+
+    # ------------------------------------------------------------------ contract
+
+    @staticmethod
+    def from_dict(info: dict[str, Any] | str) -> SandboxEnv:
+        """Build from one dataset row merged with ``env_args`` (as rLLM does: ``{**row, **env_args}``).
+
+        Keys that match constructor arguments configure the environment; the row is the task.
+        """
+        data = json.loads(info) if isinstance(info, str) else dict(info)
+        params = inspect.signature(SandboxEnv.__init__).parameters
+        kwargs = {k: data[k] for k in params if k not in ("self", "task") and k in data}
+        task = {k: v for k, v in data.items() if k not in kwargs}
+        return SandboxEnv(task, **kwargs)
+
+    @staticmethod
+    def is_multithread_safe() -> bool:
+        """Yes: environments share only the thread-safe pool handle."""
+        return True
+
+    def reset(self, task: Mapping[str, Any] | None = None, **_: Any) -> tuple[str, dict[str, Any]]:
+        """Release any previous sandbox, open a fresh one and write the task's files.
+
+        Accepts ``task`` so rLLM's workflow engine (which reuses one environment) can pass a new row.
+        Never raises for an infrastructure failure: the info says ``infra_error`` and the next
+        ``step`` ends the episode.
+        """
+        with self._lock:
+            self._release()
+            if task is not None:
+                self.task = dict(task)
+            self._done = False
+            self._final_reward = None
+            self.final_info = {}
+            self.infra_error = None
+            info: dict[str, Any] = {"workdir": self.workspace.workdir, "backend": self.handle.backend_name}
+            try:
+                self._session = self._call(lambda p: _open_session(p, self.limits))
+                real = self._call(lambda _p, s=self._session: s.exec("pwd", timeout=self.timeout))
+                self.workspace.bind(real.stdout)
+                files = self._task_files()
+                if files:
+                    self._call(lambda _p, s=self._session: s.write_files(files))
+                info["sandbox_id"] = self._session.sandbox_id
+            except (SandboxError, ValueError) as exc:
+                self._fail(exc)
+                info.update(infra_error=True, error=str(exc))
+            return self._problem_statement(), info
+
+    def step(self, action: Any) -> tuple[str, float, bool, dict[str, Any]]:
+        """Apply the agent's tool call(s); see the module docstring for accepted shapes."""
+        with self._lock:
+            if self.infra_error is not None:
+                self._release()
+                return f"Error: the sandbox is unavailable ({self.infra_error}).", 0.0, True, self._infra_info()
+            if self._done:
+                return "The episode is over; call reset() to start a new one.", 0.0, True, {}
+            calls = _to_calls(action)
+            if not calls:
+                return CONTINUE_MSG, 0.0, False, {"tool_calls": 0}
+            observations: list[str] = []
+            for call in calls:
+                if isinstance(call, ToolCallError):
+                    observations.append(f"Error: {call.message}")
+                    continue
+                if call.name in ("submit", "finish"):
+                    self._done = True
+                    reward = self.compute_final_reward()
+                    observations.append(FINISHED_MSG)
+                    info = {"tool_calls": len(calls), **self.final_info}
+                    return "\n\n".join(observations), reward, True, info
+                observations.append(self._dispatch(call))
+                if self.infra_error is not None:
+                    self._release()
+                    return "\n\n".join(observations), 0.0, True, self._infra_info()
+            return "\n\n".join(observations), 0.0, False, {"tool_calls": len(calls)}
+
+    def compute_final_reward(self) -> float:
+        """Grade the workspace once (cached): judge the solution file against ``tests``, or run ``reward_command``.
+
+        An infrastructure failure gives 0.0 with ``final_info["infra_error"] = True``.
+        """
+        with self._lock:
+            if self._final_reward is None:
+                self._final_reward = self._grade()
+            return self._final_reward
+
+    def close(self) -> None:
+        """Release the sandbox (idempotent; never raises). The shared pool stays open for other episodes."""
+        with self._lock:
+            self._release()
+
+    # ------------------------------------------------------------------ tools
+
+    def _dispatch(self, call: ToolCall) -> str:
+        args = call.arguments
+        try:
+            if call.name in ("execute_bash", "bash"):
+                return self._bash(args.get("command", args.get("cmd")))
+            if call.name in ("str_replace_editor", "file_editor"):
+                return self._edit(args)
+        except SandboxError as exc:
+            if exc.kind == "invalid_request":
+                return f"Error: {exc.message}"
+            self._fail(exc)
+            return format_error(exc)
+        return f"Error: unknown tool {call.name!r}; use execute_bash, str_replace_editor or submit."
+
+    def _bash(self, command: Any) -> str:
+        if not isinstance(command, str) or not command.strip():
+            return "Error: execute_bash needs a non-empty 'command' string."
+        result = self._exec(self.workspace.command(command))
+        return self.workspace.output(format_result(result, max_chars=self.max_output_chars))
+
+    def _exec(self, command: str) -> ExecResult:
+        session = self._session_or_fail()
+        result: ExecResult = self._call(lambda _p: session.exec(command, timeout=self.timeout))
+        return result
+
+    def _edit(self, args: Mapping[str, Any]) -> str:
+        command = args.get("command")
+        if command == "view" and self.workspace.is_root(args.get("path")):
+            return self._view_dir(".", self.workspace.workdir)
+        try:
+            rel = self.workspace.relative(args.get("path", ""))
+        except ValueError as exc:
+            return f"Error: {exc}"
+        shown = self.workspace.display(rel)
+        if command == "create":
+            text = args.get("file_text")
+            if not isinstance(text, str):
+                return "Error: create needs 'file_text' (a string)."
+            self._write(rel, text)
+            return f"File created successfully at: {shown}"
+        if command not in ("view", "str_replace", "insert"):
+            return f"Error: unknown command {command!r}; use view, create, str_replace or insert."
+        content = self._read(rel)
+        if content is None:
+            if command == "view":
+                return self._view_dir(rel, shown)
+            return f"Error: the path {shown} does not exist."
+        try:
+            text = content.decode("utf-8")
+        except UnicodeDecodeError:
+            return f"Error: {shown} is not a UTF-8 text file."
+        try:
+            if command == "view":
+                return truncate_middle(edit_view(text, shown, args.get("view_range")), self.max_output_chars)
+            if command == "str_replace":
+                updated, message = edit_str_replace(text, shown, args.get("old_str"), args.get("new_str"))
+            else:
+                updated, message = edit_insert(text, shown, args.get("insert_line"), args.get("new_str"))
+        except EditError as exc:
+            return f"Error: {exc}"
+        self._write(rel, updated)
+        return truncate_middle(message, self.max_output_chars)
+
+    def _view_dir(self, rel: str, shown: str) -> str:
+        quoted = "'" + rel.replace("'", "'\\''") + "'"
+        result = self._exec(f"test -d {quoted} && find {quoted} -maxdepth 2 -not -path '*/.*' | sort")
+        if not result.ok:
+            return f"Error: the path {shown} does not exist."
+        listing = "\n".join(
+            self.workspace.display(posixpath.normpath(line)) for line in result.stdout.splitlines() if line
+        )
+        return truncate_middle(
+            f"Here are the files and directories up to 2 levels deep in {shown}:\n{listing}", self.max_output_chars
+        )
+
+    def _read(self, rel: str) -> bytes | None:
+        session = self._session_or_fail()
+        files: dict[str, bytes] = self._call(lambda _p: session.read_files([rel]))
+        return files.get(rel)
+
+    def _write(self, rel: str, text: str) -> None:
+        session = self._session_or_fail()
+        self._call(lambda _p: session.write_files({rel: text.encode("utf-8")}))
+
+    # ------------------------------------------------------------------ grading
+
+    def _grade(self) -> float:
+        tests = self.task.get("tests")
+        command = self.task.get("reward_command")
+        try:
+            if tests is not None:
+                return self._grade_tests(tests)
+            if isinstance(command, str) and command:
+                result = self._exec(self.workspace.command(command))
+                self.final_info = {"reward_status": result.status.value, "infra_error": False}
+                return 1.0 if result.ok else 0.0
+        except SandboxError as exc:
+            self.final_info = {"reward_status": "infra_error", "infra_error": True, "error": str(exc)}
+            return 0.0
+        except ValueError as exc:  # a bad solution_path or test data in the task row
+            self.final_info = {"reward_status": "invalid_task", "infra_error": False, "error": str(exc)}
+            return 0.0
+        except Exception as exc:  # never raise into the engine; a bug here must still end the episode
+            log.exception("grading the episode failed")
+            self.final_info = {"reward_status": "grader_error", "infra_error": True, "error": repr(exc)}
+            return 0.0
+        self.final_info = {"reward_status": "no_grader", "infra_error": False}
+        return 0.0
+
+    def _grade_tests(self, tests: Any) -> float:
+        from sandboxkit.judge import grade
+
+        path = str(self.task.get("solution_path", "solution.py"))
+        rel = self.workspace.relative(path)
+        content = self._read(rel)
+        if content is None:
+            self.final_info = {"reward_status": "missing_solution", "infra_error": False}
+            return 0.0
+        language = str(self.task.get("language", "python"))
+        code = content.decode("utf-8", errors="replace")
+        verdict = self._call(lambda p: grade(p, code, tests, language=language))
+        self.final_info = {
+            "reward_status": verdict.status,
+            "infra_error": bool(verdict.infra_error),
+            "pass_rate": verdict.pass_rate,
+        }
+        return float(verdict.reward) if verdict.reward is not None else 0.0
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _call(self, fn: Any) -> Any:
+        return self.handle.call(fn, self.deadline_s + GRACE_S)
+
+    def _session_or_fail(self) -> Session:
+        if self._session is None:
+            raise SandboxError("the episode has no sandbox; call reset() first", backend=self.handle.backend_name)
+        return self._session
+
+    def _fail(self, exc: BaseException) -> None:
+        log.warning("sandbox env on %s failed: %s", self.handle.backend_name, exc)
+        self.infra_error = str(exc) or type(exc).__name__
+        self._release()
+
+    def _infra_info(self) -> dict[str, Any]:
+        return {"infra_error": True, "error": self.infra_error}
+
+    def _release(self) -> None:
+        session, self._session = self._session, None
+        if session is None or not self.handle.created:
+            return
+        try:
+            self.handle.call(lambda _p: session.close(), self.deadline_s + GRACE_S)
+        except Exception:
+            log.warning("releasing the sandbox of an episode failed", exc_info=True)
+
+    def _task_files(self) -> dict[str, bytes]:
+        raw = self.task.get("files") or self.task.get("input_files") or {}
+        if isinstance(raw, str):
+            raw = json.loads(raw)
+        if not isinstance(raw, Mapping):
+            raise ValueError("task 'files' must be a mapping of path -> text")
+        out = {}
+        for path, body in raw.items():
+            out[self.workspace.relative(str(path))] = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+        return out
+
+    def _problem_statement(self) -> str:
+        for key in ("problem_statement", "question", "prompt"):
+            value = self.task.get(key)
+            if isinstance(value, str):
+                return value
+        return ""
+
+
+class RLLMSandbox:
+    """A sandboxkit session behind rLLM's ``rllm.sandbox.protocol.Sandbox`` (sync methods).
+
+    ``exec`` returns stdout and raises ``RuntimeError`` on a non-zero exit, as rLLM's own
+    backends do. Absolute paths under ``workdir`` map into the workspace; other absolute
+    paths are re-rooted inside it (like rLLM's local backend). ``user`` is accepted and ignored.
+
+    Args:
+        name: a label for logs.
+        backend: backend name, Backend instance or SyncSandboxPool.
+        workdir: the absolute directory that stands for the workspace.
+        timeout: default seconds per command (rLLM's local default is 300).
+        limits: limits of the sandbox.
+        pool_options: options of the (shared, for a name) pool.
+    """
+
+    def __init__(
+        self,
+        name: str = "",
+        backend: BackendLike = "subprocess",
+        *,
+        workdir: str = "/app",
+        timeout: float = 300.0,
+        limits: Limits | None = None,
+        pool_options: Mapping[str, Any] | None = None,
+        **_: Any,
+    ) -> None:
+        self.name = name
+        options = {"max_concurrency": 64, "max_sandboxes": 128, **dict(pool_options or {})}
+        self.handle = shared_handle(backend, **options) if isinstance(backend, str) else PoolHandle(backend, **options)
+        self.timeout = timeout
+        self.limits = (limits or Limits()).merged(timeout_s=timeout)
+        self.workspace = WorkspaceMap(workdir, outside="rebase")
+        self._session: Session | None = self.handle.call(lambda p: _open_session(p, self.limits), None)
+        pwd = self.handle.call(lambda _p: self._live().exec("pwd", timeout=30), 30 + GRACE_S)
+        self.workspace.bind(pwd.stdout)
+
+    def _live(self) -> Session:
+        if self._session is None:
+            raise RuntimeError(f"sandbox {self.name!r} is closed")
+        return self._session
+
+    def exec(self, command: str, timeout: float | None = None, user: str | None = None) -> str:
+        """Run ``command`` with bash in the workspace; return stdout.
+
+        Raises:
+            RuntimeError: the command exited non-zero or timed out (message has the stderr tail).
+            SandboxError: the sandbox infrastructure failed.
+        """
+        t = float(timeout) if timeout else self.timeout
+        session = self._live()
+        result = self.handle.call(lambda _p: session.exec(self.workspace.command(command), timeout=t), t + GRACE_S)
+        stdout = self.workspace.output(result.stdout)
+        if not result.ok:
+            tail = self.workspace.output(result.stderr)[-600:]
+            raise RuntimeError(
+                f"Command failed ({result.status.value}, exit {result.exit_code}) in sandbox {self.name}: "
+                f"{command}\nstderr (tail):\n{tail}"
+            )
+        return stdout
+
+    def upload_file(self, local_path: str, remote_path: str) -> None:
+        """Copy a local file into the sandbox."""
+        with open(local_path, "rb") as fh:
+            data = fh.read()
+        rel = self.workspace.relative(remote_path)
+        session = self._live()
+        self.handle.call(lambda _p: session.write_files({rel: data}), self.timeout + GRACE_S)
+
+    def upload_dir(self, local_path: str, remote_path: str) -> None:
+        """Copy a local directory tree into the sandbox (regular files; symlinks are skipped)."""
+        base = self.workspace.relative(remote_path)
+        files: dict[str, bytes | str] = {}
+        for root, _dirs, names in os.walk(local_path):
+            for fname in names:
+                full = os.path.join(root, fname)
+                if os.path.islink(full) or not os.path.isfile(full):
+                    continue
+                rel = os.path.relpath(full, local_path).replace(os.sep, "/")
+                with open(full, "rb") as fh:
+                    files[f"{base}/{rel}"] = fh.read()
+        if files:
+            session = self._live()
+            self.handle.call(lambda _p: session.write_files(files), self.timeout + GRACE_S)
+
+    def download_file(self, remote_path: str) -> bytes:
+        """Read a file out of the sandbox.
+
+        Raises:
+            FileNotFoundError: the file does not exist.
+        """
+        rel = self.workspace.relative(remote_path)
+        session = self._live()
+        files = self.handle.call(lambda _p: session.read_files([rel]), self.timeout + GRACE_S)
+        if rel not in files:
+            raise FileNotFoundError(f"download_file: {remote_path} not found in sandbox {self.name!r}")
+        return files[rel]
+
+    def is_alive(self) -> bool:
+        """Whether the sandbox still answers. Never raises."""
+        if self._session is None:
+            return False
+        try:
+            session = self._session
+            return bool(self.handle.call(lambda _p: session.exec("true", timeout=10), 10 + GRACE_S).ok)
+        except Exception:
+            return False
+
+    def close(self) -> None:
+        """Release the sandbox. Idempotent; never raises."""
+        session, self._session = self._session, None
+        if session is not None and self.handle.created:
+            try:
+                self.handle.call(lambda _p: session.close(), 60)
+            except Exception:
+                log.warning("closing rLLM sandbox %s failed", self.name, exc_info=True)
+
+    def __enter__(self) -> RLLMSandbox:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

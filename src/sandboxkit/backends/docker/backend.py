@@ -11,7 +11,8 @@ Options (``SandboxPool("docker", backend_options={...})`` or ``sandboxkit.backen
   with the default ``network=False`` containers get ``network_mode=none``.
 * ``python_fast`` (True): Python runs in a child forked from the runner instead of a new
   interpreter (~10x faster); set False to run ``python3 -u main.py`` like the other languages.
-* ``labels``: extra labels on every container; ``base_url``: the engine (default: ``DOCKER_HOST``).
+* ``labels``: extra labels on every container (default: ``$SANDBOXKIT_DOCKER_LABELS``, ``k=v,k2=v2``);
+  they also scope :meth:`DockerBackend.cleanup`. ``base_url``: the engine (default: ``DOCKER_HOST``).
 * ``start_timeout_s`` (60): how long a new container may take to say hello; ``grace_s`` (5): the
   host-side grace on top of a run's own timeouts before the container is declared stuck.
 """
@@ -37,11 +38,12 @@ from sandboxkit.errors import BackendUnavailable, InvalidRequest, Transient
 from sandboxkit.languages import LANGUAGES
 from sandboxkit.models import Limits
 
-__all__ = ["DEFAULT_IMAGE", "IMAGE_ENV", "DockerBackend"]
+__all__ = ["DEFAULT_IMAGE", "IMAGE_ENV", "LABELS_ENV", "DockerBackend"]
 
 log = logging.getLogger(__name__)
 
 IMAGE_ENV = "SANDBOXKIT_DOCKER_IMAGE"
+LABELS_ENV = "SANDBOXKIT_DOCKER_LABELS"
 DEFAULT_IMAGE = "sandboxkit-base:latest"
 _NAME = "docker"
 _DOCS = "docs/backends/docker.md"
@@ -49,6 +51,20 @@ _SETUP = "scripts/docker-setup.sh"
 _ENFORCED = frozenset(
     {"timeout_s", "compile_timeout_s", "memory_mb", "cpus", "pids", "output_bytes", "file_size_mb", "network"}
 )
+
+
+def _labels_from_env() -> dict[str, str]:
+    """``SANDBOXKIT_DOCKER_LABELS="job=42,team=rl"`` -> extra labels for every container (and cleanup's scope)."""
+    labels = {}
+    for item in os.environ.get(LABELS_ENV, "").split(","):
+        key, sep, value = item.strip().partition("=")
+        if key:
+            if not sep:
+                raise InvalidRequest(
+                    f"{LABELS_ENV} must look like 'key=value,key2=value2', got {item!r}", backend=_NAME
+                )
+            labels[key] = value
+    return labels
 
 
 def _engine_hint(base_url: str | None) -> str:
@@ -100,8 +116,9 @@ class DockerBackend(Backend):
         self.start_timeout_s = start_timeout_s
         self.grace_s = grace_s
         self.instance_id = uuid.uuid4().hex[:12]
+        self.extra_labels = dict(labels) if labels is not None else _labels_from_env()
         self.labels = {
-            **dict(labels or {}),
+            **self.extra_labels,
             _engine.LABEL: "1",
             f"{_engine.LABEL}.backend": _NAME,
             f"{_engine.LABEL}.instance": self.instance_id,
@@ -243,11 +260,15 @@ class DockerBackend(Backend):
     async def cleanup(self) -> int:
         """Remove every container (and workspace volume) labelled ``sandboxkit=1``, from any process.
 
+        With extra labels (``labels=`` or ``SANDBOXKIT_DOCKER_LABELS``), only those that also carry
+        them: one job (or one test run) can clean up after itself without touching its neighbours.
+
         Raises:
             BackendUnavailable: no engine is reachable.
         """
         client = await self._connect()
-        removed: int = await anyio.to_thread.run_sync(_engine.remove_labelled, client, {_engine.LABEL: "1"})
+        scope = {**self.extra_labels, _engine.LABEL: "1"}
+        removed: int = await anyio.to_thread.run_sync(_engine.remove_labelled, client, scope)
         self._created.clear()
         return removed
 

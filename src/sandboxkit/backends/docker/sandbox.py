@@ -212,16 +212,14 @@ class DockerSandbox(Sandbox):
         files = await self.read_files(request.fetch_files) if request.fetch_files else {}
         return RunResult(**ran.model_dump(), files=files, **common)
 
-    def _raise_if_missing(self, results: Sequence[Mapping[str, Any]], lang: Language | None) -> None:
+    def _raise_if_missing(self, results: Sequence[Mapping[str, Any]], lang: Language) -> None:
         for result in results:
             missing = result.get("missing")
             if missing:
-                package = lang.package if lang is not None else missing
                 raise ToolchainMissing(
-                    f"the image {self._backend.image!r} has no {missing!r}"
-                    + (f" (needed for {lang.name})" if lang is not None else "")
-                    + f"; install the Debian package {package!r} in the image (scripts/docker-setup.sh "
-                    "takes SANDBOXKIT_DOCKER_EXTRA_PACKAGES) or choose another image with image=/SANDBOXKIT_DOCKER_IMAGE",
+                    f"the image {self._backend.image!r} has no {missing!r} (needed for {lang.name}); install the "
+                    f"Debian package {lang.package!r} in the image (scripts/docker-setup.sh adds the packages in "
+                    "SANDBOXKIT_DOCKER_EXTRA_PACKAGES) or pick another image with image= / SANDBOXKIT_DOCKER_IMAGE",
                     backend=_NAME,
                     sandbox_id=self.id,
                 )
@@ -239,7 +237,6 @@ class DockerSandbox(Sandbox):
 
         Raises:
             InvalidRequest: ``cwd`` escapes the workspace, the argv is empty or the timeout is not positive.
-            ToolchainMissing: the program named by the argv is not in the image.
             SandboxCrashed: the container or its runner died, or did not answer in time.
         """
         if timeout is not None and not timeout > 0:
@@ -258,8 +255,10 @@ class DockerSandbox(Sandbox):
             stdin=(0, len(data)),
         )
         reply, blob = await self._call({"op": "run", "steps": [step]}, [data], float(step["timeout"]) + self._grace())
-        self._raise_if_missing(reply["steps"], None)
-        return classify(reply["steps"][0], *split_outputs(reply["steps"], blob)[0])
+        result = reply["steps"][0]
+        if result.get("missing"):  # like a shell: a failed command, not an infrastructure error
+            return ExecResult(status=Status.FAILED, exit_code=127, stderr=f"{argv[0]}: command not found\n")
+        return classify(result, *split_outputs(reply["steps"], blob)[0])
 
     async def write_files(self, files: Mapping[str, bytes | str]) -> None:
         """Write files into the workspace with ``put_archive`` (parents created).

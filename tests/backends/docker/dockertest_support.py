@@ -1,0 +1,42 @@
+"""Helpers shared by the Docker backend tests (imported by name: this folder is on sys.path)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from sandboxkit.models import Limits
+
+TEST_LABEL = "sandboxkit.test"
+#: Short timeouts keep the suite fast; memory small enough that bombs hit it quickly.
+FAST = Limits(timeout_s=5.0, compile_timeout_s=60.0, memory_mb=256, pids=64, output_bytes=1 << 20)
+
+
+@functools.cache
+def engine_status() -> tuple[bool, str]:
+    """Whether the Docker backend can run here, and why not."""
+    try:
+        from sandboxkit.backends.docker import DockerBackend
+    except ImportError as exc:
+        return False, f"the docker backend cannot be imported: {exc}"
+    availability = DockerBackend.availability()
+    return availability.usable, availability.reason
+
+
+def leftovers(client: Any, labels: dict[str, str]) -> tuple[int, int]:
+    """(containers, volumes) that still carry ``labels``."""
+    filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+    containers = client.api.containers(all=True, filters=filters)
+    volumes = (client.api.volumes(filters=filters) or {}).get("Volumes") or []
+    return len(containers), len(volumes)
+
+
+def processes(client: Any, container_id: str) -> list[list[str]]:
+    """The processes running in a container, as ``docker top`` lists them."""
+    return list(client.api.top(container_id)["Processes"])
+
+
+def containers_of(client: Any, labels: dict[str, str]) -> list[str]:
+    """Ids of running containers carrying ``labels``."""
+    filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+    return [c["Id"] for c in client.api.containers(filters=filters)]

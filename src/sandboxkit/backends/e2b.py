@@ -1,0 +1,428 @@
+"""The ``e2b`` backend: E2B cloud sandboxes through the ``e2b`` SDK (``AsyncSandbox``).
+
+What this module adds to the SDK:
+
+* every sandbox carries the metadata ``sandboxkit=1``, ``sandboxkit-backend=<this object>`` and
+  a value unique to its creation, and a short lifetime (``timeout``) that is renewed while the
+  sandbox is in use, so a crashed trainer's sandboxes die on their own within minutes;
+* creations go out with the SDK's own retries off, so a 429 reaches the pool (RateLimited),
+  whose token bucket slows *every* caller down instead of each retrying in a tight loop;
+* a create that timed out may still have created a sandbox: it is found by its metadata and
+  killed;
+* ``commands.run`` raises ``CommandExitException`` on a non-zero exit: here that is a result;
+* a command is started in the background and awaited with the host deadline; if it passes,
+  the command is killed (``SendSignal``) and its process group too, since E2B's own timeout
+  only stops the stream, not the process (E2B#500);
+* SDK errors become sandboxkit errors: 429 → RateLimited, 5xx / timeouts / connection →
+  Transient, a sandbox that is gone → SandboxCrashed, bad key → BackendUnavailable.
+
+The SDK's clients are loop-agnostic (pyqwest), so one backend object can serve several event
+loops without per-loop clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from pydantic import SecretStr
+
+from sandboxkit.backends._cloud import (
+    CREATE_LABEL,
+    INSTANCE_LABEL,
+    LABEL,
+    CloudSandbox,
+    NoAnswer,
+    RawResult,
+    redact,
+    resolve_secret,
+)
+from sandboxkit.base import Availability, Backend, Capabilities
+from sandboxkit.errors import (
+    BackendUnavailable,
+    InvalidRequest,
+    RateLimited,
+    SandboxCrashed,
+    SandboxError,
+    Transient,
+)
+from sandboxkit.languages import LANGUAGES, resolve_language
+from sandboxkit.models import Limits
+
+if TYPE_CHECKING:
+    from e2b import AsyncSandbox
+
+__all__ = ["E2BBackend", "E2BSandbox"]
+
+log = logging.getLogger(__name__)
+_ENFORCED = frozenset({"timeout_s", "compile_timeout_s", "output_bytes", "file_size_mb", "network"})
+
+
+def map_error(exc: BaseException, *, op: str, sandbox_id: str | None = None, secret: str | None = None) -> SandboxError:
+    """Translate an E2B SDK / transport error into the sandboxkit error tree.
+
+    Args:
+        exc: what the SDK raised.
+        op: what we were doing ("create", "run a command"...), for the message.
+        sandbox_id: the sandbox in use, if any.
+        secret: the API key, redacted from the message should the SDK ever echo it.
+    """
+    from e2b import (
+        AuthenticationException,
+        InvalidArgumentException,
+        NotFoundException,
+        RateLimitException,
+        SandboxNotFoundException,
+        SandboxNotRunningException,
+        TemplateException,
+    )
+
+    detail = redact(f"{type(exc).__name__}: {exc}", secret)
+    where: dict[str, Any] = {"backend": "e2b", "sandbox_id": sandbox_id}
+    if isinstance(exc, RateLimitException):
+        return RateLimited(
+            f"E2B refused to {op} for now ({detail}); the pool backs off and retries, "
+            "lower creation_rate / max_sandboxes if this persists (E2B caps concurrent sandboxes per team)",
+            **where,
+        )
+    if isinstance(exc, AuthenticationException):
+        return BackendUnavailable(f"E2B rejected the API key during {op} ({detail}); check E2B_API_KEY", **where)
+    if isinstance(exc, (SandboxNotRunningException, SandboxNotFoundException)) or (
+        isinstance(exc, NotFoundException) and sandbox_id is not None and op != "read files"
+    ):
+        return SandboxCrashed(f"the sandbox is gone ({detail}); it is discarded and a fresh one is used next", **where)
+    if isinstance(exc, TemplateException):
+        return BackendUnavailable(f"E2B cannot use the template ({detail}); pass a valid template=", **where)
+    if isinstance(exc, InvalidArgumentException) and op == "create":
+        return InvalidRequest(f"E2B rejected the sandbox parameters ({detail}); fix the backend options", **where)
+    return Transient(f"E2B {op} failed ({detail}); retrying on a fresh sandbox may help", **where)
+
+
+class E2BSandbox(CloudSandbox):
+    """One E2B sandbox. Use it through :class:`~sandboxkit.pool.SandboxPool`."""
+
+    def __init__(self, backend: E2BBackend, sdk: AsyncSandbox, limits: Limits) -> None:
+        super().__init__(backend_name="e2b", sandbox_id=str(sdk.sandbox_id), limits=limits, grace_s=backend.grace_s)
+        self._backend = backend
+        self._sdk = sdk
+        self._expires_at = time.monotonic() + backend.sandbox_timeout_s
+
+    def __repr__(self) -> str:
+        return f"<E2BSandbox id={self.id!r} closed={self.closed}>"
+
+    async def _fail(self, exc: BaseException, op: str) -> SandboxError:
+        err = map_error(exc, op=op, sandbox_id=self.id, secret=self._backend._secret())
+        if type(err) is Transient and not await self.alive():
+            err = SandboxCrashed(
+                f"the sandbox stopped answering during {op} and is gone; it is discarded",
+                backend="e2b",
+                sandbox_id=self.id,
+            )
+        return err
+
+    async def _keep_alive(self) -> None:
+        """Renew the sandbox's lifetime once half of it is used (one API call per half-lifetime)."""
+        ttl = self._backend.sandbox_timeout_s
+        if self._expires_at - time.monotonic() > ttl / 2:
+            return
+        try:
+            await self._sdk.set_timeout(ttl)
+        except Exception as exc:
+            raise await self._fail(exc, "renew the sandbox lifetime") from exc
+        self._expires_at = time.monotonic() + ttl
+
+    async def _upload(self, files: Mapping[str, bytes]) -> None:
+        await self._keep_alive()
+        try:
+            await self._sdk.files.write_files([{"path": p, "data": d} for p, d in files.items()])
+        except Exception as exc:
+            raise await self._fail(exc, "write files") from exc
+
+    async def _download(self, paths: Sequence[str]) -> dict[str, bytes]:
+        from e2b import FileNotFoundException
+
+        async def one(path: str) -> tuple[str, bytes | None]:
+            try:
+                return path, bytes(await self._sdk.files.read(path, format="bytes"))
+            except FileNotFoundException:
+                return path, None
+
+        try:
+            got = await asyncio.gather(*(one(p) for p in paths))
+        except Exception as exc:
+            raise await self._fail(exc, "read files") from exc
+        return {p: data for p, data in got if data is not None}
+
+    async def _shell(self, command: str, *, deadline_s: float) -> RawResult:
+        from e2b import CommandExitException
+
+        await self._keep_alive()
+        started = anyio.current_time()
+        try:
+            handle = await self._sdk.commands.run(
+                command,
+                background=True,
+                timeout=deadline_s + 5,
+                request_timeout=self._backend.request_timeout_s,
+                user=self._backend.user,
+            )
+        except Exception as exc:
+            raise await self._fail(exc, "start a command") from exc
+        try:
+            with anyio.fail_after(deadline_s):
+                result = await handle.wait()
+            return RawResult(result.stdout, result.stderr, result.exit_code, anyio.current_time() - started)
+        except CommandExitException as exc:  # a non-zero exit is a result, not an error
+            return RawResult(exc.stdout, exc.stderr, exc.exit_code, anyio.current_time() - started)
+        except TimeoutError:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                try:
+                    await handle.kill()
+                except Exception:
+                    log.debug("killing command %s in %s failed", handle.pid, self.id, exc_info=True)
+                try:
+                    await handle.disconnect()
+                except Exception:
+                    pass
+            raise NoAnswer from None
+        except Exception as exc:
+            raise await self._fail(exc, "run a command") from exc
+
+    async def alive(self) -> bool:
+        """True while envd in the sandbox answers its health check. Never raises."""
+        if self.closed:
+            return False
+        try:
+            with anyio.fail_after(10):
+                return bool(await self._sdk.is_running(request_timeout=5))
+        except Exception:
+            return False
+
+    async def close(self) -> None:
+        """Kill the sandbox (idempotent, shielded)."""
+        if self.closed:
+            return
+        self.closed = True
+        with anyio.CancelScope(shield=True), anyio.move_on_after(30):
+            try:
+                await self._sdk.kill(request_timeout=30)
+            except Exception as exc:
+                log.warning("killing E2B sandbox %s failed: %s", self.id, type(exc).__name__)
+        self._backend._forget(self.id)
+
+
+class E2BBackend(Backend):
+    """Creates E2B sandboxes.
+
+    Args:
+        api_key: API key (default: ``E2B_API_KEY``). Never logged or shown in reprs.
+        domain: E2B domain (default: ``E2B_DOMAIN``, else ``e2b.app``).
+        api_url: control-plane URL override (default: ``E2B_API_URL``; self-hosting and tests).
+        sandbox_url: envd URL override for every sandbox (default: ``E2B_SANDBOX_URL``; tests).
+        template: template to create sandboxes from (default: E2B's ``base``).
+        sandbox_timeout_s: sandbox lifetime; renewed while in use, so it bounds how long a leaked
+            sandbox lives (and bills). E2B caps it at 1 h (Hobby) / 24 h (Pro).
+        create_timeout_s: how long one creation may take before it is abandoned (and cleaned up).
+        request_timeout_s: timeout of one control-plane / envd request.
+        grace_s: how much longer than a run's limit the host waits for the service.
+        metadata: extra metadata put on every sandbox.
+        languages: languages the template can run (default: all of sandboxkit's; a missing
+            toolchain is reported as ToolchainMissing when used).
+        user: sandbox user commands run as (default: the template's, ``user``).
+        http_version: ``"1.1"`` or ``"2"`` (default: ``E2B_HTTP_VERSION``, else the SDK's).
+
+    Raises:
+        BackendUnavailable: no API key (names ``E2B_API_KEY``).
+    """
+
+    name = "e2b"
+
+    def __init__(
+        self,
+        *,
+        api_key: str | SecretStr | None = None,
+        domain: str | None = None,
+        api_url: str | None = None,
+        sandbox_url: str | None = None,
+        template: str | None = None,
+        sandbox_timeout_s: int = 600,
+        create_timeout_s: float = 60.0,
+        request_timeout_s: float = 30.0,
+        grace_s: float = 15.0,
+        metadata: Mapping[str, str] | None = None,
+        languages: Sequence[str] | None = None,
+        user: str | None = None,
+        http_version: str | None = None,
+    ) -> None:
+        self._api_key = resolve_secret(api_key, os.environ.get("E2B_API_KEY"))
+        if self._api_key is None:
+            raise BackendUnavailable(
+                "E2B_API_KEY is not set; export E2B_API_KEY=<your key> (or pass api_key=...) to use the e2b backend",
+                backend="e2b",
+            )
+        self.domain = domain or os.environ.get("E2B_DOMAIN") or None
+        self.api_url = (api_url or os.environ.get("E2B_API_URL") or "").rstrip("/") or None
+        self.sandbox_url = (sandbox_url or os.environ.get("E2B_SANDBOX_URL") or "").rstrip("/") or None
+        self.template = template
+        if not 1 <= sandbox_timeout_s <= 86_400:
+            raise InvalidRequest(f"sandbox_timeout_s must be 1..86400, got {sandbox_timeout_s!r}", backend="e2b")
+        self.sandbox_timeout_s = int(sandbox_timeout_s)
+        self.create_timeout_s, self.request_timeout_s, self.grace_s = create_timeout_s, request_timeout_s, grace_s
+        self.metadata = dict(metadata or {})
+        self.languages = frozenset(resolve_language(x).name for x in (languages or LANGUAGES))
+        self.user = user
+        self.http_version = http_version
+        self.instance_id = uuid.uuid4().hex[:12]
+        self._live: set[str] = set()
+        self._pending_tokens: set[str] = set()
+
+    def __repr__(self) -> str:
+        where = self.api_url or f"https://api.{self.domain or 'e2b.app'}"
+        return f"E2BBackend(api_url={where!r}, template={self.template!r}, api_key='***')"
+
+    def _secret(self) -> str:
+        assert self._api_key is not None
+        return self._api_key.get_secret_value()
+
+    def _params(self, **extra: Any) -> dict[str, Any]:
+        params: dict[str, Any] = {"api_key": self._secret(), "request_timeout": self.request_timeout_s}
+        for key in ("domain", "api_url", "sandbox_url", "http_version"):
+            if getattr(self, key):
+                params[key] = getattr(self, key)
+        params.update(extra)
+        return params
+
+    @classmethod
+    def availability(cls, **options: object) -> Availability:
+        """Usable when an API key is configured (the service itself is not contacted)."""
+        if not (options.get("api_key") or os.environ.get("E2B_API_KEY")):
+            return Availability(False, "E2B_API_KEY is not set; export it (or pass api_key=...)")
+        return Availability(True, f"domain {options.get('domain') or os.environ.get('E2B_DOMAIN') or 'e2b.app'}")
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Languages of the template, separate streams, limits enforced inside the sandbox."""
+        return Capabilities(
+            languages=self.languages,
+            stateful=True,
+            network_control=True,
+            limits=_ENFORCED,
+            resettable=True,
+            notes=(
+                "network on/off is fixed when a sandbox is created (allow_internet_access), from the pool's limits",
+                "memory and CPU are the template's",
+            ),
+        )
+
+    def _forget(self, sandbox_id: str) -> None:
+        self._live.discard(sandbox_id)
+
+    async def open(self, limits: Limits | None = None) -> E2BSandbox:
+        """Create a sandbox (with sandboxkit metadata and a short, renewed lifetime).
+
+        Raises:
+            BackendUnavailable: bad API key or template.
+            RateLimited: E2B answered 429 (too many sandboxes or creations).
+            Transient: 5xx, a timeout or a connection failure; anything created is killed.
+        """
+        from e2b import AsyncSandbox
+
+        limits = limits or Limits()
+        token = uuid.uuid4().hex
+        metadata = {**self.metadata, LABEL: "1", INSTANCE_LABEL: self.instance_id, CREATE_LABEL: token}
+        try:
+            with anyio.fail_after(self.create_timeout_s):
+                sdk = await AsyncSandbox.create(
+                    template=self.template,
+                    timeout=self.sandbox_timeout_s,
+                    metadata=metadata,
+                    allow_internet_access=limits.network,
+                    **self._params(retries=0, request_timeout=self.create_timeout_s + 5),
+                )
+        except BaseException as exc:
+            if _may_have_created(exc):
+                with anyio.CancelScope(shield=True):
+                    await self._reap(token)
+            if isinstance(exc, TimeoutError):
+                raise Transient(
+                    f"creating an E2B sandbox took longer than {self.create_timeout_s:g}s; anything it created "
+                    "was killed",
+                    backend="e2b",
+                ) from exc
+            if isinstance(exc, Exception):
+                raise map_error(exc, op="create", secret=self._secret()) from exc
+            raise
+        self._live.add(str(sdk.sandbox_id))
+        return E2BSandbox(self, sdk, limits)
+
+    async def _kill_matching(self, metadata: Mapping[str, str]) -> int:
+        from e2b import AsyncSandbox, SandboxQuery
+
+        paginator = AsyncSandbox.list(query=SandboxQuery(metadata=dict(metadata)), **self._params())
+        removed = 0
+        while paginator.has_next:
+            for info in await paginator.next_items():
+                if await AsyncSandbox.kill(info.sandbox_id, **self._params()):
+                    removed += 1
+        return removed
+
+    async def _reap(self, token: str) -> None:
+        """Kill what a failed create may have left, found by its creation metadata."""
+        found = 0
+        with anyio.move_on_after(20):
+            try:
+                found = await self._kill_matching({CREATE_LABEL: token})
+            except Exception as exc:
+                log.debug("cleaning up after a failed E2B create: %s", type(exc).__name__)
+        if found:
+            log.info("killed %d E2B sandbox(es) left by a failed create", found)
+        else:
+            self._pending_tokens.add(token)  # it may still appear: look again at aclose()
+
+    async def cleanup(self) -> int:
+        """Kill every sandbox with metadata ``sandboxkit=1`` in this team (all runs, not just ours)."""
+        try:
+            return await self._kill_matching({LABEL: "1"})
+        except Exception as exc:
+            raise map_error(exc, op="clean up", secret=self._secret()) from exc
+
+    async def aclose(self) -> None:
+        """Sweep creates that failed without a trace (the SDK holds no per-loop state)."""
+        if not self._pending_tokens:
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(20):
+            for token in list(self._pending_tokens):
+                try:
+                    await self._kill_matching({CREATE_LABEL: token})
+                    self._pending_tokens.discard(token)
+                except Exception:
+                    log.debug("sweeping a failed E2B create failed", exc_info=True)
+
+    def emergency_cleanup(self) -> None:
+        """Kill the sandboxes this object still holds, synchronously (interpreter exit)."""
+        import httpx
+
+        base = self.api_url or f"https://api.{self.domain or 'e2b.app'}"
+        for sandbox_id in list(self._live):
+            try:
+                httpx.delete(f"{base}/sandboxes/{sandbox_id}", headers={"X-API-KEY": self._secret()}, timeout=5.0)
+                self._live.discard(sandbox_id)
+            except Exception:
+                log.debug("emergency kill of E2B sandbox %s failed", sandbox_id)
+
+
+def _may_have_created(exc: BaseException) -> bool:
+    """Whether a failed create may still have left a sandbox behind (so it must be looked for)."""
+    from e2b import AuthenticationException, InvalidArgumentException, RateLimitException, TemplateException
+
+    if not isinstance(exc, Exception):
+        return True  # cancelled mid-request
+    return not isinstance(
+        exc, (RateLimitException, AuthenticationException, InvalidArgumentException, TemplateException)
+    )

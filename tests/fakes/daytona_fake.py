@@ -1,0 +1,291 @@
+"""A loopback fake of Daytona: the control plane (``/api/sandbox``) and the toolbox routes.
+
+The real ``daytona`` SDK talks to it unmodified (``DaytonaConfig(api_url=fake.url + "/api")``):
+sandboxes come back ``started`` with ``toolboxProxyUrl = <fake>/toolbox``, so toolbox calls
+arrive as ``/toolbox/<sandbox id>/...``. Implemented (daytona 0.226 wire format):
+
+* ``POST/GET/DELETE /api/sandbox[/{id}]`` - create (labels, networkBlockAll, autoStopInterval
+  ... are stored), list (``labels`` JSON filter), get, delete;
+* ``POST /process/session``, ``POST /process/session/{sid}/exec`` (stdout and stderr apart,
+  commands of one session run one after another, like the daemon's session shell),
+  ``DELETE /process/session/{sid}``;
+* ``POST /process/execute`` (merged output, server-side timeout kills the process group);
+* ``POST /files/bulk-upload`` (multipart), ``POST /files/bulk-download`` (multipart answer,
+  a per-file ``error`` part for a missing file); ``GET /user-home-dir``.
+
+A vanished sandbox answers 404 everywhere, like the real proxy. Faults come from
+:meth:`FakeService.inject`; an optional server-side quota and creation rate answer 429.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import time
+import uuid
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ._common import Box, FakeService, run_command
+
+
+def _error(status: int, message: str, retry_after: float | None = None) -> JSONResponse:
+    headers = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else None
+    return JSONResponse({"statusCode": status, "message": message, "error": message}, status, headers=headers)
+
+
+class FakeDaytona(FakeService):
+    """In-process fake Daytona API. Use ``with FakeDaytona() as fake: ... fake.url ...``.
+
+    Attributes:
+        quota: most live sandboxes allowed; more creations answer 429 (None = no quota).
+        server_rate: (rate per second, burst) of creations the "service" accepts; faster
+            creations answer 429 - what a pool without a creation bucket runs into.
+    """
+
+    id_prefix = "dt"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.quota: int | None = None
+        self.server_rate: tuple[float, float] | None = None
+        self._tokens = 0.0
+        self._last = 0.0
+        self._session_locks: dict[tuple[str, str], asyncio.Lock] = {}
+
+    @property
+    def api_url(self) -> str:
+        return self.url + "/api"
+
+    def app(self) -> Starlette:
+        t = "/toolbox/{sid}"
+        return Starlette(
+            routes=[
+                Route("/api/sandbox", self._create, methods=["POST"]),
+                Route("/api/sandbox", self._list, methods=["GET"]),
+                Route("/api/sandbox/{sid}", self._get, methods=["GET"]),
+                Route("/api/sandbox/{sid}", self._delete, methods=["DELETE"]),
+                Route(t + "/user-home-dir", self._home, methods=["GET"]),
+                Route(t + "/work-dir", self._home, methods=["GET"]),
+                Route(t + "/process/session", self._session_create, methods=["POST"]),
+                Route(t + "/process/session/{session}/exec", self._session_exec, methods=["POST"]),
+                Route(t + "/process/session/{session}", self._session_delete, methods=["DELETE"]),
+                Route(t + "/process/execute", self._execute, methods=["POST"]),
+                Route(t + "/files/bulk-upload", self._upload, methods=["POST"]),
+                Route(t + "/files/bulk-download", self._download, methods=["POST"]),
+            ]
+        )
+
+    # ------------------------------------------------------------------ helpers
+
+    def _authorized(self, request: Request) -> bool:
+        return request.headers.get("authorization") == f"Bearer {self.api_key}"
+
+    async def _gate(self, request: Request, route: str) -> Response | None:
+        """Auth, then an injected fault (delays other than create's happen here)."""
+        if not self._authorized(request):
+            return _error(401, "Invalid credentials")
+        fault = self.faults.take(route)
+        if fault is None:
+            return None
+        if fault.delay_s and route != "create":
+            await asyncio.sleep(fault.delay_s)
+        if fault.status:
+            self.count_rejection(fault.status)
+            return _error(fault.status, fault.message, fault.retry_after)
+        if route == "create":
+            request.state.create_delay = fault.delay_s
+        return None
+
+    def _dto(self, box: Box, state: str = "started") -> dict[str, Any]:
+        d = box.data
+        return {
+            "id": box.id,
+            "organizationId": "org-fake",
+            "name": box.id,
+            "user": "daytona",
+            "env": d.get("env") or {},
+            "labels": box.labels,
+            "public": False,
+            "networkBlockAll": bool(d.get("networkBlockAll")),
+            "kvm": False,
+            "target": d.get("target") or "us",
+            "cpu": d.get("cpu") or 1,
+            "gpu": 0,
+            "memory": d.get("memory") or 1,
+            "disk": d.get("disk") or 3,
+            "state": state,
+            "autoStopInterval": d.get("autoStopInterval"),
+            "autoDeleteInterval": d.get("autoDeleteInterval"),
+            "createdAt": dt.datetime.fromtimestamp(box.created_at, dt.timezone.utc).isoformat(),
+            "toolboxProxyUrl": self.url + "/toolbox",
+        }
+
+    def _box_or_404(self, request: Request) -> Box | Response:
+        box = self.find(request.path_params["sid"])
+        if box is None:
+            return _error(404, f"Sandbox with ID or name {request.path_params['sid']} not found")
+        return box
+
+    def _rate_ok(self) -> bool:
+        if self.server_rate is None:
+            return True
+        rate, burst = self.server_rate
+        now = time.monotonic()
+        self._tokens = burst if not self._last else min(burst, self._tokens + (now - self._last) * rate)
+        self._last = now
+        if self._tokens >= 1:
+            self._tokens -= 1
+            return True
+        return False
+
+    # ------------------------------------------------------------------ control plane
+
+    async def _create(self, request: Request) -> Response:
+        gated = await self._gate(request, "create")
+        if gated is not None:
+            return gated
+        body = await request.json()
+        if self.quota is not None and self.live_count >= self.quota:
+            self.count_rejection(429)
+            return _error(429, f"Sandbox resource limit reached ({self.quota}), please try again later")
+        if not self._rate_ok():
+            self.count_rejection(429)
+            return _error(429, "Too many requests", retry_after=1)
+        box = self.new_box(body.get("labels") or {})
+        box.data.update(body)
+        delay = getattr(request.state, "create_delay", 0.0)
+        if delay:
+            await asyncio.sleep(delay)  # the sandbox exists already; only the answer is late
+        return JSONResponse(self._dto(box))
+
+    async def _list(self, request: Request) -> Response:
+        gated = await self._gate(request, "list")
+        if gated is not None:
+            return gated
+        wanted = json.loads(request.query_params.get("labels") or "{}")
+        with self.ledger.lock:
+            boxes = list(self.ledger.live.values())
+        items = [self._dto(b) for b in boxes if all(b.labels.get(k) == v for k, v in wanted.items())]
+        return JSONResponse({"items": items, "nextCursor": None})
+
+    async def _get(self, request: Request) -> Response:
+        gated = await self._gate(request, "get")
+        if gated is not None:
+            return gated
+        box = self._box_or_404(request)
+        return box if isinstance(box, Response) else JSONResponse(self._dto(box))
+
+    async def _delete(self, request: Request) -> Response:
+        gated = await self._gate(request, "delete")
+        if gated is not None:
+            return gated
+        box = self._box_or_404(request)
+        if isinstance(box, Response):
+            return box
+        dto = self._dto(box, state="destroyed")
+        self.remove(box.id)
+        return JSONResponse(dto)
+
+    # ------------------------------------------------------------------ toolbox
+
+    async def _home(self, request: Request) -> Response:
+        gated = await self._gate(request, "info")
+        box = gated or self._box_or_404(request)
+        return box if isinstance(box, Response) else JSONResponse({"dir": str(box.home)})
+
+    async def _session_create(self, request: Request) -> Response:
+        gated = await self._gate(request, "session")
+        box = gated or self._box_or_404(request)
+        if isinstance(box, Response):
+            return box
+        session = (await request.json())["sessionId"]
+        self._session_locks[(box.id, session)] = asyncio.Lock()
+        return Response(status_code=201)
+
+    async def _session_delete(self, request: Request) -> Response:
+        box = self._box_or_404(request)
+        if isinstance(box, Response):
+            return box
+        self._session_locks.pop((box.id, request.path_params["session"]), None)
+        return Response(status_code=204)
+
+    async def _session_exec(self, request: Request) -> Response:
+        gated = await self._gate(request, "exec")
+        box = gated or self._box_or_404(request)
+        if isinstance(box, Response):
+            return box
+        lock = self._session_locks.get((box.id, request.path_params["session"]))
+        if lock is None:
+            return _error(404, "session not found")
+        body = await request.json()
+        async with lock:  # one shell per session: commands wait for the previous one
+            out, err, rc = await run_command(box, body["command"])
+        if self.find(box.id) is None:
+            return _error(404, f"Sandbox with ID or name {box.id} not found")
+        stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+        return JSONResponse(
+            {"cmdId": uuid.uuid4().hex, "output": stdout + stderr, "stdout": stdout, "stderr": stderr, "exitCode": rc}
+        )
+
+    async def _execute(self, request: Request) -> Response:
+        gated = await self._gate(request, "execute")
+        box = gated or self._box_or_404(request)
+        if isinstance(box, Response):
+            return box
+        body = await request.json()
+        proc = await box.spawn(["bash", "-c", body["command"] + " 2>&1"], cwd=body.get("cwd"), env=body.get("envs"))
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), body.get("timeout") or 10)
+        except asyncio.TimeoutError:
+            import os
+            import signal
+
+            os.killpg(proc.pid, signal.SIGKILL)
+            return _error(408, "command execution timeout")
+        return JSONResponse({"exitCode": proc.returncode, "result": out.decode("utf-8", "replace")})
+
+    async def _upload(self, request: Request) -> Response:
+        gated = await self._gate(request, "upload")
+        box = gated or self._box_or_404(request)
+        if isinstance(box, Response):
+            return box
+        form = await request.form()
+        paths = {k[: -len(".path")]: str(v) for k, v in form.multi_items() if k.endswith(".path")}
+        for key, value in form.multi_items():
+            if not key.endswith(".file"):
+                continue
+            dest = paths.get(key[: -len(".file")]) or getattr(value, "filename", None)
+            assert dest, "upload part without a destination"
+            target = box.path(dest)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(await value.read())  # type: ignore[union-attr]
+        return Response(status_code=200)
+
+    async def _download(self, request: Request) -> Response:
+        gated = await self._gate(request, "download")
+        box = gated or self._box_or_404(request)
+        if isinstance(box, Response):
+            return box
+        paths = (await request.json())["paths"]
+        boundary = uuid.uuid4().hex
+        chunks: list[bytes] = []
+        for p in paths:
+            try:
+                data = box.path(p).read_bytes()
+                part_name, ctype = "file", "application/octet-stream"
+            except (OSError, PermissionError):
+                data = json.dumps({"message": f"file not found: {p}", "statusCode": 404, "code": "FILE_NOT_FOUND"})
+                data, part_name, ctype = data.encode(), "error", "application/json"
+            head = (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="{part_name}"; filename="{p}"\r\n'
+                f"Content-Type: {ctype}\r\n\r\n"
+            )
+            chunks += [head.encode(), data, b"\r\n"]
+        chunks.append(f"--{boundary}--\r\n".encode())
+        return Response(b"".join(chunks), media_type=f"multipart/form-data; boundary={boundary}")

@@ -1,30 +1,37 @@
-"""Fixtures of the subprocess backend tests: one backend per test, leak checks on the host."""
+"""Fixtures of the subprocess backend tests (helpers live in ``sbx_helpers``)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
 import pytest
+from sbx_helpers import FAST, RecordingBackend, processes_of
 
-from sandboxkit.backends.subprocess import SubprocessBackend, SubprocessSandbox
-from sandboxkit.models import Limits
-
-FAST = Limits(timeout_s=5.0, compile_timeout_s=60.0, output_bytes=1 << 20)
+from sandboxkit.backends.subprocess import SubprocessSandbox
+from sandboxkit.pool import SandboxPool
 
 
 @pytest.fixture
-async def backend() -> AsyncIterator[SubprocessBackend]:
-    b = SubprocessBackend()
+async def backend() -> AsyncIterator[RecordingBackend]:
+    b = RecordingBackend()
     try:
         yield b
     finally:
         await b.aclose()
+        uids = {sb.uid for sb in b.opened if sb.uid is not None}
+        assert processes_of(uids) == {}, "processes survived closing their sandboxes"
 
 
 @pytest.fixture
-async def sandbox(backend: SubprocessBackend) -> AsyncIterator[SubprocessSandbox]:
+async def sandbox(backend: RecordingBackend) -> AsyncIterator[SubprocessSandbox]:
     sb = await backend.open(FAST)
     try:
         yield sb
     finally:
         await sb.close()
+
+
+@pytest.fixture
+async def pool(backend: RecordingBackend) -> AsyncIterator[SandboxPool]:
+    async with SandboxPool(backend, max_concurrency=2, limits=FAST) as p:
+        yield p

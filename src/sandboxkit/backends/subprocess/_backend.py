@@ -1,8 +1,15 @@
-"""``SubprocessBackend``: sandboxes made of local processes, with no extra dependency."""
+"""``SubprocessBackend``: sandboxes made of local processes, with no extra dependency.
+
+A sandbox is a workspace directory on the host plus a fork server running inside the
+sandbox's namespaces (see ``_isolation``) as the sandbox's private uid. Every command
+(compile steps, programs, ``exec``) is forked by that server; Python programs run in the
+forked child without ``exec``, which is what makes a warm run cost about a millisecond.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
@@ -10,11 +17,14 @@ import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 
+from sandboxkit.backends.subprocess import _isolation as isolation
+from sandboxkit.backends.subprocess._cgroup import SandboxCgroup
 from sandboxkit.backends.subprocess._cold import Command, run_cold
-from sandboxkit.backends.subprocess._status import classify, rlimits_for
+from sandboxkit.backends.subprocess._forkserver import ForkServer, ServerStartError
+from sandboxkit.backends.subprocess._status import Outcome, classify, rlimits_for
 from sandboxkit.backends.subprocess._workspace import SANDBOX_PATH, Workspace, program_env
 from sandboxkit.base import Availability, Backend, Capabilities, Sandbox
-from sandboxkit.errors import InvalidRequest, SandboxCrashed, ToolchainMissing
+from sandboxkit.errors import BackendUnavailable, InvalidRequest, SandboxCrashed, ToolchainMissing
 from sandboxkit.languages import LANGUAGES, Language, resolve_language
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status
 
@@ -22,6 +32,10 @@ __all__ = ["SubprocessBackend", "SubprocessSandbox"]
 
 log = logging.getLogger(__name__)
 NAME = "subprocess"
+#: Memory the fork server and bwrap hold inside the sandbox's memory cgroup, on top of the program's.
+SERVER_MEMORY = 32 << 20
+#: Processes of the sandbox that are not the program's: bwrap (2), the server, and slack.
+SERVER_PIDS = 4
 
 
 def _toolchain_present(lang: Language, path: str) -> bool:
@@ -29,7 +43,7 @@ def _toolchain_present(lang: Language, path: str) -> bool:
 
 
 class SubprocessSandbox(Sandbox):
-    """One workspace directory on this machine; every command runs as an isolated child process."""
+    """One workspace on this machine and the fork server that runs its commands in isolation."""
 
     backend_name = NAME
 
@@ -37,10 +51,30 @@ class SubprocessSandbox(Sandbox):
         self.id = f"sbx-{secrets.token_hex(6)}"
         self.limits = limits
         self._backend = backend
-        path = tempfile.mkdtemp(prefix=f"{self.id}-", dir=backend.root)
-        self.workspace = Workspace(os.path.realpath(path))
+        self._iso = backend.isolation
         self._closed = False
         self._lock = asyncio.Lock()
+        self._server: ForkServer | None = None
+        self._server_network: bool | None = None
+        self.uid = isolation.allocate_uid() if self._iso.is_root else None
+        owner = (self.uid, self.uid) if self.uid is not None else None
+        # The owner's pid in the names lets ``cleanup`` tell a crashed process's leftovers from live ones.
+        tag = f"{self.id}-p{os.getpid()}"
+        path = os.path.realpath(tempfile.mkdtemp(prefix=f"{tag}-", dir=backend.root))
+        self.workspace = Workspace(path, owner)
+        self._mounted = False
+        self.cgroup: SandboxCgroup | None = None
+        try:
+            if owner is not None:
+                os.chown(path, *owner)
+            if self._iso.tmpfs and owner is not None:
+                isolation.mount_tmpfs(path, size_mb=backend.disk_mb, uid=owner[0], gid=owner[1])
+                self._mounted = True
+            if self._iso.cgroup.memory_parent or self._iso.cgroup.pids_parent:
+                self.cgroup = SandboxCgroup(self._iso.cgroup, tag)
+        except BaseException:
+            self._release()
+            raise
 
     # ------------------------------------------------------------------ helpers
 
@@ -51,6 +85,66 @@ class SubprocessSandbox(Sandbox):
     def _env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
         return program_env(self.workspace.path, self._backend.path, extra)
 
+    async def _server_for(self, network: bool) -> ForkServer | None:
+        """The running fork server, (re)started when missing, dead or on the wrong network."""
+        python = self._backend.server_python
+        if python is None:
+            return None
+        if self._server is not None and self._server.alive and self._server_network == network:
+            return self._server
+        if self._server is not None:
+            self._server.kill()
+        iso = self._iso
+        prefix: list[str] = []
+        if iso.bwrap is not None:
+            prefix = isolation.bwrap_argv(
+                iso,
+                bwrap=iso.bwrap,
+                workspace=self.workspace.path,
+                root=self._backend.root,
+                network=network,
+                tmp_mb=self._backend.tmp_mb,
+            )
+        server = ForkServer(
+            python=python,
+            prefix=prefix,
+            user=(self.uid, self.uid) if self.uid is not None else None,
+            env=self._env(None),
+            cwd=self.workspace.path,
+            cgroup=self.cgroup,
+            sweep_all=iso.bwrap is not None or self.uid is not None,
+        )
+        try:
+            await server.start()
+        except ServerStartError as exc:
+            raise BackendUnavailable(
+                f"cannot start the sandbox: {exc}; run `sandboxkit doctor` to see what this machine allows",
+                backend=NAME,
+                sandbox_id=self.id,
+            ) from exc
+        self._server, self._server_network = server, network
+        return server
+
+    def _rlimits(self, limits: Limits, timeout_s: float, lang: Language | None) -> list[tuple[int, int]]:
+        import resource
+
+        hungry = lang is not None and lang.virtual_memory_hungry
+        out = rlimits_for(limits, timeout_s, address_space=not hungry)
+        if limits.pids is not None and self.uid is not None:
+            # Counted per host uid, and this uid is the sandbox's alone: a per-sandbox cap.
+            out.append((resource.RLIMIT_NPROC, limits.pids + SERVER_PIDS))
+        if hungry and limits.memory_mb is not None and (self.cgroup is None or self.cgroup.memory_dir is None):
+            out.append((resource.RLIMIT_DATA, limits.memory_mb << 20))  # no cgroup: cap the heap instead
+        return out
+
+    def _apply_cgroup(self, limits: Limits) -> None:
+        if self.cgroup is None:
+            return
+        if limits.memory_mb is not None:
+            self.cgroup.set_memory((limits.memory_mb << 20) + SERVER_MEMORY)
+        if limits.pids is not None:
+            self.cgroup.set_pids(limits.pids + SERVER_PIDS)
+
     async def _spawn(
         self,
         argv: Sequence[str],
@@ -60,24 +154,40 @@ class SubprocessSandbox(Sandbox):
         stdin: bytes,
         timeout_s: float,
         limits: Limits,
-        address_space: bool,
+        lang: Language | None,
+        python_file: str | None = None,
     ) -> ExecResult:
-        cmd = Command(
-            argv=argv,
-            cwd=cwd,
-            env=env,
-            stdin=stdin,
-            timeout_s=timeout_s,
-            output_bytes=limits.output_bytes,
-            rlimits=rlimits_for(limits, timeout_s, address_space=address_space),
-        )
+        """Run one command through the fork server (or the cold path when there is none)."""
+        rlimits = self._rlimits(limits, timeout_s, lang)
+        server = await self._server_for(limits.network)
+        outcome: Outcome
+        if server is None:
+            cmd = Command(argv, cwd, env, stdin, timeout_s, limits.output_bytes, rlimits)
+            try:
+                outcome = await run_cold(cmd)
+            except FileNotFoundError:
+                return ExecResult(status=Status.FAILED, exit_code=127, stderr=f"{argv[0]}: command not found\n")
+            return classify(outcome)
+        self._apply_cgroup(limits)
+        request: dict[str, object] = {"cwd": cwd, "env": dict(env), "rlimits": rlimits}
+        if python_file is not None:
+            request.update(python=python_file, args=list(argv))
+        else:
+            request["argv"] = list(argv)
         try:
-            outcome = await run_cold(cmd)
-        except FileNotFoundError:
-            return ExecResult(status=Status.FAILED, exit_code=127, stderr=f"{argv[0]}: command not found\n")
-        except PermissionError:
-            return ExecResult(status=Status.FAILED, exit_code=126, stderr=f"{argv[0]}: permission denied\n")
+            outcome = await server.run(request, stdin=stdin, timeout_s=timeout_s, output_bytes=limits.output_bytes)
+        except ConnectionError:  # died between commands (killed from outside): one fresh try
+            server = await self._server_for(limits.network)
+            assert server is not None
+            outcome = await server.run(request, stdin=stdin, timeout_s=timeout_s, output_bytes=limits.output_bytes)
         return classify(outcome)
+
+    def _warm_python(self, lang: Language, request: RunRequest) -> bool:
+        # The warm path runs the code inside an already started interpreter, so interpreter
+        # options passed through the environment (PYTHONHASHSEED...) would be ignored: go cold.
+        return (
+            lang.name == "python" and self._backend.warm_python and not any(k.startswith("PYTHON") for k in request.env)
+        )
 
     # ------------------------------------------------------------------ contract
 
@@ -86,6 +196,7 @@ class SubprocessSandbox(Sandbox):
 
         Raises:
             ToolchainMissing: the language's compiler or interpreter is not installed here.
+            BackendUnavailable: the sandbox's isolation could not be started.
             SandboxCrashed: the sandbox is closed.
         """
         self._check_open()
@@ -112,8 +223,10 @@ class SubprocessSandbox(Sandbox):
                     env=env,
                     stdin=b"",
                     timeout_s=limits.compile_timeout_s,
-                    limits=limits.merged(output_bytes=max(limits.output_bytes, 1 << 20)),
-                    address_space=not lang.virtual_memory_hungry,
+                    limits=limits.merged(
+                        output_bytes=max(limits.output_bytes, 1 << 20), pids=max(limits.pids or 0, 64)
+                    ),
+                    lang=lang,
                 )
                 if compile_result.status is not Status.OK:
                     return RunResult(
@@ -124,15 +237,28 @@ class SubprocessSandbox(Sandbox):
                         sandbox_id=self.id,
                         duration_s=compile_result.duration_s,
                     )
-            result = await self._spawn(
-                lang.run_argv(request.code, request.argv),
-                cwd=self.workspace.path,
-                env=env,
-                stdin=(request.stdin or "").encode("utf-8"),
-                timeout_s=limits.timeout_s,
-                limits=limits,
-                address_space=not lang.virtual_memory_hungry,
-            )
+            stdin = (request.stdin or "").encode("utf-8")
+            if self._warm_python(lang, request):
+                result = await self._spawn(
+                    request.argv,
+                    cwd=self.workspace.path,
+                    env=env,
+                    stdin=stdin,
+                    timeout_s=limits.timeout_s,
+                    limits=limits,
+                    lang=lang,
+                    python_file=os.path.join(self.workspace.path, src),
+                )
+            else:
+                result = await self._spawn(
+                    lang.run_argv(request.code, request.argv),
+                    cwd=self.workspace.path,
+                    env=env,
+                    stdin=stdin,
+                    timeout_s=limits.timeout_s,
+                    limits=limits,
+                    lang=lang,
+                )
             fetched = self.workspace.read(request.fetch_files) if request.fetch_files else {}
         return RunResult(
             **result.model_dump(),
@@ -156,6 +282,7 @@ class SubprocessSandbox(Sandbox):
 
         Raises:
             InvalidRequest: ``cwd`` escapes the workspace or the timeout is not positive.
+            BackendUnavailable: the sandbox's isolation could not be started.
             SandboxCrashed: the sandbox is closed.
         """
         self._check_open()
@@ -177,7 +304,7 @@ class SubprocessSandbox(Sandbox):
                 stdin=(stdin or "").encode("utf-8"),
                 timeout_s=timeout_s,
                 limits=self.limits,
-                address_space=False,
+                lang=None,
             )
 
     async def write_files(self, files: Mapping[str, bytes | str]) -> None:
@@ -205,7 +332,7 @@ class SubprocessSandbox(Sandbox):
         return not self._closed and os.path.isdir(self.workspace.path)
 
     async def reset(self) -> bool:
-        """Wipe the workspace; True when the sandbox is clean and reusable."""
+        """Wipe the workspace (no process survives a command, so files are all that is left)."""
         if self._closed:
             return False
         async with self._lock:
@@ -217,27 +344,62 @@ class SubprocessSandbox(Sandbox):
         return True
 
     async def close(self) -> None:
-        """Remove the workspace. Idempotent."""
+        """Kill every process of the sandbox and remove its workspace. Idempotent."""
         if self._closed:
             return
         self._closed = True
         self._backend._forget(self)
+        self._release()
+
+    def _release(self) -> None:
+        """Synchronous teardown, shared by ``close`` and the backend's emergency cleanup."""
+        self._closed = True
+        if self._server is not None:
+            self._server.kill()
+            self._server = None
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
+        if self._mounted:
+            isolation.unmount(self.workspace.path)
+            self._mounted = False
         self.workspace.remove()
+        if self.uid is not None:
+            isolation.release_uid(self.uid)
 
 
 class SubprocessBackend(Backend):
-    """Runs programs as local child processes.
+    """Runs programs as isolated local processes (namespaces, private uid, cgroups, rlimits).
 
     Args:
-        root: directory under which sandbox workspaces are created (default: the system temp dir).
-        path: PATH inside the sandbox (default :data:`SANDBOX_PATH`).
+        root: directory under which sandbox workspaces are created (default: a private
+            ``sandboxkit-<uid>`` directory in the system temp dir).
+        path: PATH inside the sandbox (default :data:`SANDBOX_PATH`; the host's PATH is not used).
+        warm_python: run Python programs in a child forked from a warm interpreter (default on).
+        disk_mb: size of each workspace's tmpfs (where mounting one is allowed).
+        tmp_mb: size of each sandbox's private ``/tmp`` and ``/dev/shm``.
     """
 
     name = NAME
 
-    def __init__(self, *, root: str | None = None, path: str | None = None) -> None:
-        self.root = os.path.realpath(root or tempfile.gettempdir())
+    def __init__(
+        self,
+        *,
+        root: str | None = None,
+        path: str | None = None,
+        warm_python: bool = True,
+        disk_mb: int = 1024,
+        tmp_mb: int = 256,
+    ) -> None:
+        self.isolation = isolation.probe()
+        default_root = os.path.join(tempfile.gettempdir(), f"sandboxkit-{os.geteuid()}")
+        self.root = os.path.realpath(root or default_root)
+        os.makedirs(self.root, mode=0o711, exist_ok=True)
         self.path = path or SANDBOX_PATH
+        self.warm_python = warm_python
+        self.disk_mb = disk_mb
+        self.tmp_mb = tmp_mb
+        self.server_python = shutil.which("python3", path=self.path)
         self._sandboxes: set[SubprocessSandbox] = set()
         self._caps: Capabilities | None = None
 
@@ -245,25 +407,38 @@ class SubprocessBackend(Backend):
     def capabilities(self) -> Capabilities:
         """Languages whose toolchains exist here; protections not active on this machine."""
         if self._caps is None:
+            iso = self.isolation
             langs = frozenset(name for name, lang in LANGUAGES.items() if _toolchain_present(lang, self.path))
+            limits = {"timeout_s", "compile_timeout_s", "memory_mb", "output_bytes", "file_size_mb", "pids"}
+            if iso.bwrap is not None:
+                limits.add("network")
+            missing = list(iso.missing())
+            if self.server_python is None:
+                missing.append("fork server: no python3 on the sandbox PATH, every command is cold and unconfined")
             self._caps = Capabilities(
                 languages=langs,
                 stateful=True,
-                network_control=False,
-                limits=frozenset({"timeout_s", "compile_timeout_s", "memory_mb", "output_bytes", "file_size_mb"}),
+                network_control=iso.bwrap is not None,
+                limits=frozenset(limits),
                 resettable=True,
-                missing_protections=(
-                    "user namespace: programs run as the sandboxkit user",
-                    "pid namespace: double-forked daemons may outlive a run",
-                    "network namespace: network is always on",
-                    "mount namespace: programs see the host filesystem",
-                ),
+                missing_protections=tuple(missing),
             )
         return self._caps
 
     async def open(self, limits: Limits | None = None) -> SubprocessSandbox:
-        """Create a sandbox with a fresh workspace directory."""
-        sandbox = SubprocessSandbox(self, limits or Limits())
+        """Create a sandbox: a workspace (tmpfs where allowed), a cgroup, a private uid.
+
+        The fork server starts with the first command, so opening is cheap.
+
+        Raises:
+            BackendUnavailable: the workspace or cgroup could not be created.
+        """
+        try:
+            sandbox = SubprocessSandbox(self, limits or Limits())
+        except OSError as exc:
+            raise BackendUnavailable(
+                f"cannot create a sandbox workspace under {self.root!r}: {exc}; check that it is writable", backend=NAME
+            ) from exc
         self._sandboxes.add(sandbox)
         return sandbox
 
@@ -281,14 +456,25 @@ class SubprocessBackend(Backend):
             await sandbox.close()
 
     def emergency_cleanup(self) -> None:
-        """Remove workspaces synchronously at interpreter exit."""
+        """Kill and remove every sandbox synchronously (interpreter exit)."""
         for sandbox in list(self._sandboxes):
-            sandbox._closed = True
-            sandbox.workspace.remove()
+            with contextlib.suppress(Exception):
+                sandbox._release()
         self._sandboxes.clear()
+
+    async def cleanup(self) -> int:
+        """Remove workspaces, mounts and cgroups left by crashed sandboxkit processes.
+
+        Only entries whose owner process is gone are touched: this removes what a crash
+        left, never another live process's sandboxes (those are in use).
+        """
+        from sandboxkit.backends.subprocess._cleanup import remove_leftovers
+
+        live = {sb.workspace.path for sb in self._sandboxes}
+        return remove_leftovers(self.root, self.isolation, keep=live)
 
     @classmethod
     def availability(cls, **options: object) -> Availability:
-        """Always usable: it needs only this machine."""
+        """Always usable: it needs only this machine (``doctor`` lists protections missing here)."""
         del options
         return Availability(True)

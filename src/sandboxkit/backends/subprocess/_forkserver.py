@@ -1,0 +1,309 @@
+"""Host side of a sandbox's fork server (see ``_server_main`` for the side inside the sandbox).
+
+One server per sandbox, started inside the sandbox's namespaces as its uid. Each command is
+a small ``marshal`` message plus three pipe descriptors passed with ``SCM_RIGHTS``; the
+host drains the pipes itself, so output capping works exactly as on the cold path.
+
+The host keeps its own timer (``timeout + GRACE_S``): if the server does not report in
+time, or dies (a program may kill it: it is its parent), the whole sandbox is killed and
+the next command starts a fresh server. Files survive that; they live on the host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import marshal
+import os
+import signal
+import socket
+import struct
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from sandboxkit.backends.subprocess._cgroup import SandboxCgroup
+from sandboxkit.backends.subprocess._output import Drain
+from sandboxkit.backends.subprocess._status import Outcome
+
+__all__ = ["GRACE_S", "ForkServer", "ServerStartError"]
+
+#: The host's own deadline is the command's timeout plus this (the server enforces the timeout).
+GRACE_S = 0.5
+#: After the server reports the exit, how long pipes may stay open (should be instant: the
+#: server has killed every other process of the sandbox by then).
+EOF_GRACE_S = 0.25
+START_TIMEOUT_S = 15.0
+SERVER_SOURCE = (Path(__file__).with_name("_server_main.py")).read_text()
+
+
+class ServerStartError(RuntimeError):
+    """The fork server did not come up (the message says why, from its stderr)."""
+
+
+class ForkServer:
+    """One sandbox's fork server process tree and its control socket.
+
+    Args:
+        python: interpreter inside the sandbox.
+        prefix: argv that wraps the server in its namespaces (bwrap ...), or ``[]``.
+        user: host ``(uid, gid)`` to run as, or ``None`` to stay the current user.
+        env: the server's environment (already scrubbed).
+        cwd: where it starts (the workspace).
+        cgroup: the sandbox's cgroup, which the server tree joins before its first command.
+        sweep_all: after each command, kill every other process the server may signal
+            (true inside a PID namespace or under a private uid); otherwise the process group.
+    """
+
+    def __init__(
+        self,
+        *,
+        python: str,
+        prefix: Sequence[str],
+        user: tuple[int, int] | None,
+        env: Mapping[str, str],
+        cwd: str,
+        cgroup: SandboxCgroup | None,
+        sweep_all: bool,
+    ) -> None:
+        self.python = python
+        self.prefix = list(prefix)
+        self.user = user
+        self.env = dict(env)
+        self.cwd = cwd
+        self.cgroup = cgroup
+        self.sweep_all = sweep_all
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.sock: socket.socket | None = None
+        self.server_pid: int | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None and self.sock is not None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Start the server and wait until it is ready (and inside the sandbox's cgroup).
+
+        Raises:
+            ServerStartError: it exited or did not answer within ``START_TIMEOUT_S``.
+        """
+        host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        host.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        uid, gid = self.user if self.user is not None else (None, None)
+        try:
+            self.proc = subprocess.Popen(
+                [*self.prefix, self.python, "-u", "-c", SERVER_SOURCE, str(child.fileno())],
+                pass_fds=[child.fileno()],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                cwd=self.cwd,
+                env=self.env,
+                user=uid,
+                group=gid,
+                extra_groups=[] if uid is not None else None,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            host.close()
+            raise ServerStartError(f"cannot start {self.prefix[:1] or [self.python]}: {exc}") from exc
+        finally:
+            child.close()
+        self.sock = host
+        try:
+            msg, pid = await self._recv(time.monotonic() + START_TIMEOUT_S)
+        except (ConnectionError, TimeoutError) as exc:
+            err = self._stderr_text()
+            self.kill()
+            raise ServerStartError(f"the fork server did not start: {err or exc}") from None
+        assert self.proc.stderr is not None
+        self.proc.stderr.close()  # from now on the server never writes to its own stderr
+        if msg != b"ready" or pid is None:
+            self.kill()
+            raise ServerStartError(f"the fork server answered {msg!r} instead of b'ready'")
+        self.server_pid = pid
+        if self.cgroup is not None:
+            # Nothing but bwrap and the server exists yet, so moving these is race-free. Only
+            # processes of the sandbox's own tree: never this process (the server's parent
+            # when there is no bwrap).
+            tree = [self.proc.pid, pid]
+            init = _ppid(pid)
+            if init is not None and init != os.getpid() and _ppid(init) == self.proc.pid:
+                tree.insert(1, init)
+            for p in dict.fromkeys(tree):
+                self.cgroup.add(p)
+
+    def _stderr_text(self) -> str:
+        if self.proc is None or self.proc.stderr is None or self.proc.stderr.closed:
+            return ""
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait(2)
+            return self.proc.stderr.read(4096).decode(errors="replace").strip()
+        return ""
+
+    def kill(self) -> None:
+        """Kill the server and everything in the sandbox. Idempotent, synchronous, quick."""
+        proc, self.proc = self.proc, None
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        if proc is None:
+            return
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)  # bwrap's init dies with it, and the PID namespace with that
+        if self.cgroup is not None:
+            self.cgroup.kill_all()
+        elif self.sweep_all and not self.prefix and self.user is not None:
+            kill_uid(self.user[0])
+        with contextlib.suppress(subprocess.SubprocessError):
+            proc.wait(5)
+        if self.server_pid is not None:
+            _wait_gone(self.server_pid)
+        if proc.stderr is not None and not proc.stderr.closed:
+            proc.stderr.close()
+
+    # ------------------------------------------------------------------ messages
+
+    async def _recv(self, deadline: float) -> tuple[bytes, int | None]:
+        """Next message from the server and the sender's host pid (from SCM_CREDENTIALS)."""
+        sock = self.sock
+        if sock is None:
+            raise ConnectionError("fork server closed")
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                msg, anc, _, _ = sock.recvmsg(256, socket.CMSG_SPACE(12), socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                ready: asyncio.Future[None] = loop.create_future()
+                loop.add_reader(sock.fileno(), _set_done, ready)
+                try:
+                    await asyncio.wait_for(ready, max(deadline - time.monotonic(), 0.0))
+                except asyncio.TimeoutError:
+                    raise TimeoutError("fork server did not answer in time") from None
+                finally:
+                    loop.remove_reader(sock.fileno())
+                continue
+            if not msg:
+                raise ConnectionError("fork server exited")
+            pid = None
+            for level, kind, data in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                    pid = struct.unpack("3i", data[:12])[0]
+            return msg, pid
+
+    def _send_kill(self) -> None:
+        if self.sock is not None:
+            with contextlib.suppress(OSError):
+                self.sock.send(b"kill", socket.MSG_DONTWAIT)
+
+    # ------------------------------------------------------------------ commands
+
+    async def run(
+        self,
+        request: dict[str, object],
+        *,
+        stdin: bytes,
+        timeout_s: float,
+        output_bytes: int,
+    ) -> Outcome:
+        """Run one command (``request`` as ``_server_main`` expects it, minus ``timeout``/``sweep``).
+
+        Raises:
+            ConnectionError: the server is not running (the caller starts a new one).
+        """
+        sock = self.sock
+        if sock is None or not self.alive:
+            raise ConnectionError("fork server is not running")
+        oom_before = self.cgroup.oom_kills() if self.cgroup is not None else 0
+        message = marshal.dumps({**request, "timeout": timeout_s, "sweep": self.sweep_all})
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        started = time.perf_counter()
+        try:
+            socket.send_fds(sock, [message], [in_r, out_w, err_w])
+        except OSError:
+            for fd in (in_w, out_r, err_r):
+                os.close(fd)
+            self.kill()
+            raise ConnectionError("fork server is gone") from None
+        finally:
+            for fd in (in_r, out_w, err_w):
+                os.close(fd)
+        drain = Drain(out_r, err_r, in_w, stdin, output_bytes, self._send_kill)
+        deadline = time.monotonic() + timeout_s + GRACE_S
+        status: int | None = None
+        timed_out = crashed = False
+        try:
+            while True:
+                msg, _ = await self._recv(deadline)
+                if msg.startswith(b"exit "):
+                    _, raw_status, raw_timeout = msg.split()
+                    status, timed_out = int(raw_status), raw_timeout == b"1"
+                    break
+        except TimeoutError:
+            timed_out = crashed = True
+        except ConnectionError:
+            crashed = True
+        except BaseException:  # cancelled mid-command: the reply would confuse the next one
+            self.kill()
+            drain.close()
+            raise
+        if crashed:
+            self.kill()  # also ends every writer of the pipes
+        try:
+            if not await drain.wait_eof(EOF_GRACE_S if not crashed else 1.0):
+                drain.close()
+        finally:
+            drain.close()
+        code = os.waitstatus_to_exitcode(status) if status is not None else -signal.SIGKILL
+        oom = self.cgroup is not None and self.cgroup.oom_kills() > oom_before
+        return Outcome(
+            returncode=code if code >= 0 else None,
+            signal=-code if code < 0 else None,
+            stdout=drain.stdout,
+            stderr=drain.stderr,
+            stdout_truncated=drain.stdout_truncated,
+            stderr_truncated=drain.stderr_truncated,
+            duration_s=time.perf_counter() - started,
+            timed_out=timed_out,
+            output_limit=drain.overflowed,
+            oom_killed=oom,
+        )
+
+
+def _set_done(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def _wait_gone(pid: int, wait_s: float = 2.0) -> None:
+    """Wait until ``pid`` has exited (gone or a zombie): its namespace dies a moment after bwrap."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                    return
+        except (OSError, IndexError):
+            return
+        time.sleep(0.002)
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def kill_uid(uid: int) -> None:
+    """SIGKILL every process of host uid ``uid`` (a sandbox's private uid; needs root)."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run(["/bin/sh", "-c", "kill -9 -1"], user=uid, group=uid, extra_groups=[], timeout=5, check=False)

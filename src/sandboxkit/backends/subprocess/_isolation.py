@@ -1,0 +1,228 @@
+"""Which isolation mechanisms this machine allows, and how a sandbox is wrapped in them.
+
+Layers, each probed once per process (so ``capabilities`` and ``sandboxkit doctor`` report
+what is really active, never a silently weaker set):
+
+* **uid**: when sandboxkit runs as root, every sandbox runs as its own unused host uid, so
+  files that are not world-readable (``/etc/shadow``, ``/root``, other sandboxes) stay closed
+  and ``kill(-1)`` from inside reaches only that sandbox's processes.
+* **bubblewrap** (``bwrap``, apt ``bubblewrap``): user, PID, mount, IPC, UTS and (by default)
+  network namespaces. Only the workspace and a private ``/tmp`` are writable; other
+  workspaces are hidden; every descendant dies with the sandbox's PID namespace.
+* **cgroup** (see ``_cgroup``): memory and pids limits for the whole sandbox.
+* **tmpfs workspace**: a size-capped tmpfs per workspace (root only), so filling the disk
+  stops at the quota instead of at the host's free space.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import logging
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+
+from sandboxkit.backends.subprocess._cgroup import CgroupSupport, probe_cgroup
+
+__all__ = ["INNER_UID", "Isolation", "allocate_uid", "bwrap_argv", "mount_tmpfs", "probe", "release_uid", "unmount"]
+
+log = logging.getLogger(__name__)
+
+#: uid/gid the program sees inside the user namespace (mapped to a private host uid).
+INNER_UID = 1000
+_UID_BASE = 1_500_000_000
+_UID_SPAN = 500_000_000
+_used_uids: set[int] = set()
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """The mechanisms usable on this machine (result of :func:`probe`)."""
+
+    is_root: bool
+    bwrap: str | None  # path of a bwrap that works here, or None
+    bwrap_error: str
+    disable_userns: bool  # bwrap --disable-userns works (no nested user namespaces)
+    cgroup: CgroupSupport
+    tmpfs: bool  # we can mount a size-capped tmpfs per workspace
+    tmpfs_error: str
+
+    def missing(self, *, network_request: bool = False) -> tuple[str, ...]:
+        """Protections that are not active here, in words, for capabilities and doctor."""
+        out = []
+        if not self.is_root:
+            out.append("separate uid: not running as root, so programs run as the invoking user")
+        if self.bwrap is None:
+            why = f" ({self.bwrap_error})" if self.bwrap_error else ""
+            out += [
+                f"user namespace: bubblewrap unavailable{why}; apt-get install bubblewrap",
+                "pid namespace: daemons are killed by uid/process group only"
+                if self.is_root
+                else "pid namespace: double-forked daemons can outlive a run",
+                "network namespace: programs can use the network",
+                "mount namespace: programs see (but cannot write) the host filesystem",
+            ]
+        out += [f"cgroup: {m}" for m in self.cgroup.missing]
+        if not self.tmpfs:
+            out.append(f"disk quota: no tmpfs workspace ({self.tmpfs_error}); only RLIMIT_FSIZE per file")
+        del network_request
+        return tuple(out)
+
+
+def allocate_uid() -> int:
+    """A host uid no other sandbox of this process uses (random, so other processes rarely collide)."""
+    while True:
+        uid = _UID_BASE + secrets.randbelow(_UID_SPAN)
+        if uid not in _used_uids:
+            _used_uids.add(uid)
+            return uid
+
+
+def release_uid(uid: int) -> None:
+    _used_uids.discard(uid)
+
+
+def bwrap_argv(iso: Isolation, *, bwrap: str, workspace: str, root: str, network: bool, tmp_mb: int) -> list[str]:
+    """The bwrap prefix that puts a command in a fresh set of namespaces around ``workspace``."""
+    argv = [
+        bwrap,
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--uid",
+        str(INNER_UID),
+        "--gid",
+        str(INNER_UID),
+        "--hostname",
+        "sandbox",
+        "--die-with-parent",
+        "--new-session",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--size",
+        str(tmp_mb << 20),
+        "--tmpfs",
+        "/tmp",
+        "--size",
+        str(tmp_mb << 20),
+        "--tmpfs",
+        "/dev/shm",
+    ]
+    if not network:
+        argv.append("--unshare-net")
+    if iso.disable_userns:
+        argv.append("--disable-userns")
+    if not (root + os.sep).startswith("/tmp/"):
+        argv += ["--tmpfs", root]  # hide every other workspace
+    argv += ["--bind", workspace, workspace, "--chdir", workspace, "--"]
+    return argv
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+
+
+def mount_tmpfs(path: str, *, size_mb: int, uid: int, gid: int) -> None:
+    """Mount a size-capped tmpfs owned by ``uid`` on ``path``.
+
+    Raises:
+        OSError: the kernel refused (not root, or no CAP_SYS_ADMIN in this container).
+    """
+    opts = f"size={size_mb}m,mode=0700,uid={uid},gid={gid},nr_inodes=65536".encode()
+    ms_nosuid, ms_nodev = 2, 4
+    if _libc().mount(b"tmpfs", path.encode(), b"tmpfs", ms_nosuid | ms_nodev, opts) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount tmpfs on {path!r}: {os.strerror(err)}")
+
+
+def unmount(path: str) -> None:
+    """Lazily unmount ``path`` (best effort)."""
+    mnt_detach = 2
+    _libc().umount2(path.encode(), mnt_detach)
+
+
+def _probe_bwrap(is_root: bool) -> tuple[str | None, str, bool]:
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return None, "bwrap not installed", False
+    uid = allocate_uid() if is_root else None
+    base = [
+        bwrap,
+        "--unshare-all",
+        "--unshare-user",
+        "--die-with-parent",
+        "--uid",
+        str(INNER_UID),
+        "--ro-bind",
+        "/",
+        "/",
+    ]
+    base += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    try:
+        for extra, what in (([], "namespaces"), (["--disable-userns"], "disable-userns")):
+            proc = subprocess.run(
+                [*base, *extra, "--", "true"],
+                capture_output=True,
+                timeout=10,
+                user=uid,
+                group=uid,
+                extra_groups=[] if uid is not None else None,
+                env={"PATH": "/usr/bin:/bin"},
+            )
+            if proc.returncode != 0:
+                err = proc.stderr.decode(errors="replace").strip()[:200]
+                if what == "namespaces":
+                    return None, f"bwrap cannot create namespaces here: {err}", False
+                return bwrap, "", False
+        return bwrap, "", True
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"bwrap failed to start: {exc}", False
+    finally:
+        if uid is not None:
+            release_uid(uid)
+
+
+def _probe_tmpfs(is_root: bool) -> tuple[bool, str]:
+    if not is_root:
+        return False, "needs root"
+    path = tempfile.mkdtemp(prefix="sandboxkit-probe-")
+    try:
+        mount_tmpfs(path, size_mb=1, uid=0, gid=0)
+    except OSError as exc:
+        return False, str(exc.strerror or exc)
+    else:
+        unmount(path)
+        return True, ""
+    finally:
+        os.rmdir(path)
+
+
+@functools.lru_cache(maxsize=1)
+def probe() -> Isolation:
+    """Find out once which mechanisms work on this machine."""
+    is_root = os.geteuid() == 0
+    bwrap, bwrap_error, disable_userns = _probe_bwrap(is_root)
+    tmpfs, tmpfs_error = _probe_tmpfs(is_root)
+    iso = Isolation(
+        is_root=is_root,
+        bwrap=bwrap,
+        bwrap_error=bwrap_error,
+        disable_userns=disable_userns,
+        cgroup=probe_cgroup(),
+        tmpfs=tmpfs,
+        tmpfs_error=tmpfs_error,
+    )
+    log.debug("subprocess isolation on this machine: %s", iso)
+    return iso

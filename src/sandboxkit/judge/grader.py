@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import shlex
 import time
 import weakref
@@ -57,7 +56,6 @@ log = logging.getLogger(__name__)
 #: Keys of a grade row that override the call's defaults.
 ROW_OPTIONS = ("language", "shaping", "banned_patterns", "compare", "timeout_s")
 
-_PY_SYNTAX = re.compile(r"^(SyntaxError|IndentationError|TabError)\b")
 _MAX_RUN_S = 24 * 3600.0
 _session_slots: weakref.WeakKeyDictionary[SandboxPool, anyio.Semaphore] = weakref.WeakKeyDictionary()
 
@@ -277,9 +275,10 @@ def _finish(
 async def _execute(job: _Job, suite: TestSuite) -> _Outcome:
     cases = list(enumerate(suite.cases))
     groups: list[tuple[Callable[[_Job, list[Any]], Awaitable[_Outcome]], list[Any]]] = []
-    harnessed = [(i, c) for i, c in cases if isinstance(c, (CallCase, AssertCase)) and job.lang.name == "python"]
-    programs = [(i, c) for i, c in cases if isinstance(c, AssertCase) and job.lang.name != "python"]
-    stdio = [(i, c) for i, c in cases if isinstance(c, StdioCase)]
+    python = job.lang.name == "python"
+    harnessed = [(i, c) for i, c in cases if python]
+    programs = [(i, c) for i, c in cases if isinstance(c, AssertCase) and not python]
+    stdio = [(i, c) for i, c in cases if isinstance(c, StdioCase) and not python]
     if harnessed:
         groups.append((_run_harness, harnessed))
     if stdio:
@@ -308,13 +307,18 @@ def _all_compile_error(group: list[tuple[int, Any]], message: str) -> _Outcome:
 # --------------------------------------------------------------------------- python harness
 
 
-async def _run_harness(job: _Job, group: list[tuple[int, AssertCase | CallCase]]) -> _Outcome:
+async def _run_harness(job: _Job, group: list[tuple[int, StdioCase | AssertCase | CallCase]]) -> _Outcome:
+    cases = [c for _, c in group]
     script = build_python_harness(
-        job.code, [c for _, c in group], timeout_s=job.limits.timeout_s, stop_on_error=job.stop
+        job.code, cases, timeout_s=job.limits.timeout_s, output_bytes=job.limits.output_bytes, stop_on_error=job.stop
     )
     n = len(group)
     budget = min(_MAX_RUN_S, n * (job.limits.timeout_s + 0.5) + 5.0)
-    output = min(64 << 20, max(job.limits.output_bytes, n * (VALUE_CAP + 1024) + 65536))
+    # Room for every case's report: a return value (up to VALUE_CAP) or a stdio case's output, JSON-escaped.
+    per_case = (
+        max(VALUE_CAP, 2 * job.limits.output_bytes) if any(isinstance(c, StdioCase) for c in cases) else VALUE_CAP
+    )
+    output = min(64 << 20, max(job.limits.output_bytes, n * (per_case + 1024) + 65536))
     limits = job.limits.merged(timeout_s=budget, output_bytes=output)
     result = await job.pool.run(script, language="python", limits=limits)
     report = parse_harness_output(result.stdout)
@@ -329,13 +333,13 @@ async def _run_harness(job: _Job, group: list[tuple[int, AssertCase | CallCase]]
                 continue  # skipped: an earlier case failed and the shaping stops there
             outcome.cases[index] = _harness_lost(index, case, result)
             continue
-        outcome.cases[index] = _judge_harness_item(index, case, item, job.options)
+        outcome.cases[index] = _judge_harness_item(index, case, item, job.options, job.limits.timeout_s)
         if job.stop and item.get("status") != "ok":
             stopped = True
     return outcome
 
 
-def _harness_lost(index: int, case: AssertCase | CallCase, result: RunResult) -> CaseResult:
+def _harness_lost(index: int, case: StdioCase | AssertCase | CallCase, result: RunResult) -> CaseResult:
     # The harness died before reporting this case: the run's own status says why.
     status = {
         Status.TIMEOUT: "timeout",
@@ -348,12 +352,29 @@ def _harness_lost(index: int, case: AssertCase | CallCase, result: RunResult) ->
 
 
 def _judge_harness_item(
-    index: int, case: AssertCase | CallCase, item: Mapping[str, Any], options: CompareOptions
+    index: int,
+    case: StdioCase | AssertCase | CallCase,
+    item: Mapping[str, Any],
+    options: CompareOptions,
+    time_limit: float,
 ) -> CaseResult:
     elapsed = float(item.get("t", 0.0))
     status = item.get("status")
     if status == "timeout":
-        return CaseResult(index=index, type=case.type, status="timeout", time_s=elapsed, message="time limit exceeded")
+        message = f"time limit of {time_limit:g}s exceeded"
+        return CaseResult(index=index, type=case.type, status="timeout", time_s=elapsed, message=message)
+    if status == "output_limit":
+        return CaseResult(index=index, type=case.type, status="output_limit", time_s=elapsed, message="output limit")
+    if isinstance(case, StdioCase):
+        result = ExecResult(
+            status=Status.OK if status == "ok" else Status.FAILED,
+            exit_code=item.get("code"),
+            signal=item.get("signal"),
+            stdout=str(item.get("stdout") or ""),
+            stderr=str(item.get("stderr") or ""),
+            duration_s=elapsed,
+        )
+        return _judge_run(index, case, result, options, time_limit)
     if status != "ok":
         return CaseResult(
             index=index, type=case.type, status="error", time_s=elapsed, message=trim_message(str(item.get("error")))
@@ -425,19 +446,15 @@ def _compile_message(result: RunResult) -> str:
     return trim_message(first_error or "the compiler failed")
 
 
-def _python_syntax_error(lang: Language, result: ExecResult) -> str | None:
-    # `python3 main.py` on a file that does not parse prints the error without a traceback header.
-    if lang.name != "python" or result.status is not Status.FAILED or "Traceback (most recent" in result.stderr:
-        return None
-    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
-    if lines and _PY_SYNTAX.match(lines[-1]):
-        return trim_message(lines[-1])
-    return None
-
-
 async def _run_stdio(job: _Job, group: list[tuple[int, StdioCase]]) -> _Outcome:
     caps = job.pool.backend.capabilities
-    if job.lang.compile is not None and len(group) > 1 and caps.stateful and job.pool.max_sandboxes >= 2:
+    if (
+        job.lang.compile is not None
+        and not job.lang.virtual_memory_hungry
+        and len(group) > 1
+        and caps.stateful
+        and job.pool.max_sandboxes >= 2
+    ):
         return await _stdio_in_session(job, group)
     return await _one_run_per_case(job, group, lambda case: job.code, job.lang.name)
 
@@ -489,9 +506,6 @@ async def _one_run_per_case(
 def _first_run_verdict(job: _Job, group: list[tuple[int, Any]], result: RunResult) -> _Outcome | None:
     if result.status is Status.COMPILE_ERROR:
         return _all_compile_error(group, _compile_message(result))
-    syntax = _python_syntax_error(job.lang, result)
-    if syntax is not None:
-        return _all_compile_error(group, syntax)
     return None
 
 
@@ -514,14 +528,14 @@ async def _stdio_in_session(job: _Job, group: list[tuple[int, StdioCase]]) -> _O
     return outcome
 
 
-async def _run_compiled(session: Session, job: _Job, stdin: str) -> ExecResult:
-    """Run the binary the session's first run compiled, under the same limits as a normal run."""
-    argv = job.lang.run_argv(job.code)
-    if job.lang.virtual_memory_hungry:
-        # JVM/Go reserve address space: backends run them without an address-space limit, as exec does.
-        return await session.exec(argv, env=job.lang.env, stdin=stdin, timeout=job.limits.timeout_s)
-    # A bash `exec` of the binary gets exactly the limits (address space included) of a normal run.
-    launcher = "exec " + shlex.join(argv) + "\n"
+async def _run_compiled(session: Session, job: _Job, stdin: str) -> RunResult:
+    """Run the binary the session's first run compiled, under the same limits as a normal run.
+
+    A bash ``exec`` of the binary gets exactly the limits (address space included) of the language's own
+    run. Runtimes that reserve large address space (JVM, Go) need the backend's per-language exemption,
+    which only a run in their own language gets, so they are not graded this way (see ``_run_stdio``).
+    """
+    launcher = "exec " + shlex.join(job.lang.run_argv(job.code)) + "\n"
     return await session.run(launcher, language="bash", stdin=stdin, limits=job.limits)
 
 

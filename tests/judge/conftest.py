@@ -1,0 +1,32 @@
+"""Fixtures for the judge tests: a real subprocess-backed pool, a recording wrapper, a broken backend."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from judge_support import FAST, BrokenBackend, RecordingBackend
+
+from sandboxkit import SandboxPool
+
+
+@pytest.fixture
+async def pool() -> AsyncIterator[SandboxPool]:
+    async with SandboxPool("subprocess", max_concurrency=4, limits=FAST) as p:
+        yield p
+
+
+@pytest.fixture
+async def recording() -> AsyncIterator[tuple[SandboxPool, RecordingBackend]]:
+    backend = RecordingBackend()
+    try:
+        async with SandboxPool(backend, max_concurrency=4, limits=FAST) as p:
+            yield p, backend
+    finally:
+        await backend.aclose()
+
+
+@pytest.fixture
+async def broken_pool() -> AsyncIterator[SandboxPool]:
+    async with SandboxPool(BrokenBackend(), max_concurrency=2, retries=0) as p:
+        yield p

@@ -1,0 +1,125 @@
+"""The Python per-case harness, run with this machine's interpreter (the grader runs it in a sandbox)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import subprocess
+import sys
+
+from sandboxkit.judge import AssertCase, CallCase, StdioCase
+from sandboxkit.judge.harness import MARK, build_python_harness, canonical_hash, parse_harness_output
+
+SOLUTION = """
+import os, sys
+def f(x):
+    if x == "raise":
+        raise ValueError("boom")
+    if x == "exit0":
+        sys.exit(0)
+    if x == "os_exit":
+        os._exit(0)
+    if x == "loop":
+        while True:
+            pass
+    if x == "segv":
+        os.kill(os.getpid(), 11)
+    print("noise on stdout")  # must not disturb the report channel
+    return (x, {1, 2})
+"""
+
+
+def run_harness(
+    source: str, cases: list[StdioCase | AssertCase | CallCase], **kw: object
+) -> dict[int, dict[str, object]]:
+    script = build_python_harness(source, cases, timeout_s=kw.pop("timeout_s", 1.0), **kw)  # type: ignore[arg-type]
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    report = parse_harness_output(done.stdout)
+    assert report.finished, done.stderr
+    return report.results
+
+
+def test_each_case_is_isolated_and_failures_are_failures() -> None:
+    names = ["raise", "exit0", "os_exit", "loop", "segv", "ok"]
+    results = run_harness(SOLUTION, [CallCase(fn_name="f", args=[n], expected="") for n in names])
+    statuses = [results[i]["status"] for i in range(len(names))]
+    assert statuses == ["error", "error", "error", "timeout", "error", "ok"]
+    assert "ValueError: boom (main.py line 5)" in str(results[0]["error"])
+    assert "sys.exit(0)" in str(results[1]["error"])
+    assert "exited (code 0)" in str(results[2]["error"])
+    assert "signal 11" in str(results[4]["error"])
+    # The value comes back JSON-normalised: tuple -> list, set -> sorted list.
+    assert json.loads(results[5]["value"]["json"]) == ["ok", [1, 2]]  # type: ignore[index]
+
+
+def test_assert_cases_and_leetcode_prelude() -> None:
+    source = "class Solution:\n    def total(self, xs: List[int]) -> int:\n        return sum(xs)\n"
+    cases = [
+        CallCase(fn_name="total", args=[[1, 2, 3]], expected=6),
+        AssertCase(code="assert Solution().total([1]) == 1"),
+        AssertCase(code="x = 1\nassert Solution().total([1]) == 2"),
+    ]
+    results = run_harness(source, cases)
+    assert [results[i]["status"] for i in range(3)] == ["ok", "ok", "error"]
+    assert str(results[2]["error"]).endswith("(<test> line 2): assert Solution().total([1]) == 2")
+
+
+def test_stdio_cases_behave_like_a_script() -> None:
+    source = """
+import sys
+data = sys.stdin.read().split()
+if data[0] == "exit0":
+    print("bye")
+    sys.exit(0)
+if data[0] == "exit3":
+    sys.exit(3)
+if data[0] == "raise":
+    raise IndexError("deep")
+if data[0] == "flood":
+    while True:
+        print("x" * 1000)
+print(__name__, sum(map(int, data)))
+"""
+    stdins = ["1 2 3\n", "exit0", "exit3", "raise", "flood"]
+    results = run_harness(source, [StdioCase(stdin=s) for s in stdins], output_bytes=64 * 1024)
+    ok, exit0, exit3, crash, flood = (results[i] for i in range(5))
+    assert (ok["status"], ok["code"], ok["stdout"]) == ("ok", 0, "__main__ 6\n")
+    assert (exit0["status"], exit0["stdout"]) == ("ok", "bye\n")  # sys.exit(0) is a normal end for a script
+    assert (exit3["status"], exit3["code"]) == ("error", 3)
+    assert crash["code"] == 1 and str(crash["stderr"]).rstrip().endswith("IndexError: deep")
+    assert flood["status"] == "output_limit"
+
+
+def test_syntax_error_is_reported_once() -> None:
+    script = build_python_harness("def f(:\n", [CallCase(fn_name="f", expected=1)], timeout_s=1)
+    report = parse_harness_output(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True).stdout)
+    assert report.syntax_error is not None and "SyntaxError" in report.syntax_error
+    assert report.results == {}
+
+
+def test_stop_on_error_stops_after_the_first_error() -> None:
+    cases = [CallCase(fn_name="f", args=[n], expected=None) for n in ("ok", "raise", "ok")]
+    results = run_harness(SOLUTION, cases, stop_on_error=True)
+    assert sorted(results) == [0, 1]
+
+
+def test_expected_values_never_enter_the_sandbox() -> None:
+    secret = "EXPECTED-d41d8cd9"
+    script = build_python_harness("def f(): pass", [CallCase(fn_name="f", expected=secret)], timeout_s=1)
+    blob = re.search(r'b64decode\("([^"]+)"\)', script)
+    assert blob is not None
+    assert secret not in script and secret not in base64.b64decode(blob.group(1)).decode()
+
+
+def test_large_values_come_back_as_a_hash() -> None:
+    results = run_harness("def big():\n    return list(range(100000))\n", [CallCase(fn_name="big", expected=None)])
+    value = results[0]["value"]
+    assert isinstance(value, dict) and value["sha256"] == canonical_hash(list(range(100000)))
+
+
+def test_report_parser_ignores_noise() -> None:
+    text = f'hello\n{MARK}not json\n{MARK}{json.dumps({"i": 0, "status": "ok"})}\n{MARK}[1]\n{MARK}{{"done": true}}\n'
+    report = parse_harness_output(text)
+    assert report.finished and report.results == {0: {"i": 0, "status": "ok"}}
+    assert not parse_harness_output("").finished

@@ -22,12 +22,13 @@ Protocol on the control socket (``SOCK_SEQPACKET``, one message per datagram):
 
 from __future__ import annotations
 
+import _socket  # not ``socket``: that module pulls in enum/selectors, ~1 MB per sandbox
+import gc
 import marshal
 import os
 import resource
 import select
 import signal
-import socket
 import sys
 import time
 
@@ -111,7 +112,7 @@ def _shutdown(code: int) -> int:
     return code
 
 
-def _child(ctl: socket.socket, req: dict[str, Any], fds: list[int]) -> None:
+def _child(ctl: _socket.socket, req: dict[str, Any], fds: list[int]) -> None:
     """In the forked child: become the command. Never returns."""
     code = 127
     try:
@@ -176,7 +177,7 @@ def _sweep(sweep_all: bool, pgid: int) -> None:
         select.select([], [], [], 0.005)  # let init reap them, then check again
 
 
-def _serve_one(ctl: socket.socket, req: dict[str, Any], fds: list[int]) -> None:
+def _serve_one(ctl: _socket.socket, req: dict[str, Any], fds: list[int]) -> None:
     pid = os.fork()
     if pid == 0:
         _child(ctl, req, fds)
@@ -221,13 +222,28 @@ def _kill_group(pid: int) -> None:
             pass
 
 
+def _recv(ctl: _socket.socket) -> tuple[bytes, list[int]]:
+    """One message and the descriptors attached to it (SCM_RIGHTS)."""
+    msg, ancdata, _, _ = ctl.recvmsg(MAX_MSG, _socket.CMSG_LEN(3 * 4))
+    fds: list[int] = []
+    for level, kind, data in ancdata:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            usable = len(data) - len(data) % 4
+            fds += [int.from_bytes(data[i : i + 4], sys.byteorder, signed=True) for i in range(0, usable, 4)]
+    return msg, fds
+
+
 def main() -> None:
     _no_ptrace()
-    ctl = socket.socket(fileno=CTL_FD)
+    ctl = _socket.socket(-1, -1, -1, CTL_FD)  # family/type detected from the descriptor
+    # Move everything alive now out of the collector's reach: a child's GC then never
+    # touches (and copies) the server's pages, which keeps forks cheap.
+    gc.collect()
+    gc.freeze()
     ctl.send(b"ready")
     while True:
         try:
-            msg, fds, _, _ = socket.recv_fds(ctl, MAX_MSG, 3)
+            msg, fds = _recv(ctl)
         except OSError:
             os._exit(0)
         if not msg:

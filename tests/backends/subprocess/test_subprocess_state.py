@@ -1,0 +1,119 @@
+"""State: what persists inside one sandbox, and what never crosses from one run to the next.
+
+Files persist across ``run``/``exec`` in one sandbox (multi-turn tools rely on it); interpreter
+state never does, because every warm Python run is a fresh fork of a server that never runs
+user code; processes never outlive the command that started them.
+"""
+
+from __future__ import annotations
+
+import os
+
+from sbx_helpers import FAST, RecordingBackend
+
+from sandboxkit.backends.subprocess import SubprocessSandbox
+from sandboxkit.backends.subprocess._isolation import INNER_UID
+from sandboxkit.models import RunRequest, Status
+from sandboxkit.pool import SandboxPool
+
+
+def _req(code: str, **kw: object) -> RunRequest:
+    return RunRequest(code=code, limits=FAST, **kw)  # type: ignore[arg-type]
+
+
+async def test_files_persist_across_run_and_exec(sandbox: SubprocessSandbox) -> None:
+    wrote = await sandbox.run(_req("import os; os.makedirs('d', exist_ok=True); open('d/a.txt', 'w').write('one')"))
+    assert wrote.status is Status.OK, wrote
+    appended = await sandbox.exec("cat d/a.txt && echo -n two >> d/a.txt")
+    assert appended.stdout == "one"
+    in_subdir = await sandbox.exec("ls", cwd="d")
+    assert in_subdir.stdout == "a.txt\n"
+    read = await sandbox.run(_req("print(open('d/a.txt').read())"))
+    assert read.stdout == "onetwo\n"
+    assert await sandbox.read_files(["d/a.txt"]) == {"d/a.txt": b"onetwo"}
+
+
+async def test_files_written_by_host_are_the_programs(sandbox: SubprocessSandbox) -> None:
+    await sandbox.write_files({"data/in.txt": "host"})
+    result = await sandbox.exec("echo more >> data/in.txt && mkdir data/sub && rm data/in.txt && ls data")
+    assert result.status is Status.OK, result
+    assert result.stdout == "sub\n"
+
+
+async def test_warm_runs_share_no_interpreter_state(sandbox: SubprocessSandbox) -> None:
+    first = await sandbox.run(
+        _req("import sys, json, builtins\nsys.modules['json'] = None\nbuiltins.LEAK = 1\nsys.path.append('/leak')")
+    )
+    assert first.status is Status.OK, first
+    second = await sandbox.run(
+        _req("import sys, builtins\nimport json\nprint(hasattr(builtins, 'LEAK'), '/leak' in sys.path, json.dumps(1))")
+    )
+    assert second.stdout == "False False 1\n", second
+
+
+async def test_warm_runs_behave_like_a_fresh_interpreter(sandbox: SubprocessSandbox) -> None:
+    code = """
+import os, random, sys, threading
+def late():
+    print('thread finished')
+threading.Timer(0.05, late).start()
+import atexit
+atexit.register(lambda: print('atexit ran'))
+print(__name__, os.path.basename(__file__), sys.argv[1:], os.getcwd() == os.environ['HOME'])
+print(random.random())
+"""
+    first = await sandbox.run(_req(code, argv=["x", "y"]))
+    second = await sandbox.run(_req(code, argv=["x", "y"]))
+    assert first.status is Status.OK, first
+    lines = first.stdout.splitlines()
+    assert lines[0] == "__main__ main.py ['x', 'y'] True"
+    assert lines[2:] == ["thread finished", "atexit ran"]
+    assert first.stdout.splitlines()[1] != second.stdout.splitlines()[1], "random state leaked between runs"
+
+
+async def test_warm_exit_codes_and_tracebacks(sandbox: SubprocessSandbox) -> None:
+    assert (await sandbox.run(_req("import sys; sys.exit(7)"))).exit_code == 7
+    assert (await sandbox.run(_req("raise SystemExit('bye')"))).stderr == "bye\n"
+    error = await sandbox.run(_req("def f():\n    1 / 0\nf()"))
+    assert error.exit_code == 1
+    assert error.stderr.startswith("Traceback (most recent call last):\n")
+    assert "_server_main" not in error.stderr and "ZeroDivisionError" in error.stderr
+    syntax = await sandbox.run(_req("def ("))
+    assert syntax.status is Status.FAILED and "SyntaxError" in syntax.stderr
+
+
+async def test_python_env_options_use_the_cold_path(sandbox: SubprocessSandbox) -> None:
+    code = "import sys; print(sys.flags.dont_write_bytecode)"
+    cold = await sandbox.run(_req(code, env={"PYTHONDONTWRITEBYTECODE": "1"}))
+    assert cold.stdout == "1\n", cold
+
+
+async def test_program_identity(sandbox: SubprocessSandbox, backend: RecordingBackend) -> None:
+    result = await sandbox.exec(["python3", "-c", "import os; print(os.getuid(), os.getcwd())"])
+    uid, cwd = result.stdout.split()
+    assert cwd == sandbox.workspace.path
+    if backend.isolation.bwrap is not None:
+        assert int(uid) == INNER_UID
+    elif backend.isolation.is_root:
+        assert int(uid) == sandbox.uid
+    assert int(uid) != 0 or os.geteuid() != 0, "the program must never run as root"
+
+
+async def test_no_process_survives_a_command(sandbox: SubprocessSandbox, backend: RecordingBackend) -> None:
+    from sbx_helpers import leftovers
+
+    result = await sandbox.exec("sleep 60 & disown; nohup sleep 60 >/dev/null 2>&1 & echo started")
+    assert result.stdout == "started\n"
+    assert leftovers(backend) == {}
+
+
+async def test_reset_and_reuse_through_the_pool(backend: RecordingBackend) -> None:
+    async with SandboxPool(backend, max_concurrency=1, limits=FAST) as pool:
+        await pool.run("open('left.txt', 'w').write('x')")
+        result = await pool.run("import os; print(os.listdir('.'))")
+        assert result.stdout == "['main.py']\n"
+        assert len(backend.opened) == 1, "the pool should reuse its one warm sandbox"
+        async with pool.session() as session:
+            await session.run("open('kept.txt', 'w').write('y')")
+            kept = await session.exec("cat kept.txt")
+            assert kept.stdout == "y"

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from integration_support import docker_backend_present, docker_engine_up, requires, descendant_processes
+from integration_support import descendant_processes, docker_backend_present, docker_engine_up, requires
 
 from sandboxkit.integrations._runtime import shared_handle
 from sandboxkit.integrations.rllm import TOOLS, BaseEnv, RLLMSandbox, SandboxEnv
@@ -115,7 +115,10 @@ def test_malformed_actions_get_error_observations() -> None:
             ({"arguments": {}}, "no 'name'"),
             (call("str_replace_editor", command="view", path="/etc/passwd"), "outside the working directory"),
             (call("str_replace_editor", command="str_replace", path="README.md", old_str="zzz"), "did not appear"),
-            (call("str_replace_editor", command="insert", path="README.md", insert_line=99, new_str="x"), "out of bounds"),
+            (
+                call("str_replace_editor", command="insert", path="README.md", insert_line=99, new_str="x"),
+                "out of bounds",
+            ),
             (call("str_replace_editor", command="delete", path="README.md"), "unknown command"),
             (call("launch_missiles"), "unknown tool"),
             (42, "unsupported action"),

@@ -57,7 +57,11 @@ def test_openai_tool_calls_from_dicts_and_sdk_objects() -> None:
         "role": "assistant",
         "content": None,
         "tool_calls": [
-            {"id": "call_a", "type": "function", "function": {"name": "code_interpreter", "arguments": '{"code": "1"}'}},
+            {
+                "id": "call_a",
+                "type": "function",
+                "function": {"name": "code_interpreter", "arguments": '{"code": "1"}'},
+            },
             {"id": "call_b", "type": "function", "function": {"name": "code_interpreter", "arguments": "{oops"}},
         ],
     }
@@ -73,7 +77,7 @@ def test_executor_keeps_files_between_turns_and_answers_bad_calls() -> None:
     with CodeInterpreter("subprocess", timeout=10) as tool:
         first = tool.respond_sync(
             '<tool_call>{"name": "code_interpreter", "arguments": '
-            '{"code": "open(\'notes.txt\', \'w\').write(\'kept\')\\nprint(\'wrote\')"}}</tool_call>'
+            "{\"code\": \"open('notes.txt', 'w').write('kept')\\nprint('wrote')\"}}</tool_call>"
         )
         assert first[0]["role"] == "tool" and first[0]["name"] == "code_interpreter"
         assert first[0]["content"].strip() == "wrote"
@@ -81,7 +85,13 @@ def test_executor_keeps_files_between_turns_and_answers_bad_calls() -> None:
             {
                 "role": "assistant",
                 "tool_calls": [
-                    {"id": "c2", "function": {"name": "code_interpreter", "arguments": {"code": "print(open('notes.txt').read())"}}},
+                    {
+                        "id": "c2",
+                        "function": {
+                            "name": "code_interpreter",
+                            "arguments": {"code": "print(open('notes.txt').read())"},
+                        },
+                    },
                     {"id": "c3", "function": {"name": "code_interpreter", "arguments": "{broken"}},
                     {"id": "c4", "function": {"name": "rm_rf", "arguments": {}}},
                     {"id": "c5", "function": {"name": "code_interpreter", "arguments": {"code": "1/0"}}},

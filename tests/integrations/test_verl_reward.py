@@ -10,12 +10,12 @@ import pytest
 
 pytest.importorskip("verl", reason="verl is installed by the [verl] extra")
 
-import torch  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
-from verl import DataProto  # noqa: E402
-from verl.trainer.ppo.reward import load_reward_manager  # noqa: E402
+import torch
+from omegaconf import OmegaConf
+from verl import DataProto
+from verl.trainer.ppo.reward import load_reward_manager
 
-from sandboxkit.integrations.verl import SCORE_KEYS, compute_score, compute_score_sync  # noqa: E402
+from sandboxkit.integrations.verl import SCORE_KEYS, compute_score, compute_score_sync
 
 GROUND_TRUTH = json.dumps({"inputs": ["1 2\n", "4 5\n", "10 -3\n"], "outputs": ["3\n", "9\n", "7\n"]})
 

@@ -9,12 +9,12 @@ import pytest
 
 pytest.importorskip("verl", reason="verl is installed by the [verl] extra")
 
-from verl.experimental.agent_loop.tool_agent_loop import AgentData, ToolAgentLoop  # noqa: E402
-from verl.experimental.agent_loop.tool_parser import FunctionCall  # noqa: E402
-from verl.tools.function_tool import FunctionTool, load_function_tools_from_path  # noqa: E402
-from verl.tools.tool_registry import initialize_tools_from_config  # noqa: E402
+from verl.experimental.agent_loop.tool_agent_loop import AgentData, ToolAgentLoop
+from verl.experimental.agent_loop.tool_parser import FunctionCall
+from verl.tools.function_tool import FunctionTool, load_function_tools_from_path
+from verl.tools.tool_registry import initialize_tools_from_config
 
-from sandboxkit.integrations.verl import SandboxTool  # noqa: E402
+from sandboxkit.integrations.verl import SandboxTool
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "verl"
 

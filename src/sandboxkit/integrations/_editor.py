@@ -100,7 +100,7 @@ def insert(text: str, path: str, insert_line: Any, new_str: Any) -> tuple[str, s
         at = int(insert_line)
     except (TypeError, ValueError):
         raise EditError(f"insert_line must be an integer, got {insert_line!r}") from None
-    lines = text.split("\n")
+    lines = text.split("\n") if text else []
     if text.endswith("\n"):
         lines = lines[:-1]
     if not 0 <= at <= len(lines):

@@ -24,10 +24,10 @@ from typing import Any, TypeVar
 from sandboxkit.base import Backend
 from sandboxkit.errors import DeadlineExceeded, InvalidRequest, SandboxError
 from sandboxkit.models import Limits
-from sandboxkit.pool import SandboxPool
+from sandboxkit.pool import SandboxPool, Session
 from sandboxkit.sync import SyncSandboxPool
 
-__all__ = ["BackendLike", "PoolHandle", "close_shared_handles", "env_settings", "shared_handle"]
+__all__ = ["BackendLike", "PoolHandle", "close_shared_handles", "env_settings", "open_session", "shared_handle"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -245,3 +245,18 @@ def limits_with(base: Limits | None, *, timeout: float | None = None, memory_lim
 def is_infra_error(exc: BaseException) -> bool:
     """Whether ``exc`` means "the sandbox could not give an answer" rather than a bug in the caller."""
     return isinstance(exc, SandboxError) and not isinstance(exc, InvalidRequest)
+
+
+async def open_session(pool: SandboxPool, limits: Limits) -> Session:
+    """A session with its sandbox opened now (so a failure shows here, not on the first call).
+
+    Raises:
+        SandboxError: the sandbox could not be opened (the session is closed again).
+    """
+    session = pool.session(limits=limits)
+    try:
+        await session.open()
+    except BaseException:
+        await session.close()
+        raise
+    return session

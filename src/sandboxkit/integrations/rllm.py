@@ -21,7 +21,6 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-import os
 import posixpath
 import threading
 from abc import ABC, abstractmethod
@@ -34,11 +33,12 @@ from sandboxkit.integrations._editor import insert as edit_insert
 from sandboxkit.integrations._editor import str_replace as edit_str_replace
 from sandboxkit.integrations._editor import view as edit_view
 from sandboxkit.integrations._format import format_error, format_result, truncate_middle
-from sandboxkit.integrations._runtime import GRACE_S, BackendLike, PoolHandle, shared_handle
+from sandboxkit.integrations._rllm_sandbox import RLLMSandbox
+from sandboxkit.integrations._runtime import GRACE_S, BackendLike, PoolHandle, open_session, shared_handle
 from sandboxkit.integrations._workspace import WorkspaceMap
 from sandboxkit.integrations.sglang import ToolCall, ToolCallError, _call_from_mapping, parse_hermes_tool_calls
 from sandboxkit.models import ExecResult, Limits
-from sandboxkit.pool import SandboxPool, Session
+from sandboxkit.pool import Session
 
 __all__ = ["TOOLS", "BaseEnv", "RLLMSandbox", "SandboxEnv"]
 
@@ -157,16 +157,6 @@ def _to_calls(action: Any) -> list[ToolCall | ToolCallError]:
     return [ToolCallError(f"unsupported action of type {type(action).__name__}", repr(action)[:2000])]
 
 
-async def _open_session(pool: SandboxPool, limits: Limits) -> Session:
-    session = pool.session(limits=limits)
-    try:
-        await session.open()
-    except BaseException:
-        await session.close()
-        raise
-    return session
-
-
 class SandboxEnv(BaseEnv):
     """One sandbox per episode, with ``execute_bash`` / ``str_replace_editor`` / ``submit``.
 
@@ -254,7 +244,7 @@ class SandboxEnv(BaseEnv):
             self.infra_error = None
             info: dict[str, Any] = {"workdir": self.workspace.workdir, "backend": self.handle.backend_name}
             try:
-                self._session = self._call(lambda p: _open_session(p, self.limits))
+                self._session = self._call(lambda p: open_session(p, self.limits))
                 real = self._call(lambda _p, s=self._session: s.exec("pwd", timeout=self.timeout))
                 self.workspace.bind(real.stdout)
                 files = self._task_files()
@@ -483,127 +473,3 @@ class SandboxEnv(BaseEnv):
             if isinstance(value, str):
                 return value
         return ""
-
-
-class RLLMSandbox:
-    """A sandboxkit session behind rLLM's ``rllm.sandbox.protocol.Sandbox`` (sync methods).
-
-    ``exec`` returns stdout and raises ``RuntimeError`` on a non-zero exit, as rLLM's own
-    backends do. Absolute paths under ``workdir`` map into the workspace; other absolute
-    paths are re-rooted inside it (like rLLM's local backend). ``user`` is accepted and ignored.
-
-    Args:
-        name: a label for logs.
-        backend: backend name, Backend instance or SyncSandboxPool.
-        workdir: the absolute directory that stands for the workspace.
-        timeout: default seconds per command (rLLM's local default is 300).
-        limits: limits of the sandbox.
-        pool_options: options of the (shared, for a name) pool.
-    """
-
-    def __init__(
-        self,
-        name: str = "",
-        backend: BackendLike = "subprocess",
-        *,
-        workdir: str = "/app",
-        timeout: float = 300.0,
-        limits: Limits | None = None,
-        pool_options: Mapping[str, Any] | None = None,
-        **_: Any,
-    ) -> None:
-        self.name = name
-        options = {"max_concurrency": 64, "max_sandboxes": 128, **dict(pool_options or {})}
-        self.handle = shared_handle(backend, **options) if isinstance(backend, str) else PoolHandle(backend, **options)
-        self.timeout = timeout
-        self.limits = (limits or Limits()).merged(timeout_s=timeout)
-        self.workspace = WorkspaceMap(workdir, outside="rebase")
-        self._session: Session | None = self.handle.call(lambda p: _open_session(p, self.limits), None)
-        pwd = self.handle.call(lambda _p: self._live().exec("pwd", timeout=30), 30 + GRACE_S)
-        self.workspace.bind(pwd.stdout)
-
-    def _live(self) -> Session:
-        if self._session is None:
-            raise RuntimeError(f"sandbox {self.name!r} is closed")
-        return self._session
-
-    def exec(self, command: str, timeout: float | None = None, user: str | None = None) -> str:
-        """Run ``command`` with bash in the workspace; return stdout.
-
-        Raises:
-            RuntimeError: the command exited non-zero or timed out (message has the stderr tail).
-            SandboxError: the sandbox infrastructure failed.
-        """
-        t = float(timeout) if timeout else self.timeout
-        session = self._live()
-        result = self.handle.call(lambda _p: session.exec(self.workspace.command(command), timeout=t), t + GRACE_S)
-        stdout = self.workspace.output(result.stdout)
-        if not result.ok:
-            tail = self.workspace.output(result.stderr)[-600:]
-            raise RuntimeError(
-                f"Command failed ({result.status.value}, exit {result.exit_code}) in sandbox {self.name}: "
-                f"{command}\nstderr (tail):\n{tail}"
-            )
-        return stdout
-
-    def upload_file(self, local_path: str, remote_path: str) -> None:
-        """Copy a local file into the sandbox."""
-        with open(local_path, "rb") as fh:
-            data = fh.read()
-        rel = self.workspace.relative(remote_path)
-        session = self._live()
-        self.handle.call(lambda _p: session.write_files({rel: data}), self.timeout + GRACE_S)
-
-    def upload_dir(self, local_path: str, remote_path: str) -> None:
-        """Copy a local directory tree into the sandbox (regular files; symlinks are skipped)."""
-        base = self.workspace.relative(remote_path)
-        files: dict[str, bytes | str] = {}
-        for root, _dirs, names in os.walk(local_path):
-            for fname in names:
-                full = os.path.join(root, fname)
-                if os.path.islink(full) or not os.path.isfile(full):
-                    continue
-                rel = os.path.relpath(full, local_path).replace(os.sep, "/")
-                with open(full, "rb") as fh:
-                    files[f"{base}/{rel}"] = fh.read()
-        if files:
-            session = self._live()
-            self.handle.call(lambda _p: session.write_files(files), self.timeout + GRACE_S)
-
-    def download_file(self, remote_path: str) -> bytes:
-        """Read a file out of the sandbox.
-
-        Raises:
-            FileNotFoundError: the file does not exist.
-        """
-        rel = self.workspace.relative(remote_path)
-        session = self._live()
-        files = self.handle.call(lambda _p: session.read_files([rel]), self.timeout + GRACE_S)
-        if rel not in files:
-            raise FileNotFoundError(f"download_file: {remote_path} not found in sandbox {self.name!r}")
-        return files[rel]
-
-    def is_alive(self) -> bool:
-        """Whether the sandbox still answers. Never raises."""
-        if self._session is None:
-            return False
-        try:
-            session = self._session
-            return bool(self.handle.call(lambda _p: session.exec("true", timeout=10), 10 + GRACE_S).ok)
-        except Exception:
-            return False
-
-    def close(self) -> None:
-        """Release the sandbox. Idempotent; never raises."""
-        session, self._session = self._session, None
-        if session is not None and self.handle.created:
-            try:
-                self.handle.call(lambda _p: session.close(), 60)
-            except Exception:
-                log.warning("closing rLLM sandbox %s failed", self.name, exc_info=True)
-
-    def __enter__(self) -> RLLMSandbox:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()

@@ -156,18 +156,20 @@ class SubprocessSandbox(Sandbox):
         limits: Limits,
         lang: Language | None,
         python_file: str | None = None,
-    ) -> ExecResult:
-        """Run one command through the fork server (or the cold path when there is none)."""
+    ) -> Outcome:
+        """Run one command through the fork server (or the cold path when there is none).
+
+        Raises:
+            InvalidRequest: the command and its environment are too large to send.
+        """
         rlimits = self._rlimits(limits, timeout_s, lang)
         server = await self._server_for(limits.network)
-        outcome: Outcome
         if server is None:
             cmd = Command(argv, cwd, env, stdin, timeout_s, limits.output_bytes, rlimits)
             try:
-                outcome = await run_cold(cmd)
+                return await run_cold(cmd)
             except FileNotFoundError:
-                return ExecResult(status=Status.FAILED, exit_code=127, stderr=f"{argv[0]}: command not found\n")
-            return classify(outcome)
+                return Outcome(127, None, b"", f"{argv[0]}: command not found\n".encode(), False, False, 0.0)
         self._apply_cgroup(limits)
         request: dict[str, object] = {"cwd": cwd, "env": dict(env), "rlimits": rlimits}
         if python_file is not None:
@@ -175,12 +177,14 @@ class SubprocessSandbox(Sandbox):
         else:
             request["argv"] = list(argv)
         try:
-            outcome = await server.run(request, stdin=stdin, timeout_s=timeout_s, output_bytes=limits.output_bytes)
-        except ConnectionError:  # died between commands (killed from outside): one fresh try
-            server = await self._server_for(limits.network)
-            assert server is not None
-            outcome = await server.run(request, stdin=stdin, timeout_s=timeout_s, output_bytes=limits.output_bytes)
-        return classify(outcome)
+            try:
+                return await server.run(request, stdin=stdin, timeout_s=timeout_s, output_bytes=limits.output_bytes)
+            except ConnectionError:  # died between commands (killed from outside): one fresh try
+                server = await self._server_for(limits.network)
+                assert server is not None
+                return await server.run(request, stdin=stdin, timeout_s=timeout_s, output_bytes=limits.output_bytes)
+        except ValueError as exc:
+            raise InvalidRequest(str(exc), backend=NAME, sandbox_id=self.id) from exc
 
     def _warm_python(self, lang: Language, request: RunRequest) -> bool:
         # The warm path runs the code inside an already started interpreter, so interpreter
@@ -201,7 +205,7 @@ class SubprocessSandbox(Sandbox):
         """
         self._check_open()
         lang = resolve_language(request.language)
-        if not _toolchain_present(lang, self._backend.path):
+        if not self._backend.has_toolchain(lang):
             raise ToolchainMissing(
                 f"{lang.name} needs {', '.join(lang.binaries)}, not found on the sandbox PATH {self._backend.path!r}; "
                 f"install it with `apt-get install {lang.package}`",
@@ -217,7 +221,7 @@ class SubprocessSandbox(Sandbox):
             compile_result: ExecResult | None = None
             compile_argv = lang.compile_argv(request.code)
             if compile_argv is not None:
-                compile_result = await self._spawn(
+                compiled = await self._spawn(
                     compile_argv,
                     cwd=self.workspace.path,
                     env=env,
@@ -228,6 +232,7 @@ class SubprocessSandbox(Sandbox):
                     ),
                     lang=lang,
                 )
+                compile_result = classify(compiled)
                 if compile_result.status is not Status.OK:
                     return RunResult(
                         status=Status.COMPILE_ERROR,
@@ -239,7 +244,7 @@ class SubprocessSandbox(Sandbox):
                     )
             stdin = (request.stdin or "").encode("utf-8")
             if self._warm_python(lang, request):
-                result = await self._spawn(
+                outcome = await self._spawn(
                     request.argv,
                     cwd=self.workspace.path,
                     env=env,
@@ -250,7 +255,7 @@ class SubprocessSandbox(Sandbox):
                     python_file=os.path.join(self.workspace.path, src),
                 )
             else:
-                result = await self._spawn(
+                outcome = await self._spawn(
                     lang.run_argv(request.code, request.argv),
                     cwd=self.workspace.path,
                     env=env,
@@ -260,8 +265,9 @@ class SubprocessSandbox(Sandbox):
                     lang=lang,
                 )
             fetched = self.workspace.read(request.fetch_files) if request.fetch_files else {}
-        return RunResult(
-            **result.model_dump(),
+        return classify(
+            outcome,
+            RunResult,
             compile=compile_result,
             files=fetched,
             language=lang.name,
@@ -297,7 +303,7 @@ class SubprocessSandbox(Sandbox):
             self._check_open()
             if not os.path.isdir(workdir):
                 raise InvalidRequest(f"cwd {cwd!r} is not a directory in the workspace", backend=NAME)
-            return await self._spawn(
+            outcome = await self._spawn(
                 argv,
                 cwd=workdir,
                 env=self._env(env),
@@ -306,6 +312,7 @@ class SubprocessSandbox(Sandbox):
                 limits=self.limits,
                 lang=None,
             )
+        return classify(outcome)
 
     async def write_files(self, files: Mapping[str, bytes | str]) -> None:
         """Write files into the workspace.
@@ -400,15 +407,23 @@ class SubprocessBackend(Backend):
         self.disk_mb = disk_mb
         self.tmp_mb = tmp_mb
         self.server_python = shutil.which("python3", path=self.path)
+        self._toolchains: dict[str, bool] = {}
         self._sandboxes: set[SubprocessSandbox] = set()
         self._caps: Capabilities | None = None
+
+    def has_toolchain(self, lang: Language) -> bool:
+        """Whether ``lang``'s binaries are on the sandbox PATH (cached: checked once per backend)."""
+        present = self._toolchains.get(lang.name)
+        if present is None:
+            present = self._toolchains[lang.name] = _toolchain_present(lang, self.path)
+        return present
 
     @property
     def capabilities(self) -> Capabilities:
         """Languages whose toolchains exist here; protections not active on this machine."""
         if self._caps is None:
             iso = self.isolation
-            langs = frozenset(name for name, lang in LANGUAGES.items() if _toolchain_present(lang, self.path))
+            langs = frozenset(name for name, lang in LANGUAGES.items() if self.has_toolchain(lang))
             limits = {"timeout_s", "compile_timeout_s", "memory_mb", "output_bytes", "file_size_mb", "pids"}
             if iso.bwrap is not None:
                 limits.add("network")

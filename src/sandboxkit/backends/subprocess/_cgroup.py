@@ -129,6 +129,8 @@ class SandboxCgroup:
             os.mkdir(d)
             self.dirs.append(d)
         self._memory: int | None = None
+        self._pids: int | None = None
+        self._oom_fd: int | None = None
         if self.memory_dir is not None:
             swap = "memory.swap.max" if support.version == 2 else None
             if swap and os.path.exists(os.path.join(self.memory_dir, swap)):
@@ -161,16 +163,22 @@ class SandboxCgroup:
 
     def set_pids(self, limit: int) -> None:
         """Cap the processes and threads of the sandbox."""
-        if self.pids_dir is not None:
+        if self.pids_dir is not None and limit != self._pids:
             _write(os.path.join(self.pids_dir, "pids.max"), str(limit))
+            self._pids = limit
 
     def oom_kills(self) -> int:
-        """How many processes the kernel killed for memory in this sandbox so far."""
+        """How many processes the kernel killed for memory in this sandbox so far.
+
+        Read twice per command, so the file stays open and is re-read with ``pread``.
+        """
         if self.memory_dir is None:
             return 0
-        name = "memory.events" if self.support.version == 2 else "memory.oom_control"
         try:
-            for line in _read(os.path.join(self.memory_dir, name)).splitlines():
+            if self._oom_fd is None:
+                name = "memory.events" if self.support.version == 2 else "memory.oom_control"
+                self._oom_fd = os.open(os.path.join(self.memory_dir, name), os.O_RDONLY | os.O_CLOEXEC)
+            for line in os.pread(self._oom_fd, 4096, 0).decode().splitlines():
                 key, _, value = line.partition(" ")
                 if key == "oom_kill":
                     return int(value)
@@ -199,6 +207,9 @@ class SandboxCgroup:
 
     def remove(self) -> None:
         """Kill what is left and delete the cgroup directories (best effort)."""
+        if self._oom_fd is not None:
+            os.close(self._oom_fd)
+            self._oom_fd = None
         self.kill_all()
         for d in self.dirs:
             for _ in range(50):

@@ -59,6 +59,7 @@ def remove_leftovers(root: str, iso: Isolation, *, keep: set[str]) -> int:
             os.path.join(iso.cgroup.memory_parent, CGROUP_PREFIX + name) if iso.cgroup.memory_parent else None
         )
         group.pids_dir = os.path.join(iso.cgroup.pids_parent, CGROUP_PREFIX + name) if iso.cgroup.pids_parent else None
+        group._oom_fd = None
         group.dirs = [d for d in dict.fromkeys((group.memory_dir, group.pids_dir)) if d and os.path.isdir(d)]
         group.remove()
         removed.add(name)

@@ -35,6 +35,8 @@ GRACE_S = 0.5
 #: server has killed every other process of the sandbox by then).
 EOF_GRACE_S = 0.25
 START_TIMEOUT_S = 15.0
+#: Largest command message (argv + env); the server reads messages up to this size.
+MAX_MESSAGE = 1 << 20
 SERVER_SOURCE = (Path(__file__).with_name("_server_main.py")).read_text()
 
 
@@ -196,6 +198,38 @@ class ForkServer:
                     pid = struct.unpack("3i", data[:12])[0]
             return msg, pid
 
+    async def _reply(self, sock: socket.socket, timeout_s: float) -> bytes | None:
+        """The server's next message; ``b""`` if it died, ``None`` if ``timeout_s`` passed first.
+
+        One reader callback and one timer rather than ``wait_for``: this runs once per
+        command, and the warm path's budget is about a millisecond.
+        """
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[bytes | None] = loop.create_future()
+        fd = sock.fileno()
+
+        def readable() -> None:
+            try:
+                msg = sock.recv(256, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return
+            except OSError:
+                msg = b""
+            if not done.done():
+                done.set_result(msg)
+
+        def expired() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        loop.add_reader(fd, readable)
+        timer = loop.call_later(timeout_s, expired)
+        try:
+            return await done
+        finally:
+            timer.cancel()
+            loop.remove_reader(fd)
+
     def _send_kill(self) -> None:
         if self.sock is not None:
             with contextlib.suppress(OSError):
@@ -221,6 +255,10 @@ class ForkServer:
             raise ConnectionError("fork server is not running")
         oom_before = self.cgroup.oom_kills() if self.cgroup is not None else 0
         message = marshal.dumps({**request, "timeout": timeout_s, "sweep": self.sweep_all})
+        if len(message) > MAX_MESSAGE:
+            raise ValueError(
+                f"command, environment and arguments take {len(message)} bytes; the limit is {MAX_MESSAGE}"
+            )
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -236,24 +274,21 @@ class ForkServer:
             for fd in (in_r, out_w, err_w):
                 os.close(fd)
         drain = Drain(out_r, err_r, in_w, stdin, output_bytes, self._send_kill)
-        deadline = time.monotonic() + timeout_s + GRACE_S
         status: int | None = None
         timed_out = crashed = False
         try:
-            while True:
-                msg, _ = await self._recv(deadline)
-                if msg.startswith(b"exit "):
-                    _, raw_status, raw_timeout = msg.split()
-                    status, timed_out = int(raw_status), raw_timeout == b"1"
-                    break
-        except TimeoutError:
-            timed_out = crashed = True
-        except ConnectionError:
-            crashed = True
-        except BaseException:  # cancelled mid-command: the reply would confuse the next one
+            reply = await self._reply(sock, timeout_s + GRACE_S)
+        except BaseException:  # cancelled mid-command: the late reply would confuse the next one
             self.kill()
             drain.close()
             raise
+        if reply is None:  # the server did not report in time: the host's own timeout
+            timed_out = crashed = True
+        elif reply.startswith(b"exit "):
+            _, raw_status, raw_timeout = reply.split()
+            status, timed_out = int(raw_status), raw_timeout == b"1"
+        else:  # b"": the server died (a program may kill its parent) or answered nonsense
+            crashed = True
         if crashed:
             self.kill()  # also ends every writer of the pipes
         try:

@@ -16,8 +16,7 @@ Protocol on the control socket (``SOCK_SEQPACKET``, one message per datagram):
     host -> server: ``marshal`` dict {"argv"|"python", "cwd", "env", "timeout", "rlimits", "sweep"}
                     with three descriptors attached (stdin read end, stdout and stderr write ends);
                     or ``b"kill"`` while a command runs (output cap reached).
-    server -> host: ``b"ready"`` once at start; ``b"pid <n>"`` after each fork;
-                    ``b"exit <waitstatus> <timed_out>"`` after each command.
+    server -> host: ``b"ready"`` once at start; ``b"exit <waitstatus> <timed_out>"`` after each command.
 """
 
 from __future__ import annotations
@@ -183,7 +182,6 @@ def _serve_one(ctl: _socket.socket, req: dict[str, Any], fds: list[int]) -> None
         _child(ctl, req, fds)
     for fd in fds:
         os.close(fd)
-    ctl.send(b"pid %d" % pid)
     pidfd = os.pidfd_open(pid)
     timed_out = False
     deadline = req["timeout"]

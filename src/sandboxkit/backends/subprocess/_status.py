@@ -10,6 +10,7 @@ import math
 import re
 import signal
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from sandboxkit.models import ExecResult, Limits, Status, decode_output
 
@@ -44,8 +45,11 @@ class Outcome:
     oom_killed: bool = False
 
 
-def classify(o: Outcome) -> ExecResult:
-    """Map an :class:`Outcome` to an ``ExecResult`` with the right status."""
+R = TypeVar("R", bound=ExecResult)
+
+
+def classify(o: Outcome, model: type[R] = ExecResult, **extra: Any) -> R:  # type: ignore[assignment]
+    """Map an :class:`Outcome` to ``model`` (an ``ExecResult`` or ``RunResult``) with the right status."""
     if o.output_limit:
         status = Status.OUTPUT_LIMIT
     elif o.timed_out or o.signal == signal.SIGXCPU:
@@ -58,7 +62,7 @@ def classify(o: Outcome) -> ExecResult:
         status = Status.MEMORY_EXCEEDED
     else:
         status = Status.FAILED
-    return ExecResult(
+    return model(
         status=status,
         exit_code=o.returncode,
         signal=o.signal,
@@ -67,6 +71,7 @@ def classify(o: Outcome) -> ExecResult:
         stdout_truncated=o.stdout_truncated,
         stderr_truncated=o.stderr_truncated,
         duration_s=o.duration_s,
+        **extra,
     )
 
 

@@ -22,6 +22,8 @@ Protocol on the control socket (``SOCK_SEQPACKET``, one message per datagram):
 from __future__ import annotations
 
 import _socket  # not ``socket``: that module pulls in enum/selectors, ~1 MB per sandbox
+import atexit
+import builtins
 import gc
 import marshal
 import os
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 CTL_FD = int(sys.argv[1])
+BASE_ENV = dict(os.environ)
 MAX_MSG = 1 << 20
 
 
@@ -52,8 +55,6 @@ def _no_ptrace() -> None:
 
 def _run_python(path: str, args: list[str]) -> int:
     """Run ``path`` as ``__main__`` the way ``python3 -u path args`` would; return the exit code."""
-    import builtins
-
     main = type(sys)("__main__")
     main.__dict__.update(__file__=path, __builtins__=builtins, __cached__=None)
     sys.modules["__main__"] = main
@@ -96,8 +97,6 @@ def _shutdown(code: int) -> int:
     try:
         if threading is not None:
             threading._shutdown()  # type: ignore[attr-defined]
-        import atexit
-
         atexit._run_exitfuncs()
     except SystemExit as exc:
         code = _exit_code(exc.code)
@@ -130,8 +129,11 @@ def _child(ctl: _socket.socket, req: dict[str, Any], fds: list[int]) -> None:
         os.chdir(req["cwd"])
         env = req["env"]
         if "python" in req:
-            os.environ.clear()
-            os.environ.update(env)
+            # Every object a child touches costs it a copied page, so the environment is only
+            # rebuilt when it differs from the one the server started with (the usual case).
+            if env != BASE_ENV:
+                os.environ.clear()
+                os.environ.update(env)
             code = _run_python(req["python"], req["args"])
         else:
             # Python ignores these; an exec'd program must get the defaults back.

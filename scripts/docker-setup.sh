@@ -1,27 +1,51 @@
 #!/usr/bin/env bash
 # Start a Docker engine and build the offline base image sandboxkit's Docker backend uses.
+#
 # Idempotent: does nothing that is already done. Needs root (CI and dev machines here are root).
+# No image registry is needed: the image is a debootstrap'ed Debian bookworm (minbase) imported
+# with `docker import`, from the apt mirror this machine already uses.
+#
+# Environment:
+#   SANDBOXKIT_DOCKER_IMAGE            image name (default sandboxkit-base:latest)
+#   SANDBOXKIT_DOCKER_EXTRA_PACKAGES   more Debian packages, space or comma separated, e.g.
+#                                      "nodejs default-jdk-headless" for JavaScript and Java
+#                                      (each adds build time; the default set builds in ~2 min)
+#   SANDBOXKIT_DOCKER_REBUILD=1        rebuild even if the image exists
+# An existing image whose package list differs from the requested one is rebuilt.
 set -euo pipefail
 IMAGE="${SANDBOXKIT_DOCKER_IMAGE:-sandboxkit-base:latest}"
 log() { echo "[docker-setup] $*" >&2; }
 
-if ! command -v dockerd >/dev/null 2>&1; then
-  log "installing docker.io from apt"
+# python3 runs the in-container runner; bash, coreutils and procps serve exec(); gcc/g++ the C/C++ languages.
+BASE_PKGS="python3-minimal,python3,coreutils,bash,procps,gcc,g++,libc6-dev"
+EXTRA=$(echo "${SANDBOXKIT_DOCKER_EXTRA_PACKAGES:-}" | tr ' ,' '\n\n' | sed '/^$/d' | sort -u | paste -sd, -)
+PKGS="$BASE_PKGS${EXTRA:+,$EXTRA}"
+
+apt_install() {
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io debootstrap >/dev/null
-fi
-command -v debootstrap >/dev/null 2>&1 || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+command -v dockerd >/dev/null 2>&1 || { log "installing docker.io from apt"; apt_install docker.io; }
+command -v debootstrap >/dev/null 2>&1 || { log "installing debootstrap from apt"; apt_install debootstrap; }
 
 if ! docker info >/dev/null 2>&1; then
   log "starting dockerd"
   nohup dockerd >/var/log/sandboxkit-dockerd.log 2>&1 &
   for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
-  docker info >/dev/null 2>&1 || { log "dockerd did not start; see /var/log/sandboxkit-dockerd.log"; tail -n 30 /var/log/sandboxkit-dockerd.log >&2; exit 1; }
+  docker info >/dev/null 2>&1 || {
+    log "dockerd did not start; see /var/log/sandboxkit-dockerd.log"
+    tail -n 30 /var/log/sandboxkit-dockerd.log >&2
+    exit 1
+  }
 fi
 
-if docker image inspect "$IMAGE" >/dev/null 2>&1; then
-  log "image $IMAGE already present"
-  exit 0
+if [ "${SANDBOXKIT_DOCKER_REBUILD:-0}" != 1 ] && docker image inspect "$IMAGE" >/dev/null 2>&1; then
+  have=$(docker image inspect -f '{{ index .Config.Labels "sandboxkit.packages" }}' "$IMAGE" 2>/dev/null || true)
+  if [ -z "$have" ] || [ "$have" = "<no value>" ] || [ "$have" = "$PKGS" ]; then
+    log "image $IMAGE already present"
+    exit 0
+  fi
+  log "image $IMAGE has packages [$have], [$PKGS] requested: rebuilding"
 fi
 
 MIRROR=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
@@ -29,13 +53,21 @@ MIRROR=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 
 [ -n "$MIRROR" ] || MIRROR=http://deb.debian.org/debian
 ROOTFS=$(mktemp -d /tmp/sandboxkit-rootfs.XXXXXX)
 trap 'rm -rf "$ROOTFS"' EXIT
-# python3 for the in-container runner; the toolchains the tests use for the language checks.
-PKGS="python3-minimal,python3,coreutils,bash,procps,gcc,g++,libc6-dev"
 log "debootstrap bookworm from $MIRROR (packages: $PKGS)"
+started=$(date +%s)
 debootstrap --variant=minbase --include="$PKGS" bookworm "$ROOTFS" "$MIRROR" >/tmp/sandboxkit-debootstrap.log 2>&1 || {
-  tail -n 30 /tmp/sandboxkit-debootstrap.log >&2; exit 1; }
-# An unprivileged user for the code (uid 1000), and a workdir it owns.
-chroot "$ROOTFS" /usr/sbin/useradd -u 1000 -m -s /bin/bash sandbox 2>/dev/null || echo 'sandbox:x:1000:1000::/home/sandbox:/bin/bash' >>"$ROOTFS/etc/passwd"
-rm -rf "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/lib/apt/lists/*
-tar -C "$ROOTFS" -c . | docker import - "$IMAGE" >/dev/null
-log "built $IMAGE"
+  tail -n 30 /tmp/sandboxkit-debootstrap.log >&2
+  exit 1
+}
+# An unprivileged user for the code (uid 1000); the backend runs everything as 1000:1000.
+chroot "$ROOTFS" /usr/sbin/useradd -u 1000 -m -s /bin/bash sandbox 2>/dev/null ||
+  echo 'sandbox:x:1000:1000::/home/sandbox:/bin/bash' >>"$ROOTFS/etc/passwd"
+# The workspace mount point (the backend mounts a tmpfs volume there).
+mkdir -p "$ROOTFS/work"
+rm -rf "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/lib/apt/lists/* "$ROOTFS"/usr/share/doc/* "$ROOTFS"/usr/share/man/*
+tar -C "$ROOTFS" -c . | docker import \
+  --change "LABEL sandboxkit.packages=$PKGS" \
+  --change "ENV LANG=C.UTF-8 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+  --change "WORKDIR /work" \
+  - "$IMAGE" >/dev/null
+log "built $IMAGE in $(($(date +%s) - started))s"

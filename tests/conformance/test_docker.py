@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from typing import Any, ClassVar
 
 import pytest
 
@@ -36,7 +37,7 @@ _LABELS = {"sandboxkit.test": f"conformance-{uuid.uuid4().hex[:8]}"}
 
 class TestDockerConformance(BackendConformance):
     backend_name = "docker"
-    backend_options = {"labels": _LABELS}
+    backend_options: ClassVar[dict[str, Any]] = {"labels": _LABELS}
 
     async def live_sandboxes(self, backend: Backend) -> int | None:
         import docker

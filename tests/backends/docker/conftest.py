@@ -27,6 +27,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         usable, why = engine_status()
         if not usable and os.environ.get("CI") != "true":
             item.add_marker(pytest.mark.skip(reason=f"{why} (CI=true turns this skip into a failure)"))
+
+
 @pytest.fixture(scope="session")
 def docker_client() -> Iterator[Any]:
     import docker

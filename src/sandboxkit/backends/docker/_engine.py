@@ -125,7 +125,7 @@ def create_container(client: Any, spec: ContainerSpec) -> str:
     )
     created = api.create_container(
         spec.image,
-        command=["python3", "-I", "-c", runner_source(), spec.workdir],
+        command=["python3", "-c", runner_source(), spec.workdir],
         user=f"{SANDBOX_UID}:{SANDBOX_UID}",
         working_dir=spec.workdir,
         hostname="sandbox",

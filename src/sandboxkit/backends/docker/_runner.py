@@ -1,6 +1,6 @@
 """sandboxkit's in-container runner: PID 1 of every Docker sandbox (standard library only, Python >= 3.8).
 
-The host starts it once per container (``python3 -I -c <this file> WORKDIR``) and talks to it over
+The host starts it once per container (``python3 -c <this file> WORKDIR``) and talks to it over
 the container's attached stdin/stdout, so a run costs one round trip on an open socket instead of
 a ``docker exec`` (an API call, a runc invocation and a fresh process tree, ~60-200 ms).
 
@@ -33,6 +33,8 @@ from typing import Any
 
 HEAD = struct.Struct(">II")
 WORKDIR = sys.argv[1] if len(sys.argv) > 1 else "/work"
+#: Only as a container's init may we SIGKILL "everything else" (kill(-1)); anywhere else that is a host.
+IS_INIT = os.getpid() == 1
 SCRUB_DIRS = ("/tmp", "/dev/shm")
 BASE_SYS_PATH = [p for p in sys.path if p]
 _SCRATCH = bytearray(65536)
@@ -189,11 +191,12 @@ def python_main(step: dict[str, Any]) -> None:
     try:
         with open(script, "rb") as fh:
             source = fh.read()
-        exec(compile(source, script, "exec"), main.__dict__)
+        exec(compile(source, main.__file__, "exec"), main.__dict__)
     except SystemExit as exc:
         code = _exit_code(exc)
     except BaseException as exc:
-        sys.excepthook(type(exc), exc, exc.__traceback__.tb_next if exc.__traceback__ else None)
+        tb = exc.__traceback__.tb_next if exc.__traceback__ else None  # hide this function's frame
+        sys.excepthook(type(exc), exc.with_traceback(tb), tb)
         code = 1
     try:
         if "threading" in sys.modules:
@@ -409,6 +412,8 @@ def handle(header: dict[str, Any], blobs: memoryview) -> tuple[dict[str, Any], l
 
 
 def main() -> None:
+    if not IS_INIT:  # kill(-1) and wiping WORKDIR are only safe inside a container of our own
+        sys.exit("sandboxkit runner: refusing to run outside a container (it must be PID 1)")
     try:
         import ctypes
 

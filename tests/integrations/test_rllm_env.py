@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import subprocess
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,6 +104,14 @@ def test_full_episode(backend: str) -> None:
     pool = env.handle.pool.pool
     env.handle.close()
     assert pool.open_sandboxes == 0
+    if backend == "docker":  # and no container of this process is left running
+        ps = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"label=sandboxkit.host_pid={os.getpid()}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert ps.returncode == 0 and ps.stdout.strip() == ""
 
 
 def test_malformed_actions_get_error_observations() -> None:

@@ -11,6 +11,8 @@ import pytest
 
 pytest.importorskip("trl", reason="trl is installed by the [trl] extra")
 
+from trl.trainer.utils import is_async_callable
+
 from sandboxkit import SyncSandboxPool
 from sandboxkit.integrations.trl import SandboxReward
 from sandboxkit.judge import grade
@@ -52,7 +54,7 @@ def test_grpo_trainer_logs_the_rewards_the_judge_gives(tmp_path, monkeypatch) ->
             output_dir=str(tmp_path),
         )
         assert trainer.reward_func_names == ["sandbox_reward", "capture"]
-        assert trainer._has_async_funcs  # TRL awaits SandboxReward on its own loop
+        assert is_async_callable(reward)  # so TRL awaits it on its own loop, concurrently with other rewards
         trainer.train()
 
     logged = [e["rewards/sandbox_reward/mean"] for e in trainer.state.log_history if "rewards/sandbox_reward/mean" in e]

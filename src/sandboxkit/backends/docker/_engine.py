@@ -50,8 +50,8 @@ log = logging.getLogger(__name__)
 
 LABEL = "sandboxkit"
 SANDBOX_UID = 1000
-#: Memory the runner and the workspace bookkeeping need on top of the program's limit.
-RUNNER_OVERHEAD_MB = 48
+#: Memory the runner needs on top of the program's limit (it is ~15 MB resident, plus output buffers).
+RUNNER_OVERHEAD_MB = 24
 #: Processes the runner itself takes from the container's pids limit.
 RUNNER_PIDS = 1
 _CPU_PERIOD = 100_000
@@ -81,7 +81,9 @@ def resource_kwargs(limits: Limits) -> dict[str, Any]:
     """cgroup settings for ``limits``, in the form both create and update accept."""
     out: dict[str, Any] = {}
     if limits.memory_mb is not None:
-        mem = f"{limits.memory_mb + RUNNER_OVERHEAD_MB}m"
+        # The runner holds up to two streams of two steps (compile + run) at the output cap.
+        buffers_mb = math.ceil(4 * limits.output_bytes / (1 << 20))
+        mem = f"{limits.memory_mb + RUNNER_OVERHEAD_MB + buffers_mb}m"
         out.update(mem_limit=mem, memswap_limit=mem)
     if limits.cpus is not None:
         out.update(cpu_period=_CPU_PERIOD, cpu_quota=max(1000, math.ceil(limits.cpus * _CPU_PERIOD)))

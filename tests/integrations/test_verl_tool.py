@@ -115,3 +115,15 @@ async def test_function_tool_file_loads_through_verl() -> None:
     assert tool.tool_schema.function.parameters.required == ["code"]
     text, _, _ = await agent_loop([tool])._call_tool(code_call("print(6 * 7)"), {}, trajectory("f"))
     assert text.text.strip() == "42"
+
+
+async def test_stateless_mode_releases_each_calls_sandbox() -> None:
+    tool = SandboxTool({"type": "native", "backend": "subprocess", "stateful": False, "default_timeout": 5})
+    loop = agent_loop([tool])
+    try:
+        await loop._call_tool(code_call("open('x', 'w').write('1')"), {}, trajectory("same"))
+        assert tool.open_sessions == 0  # released with the call
+        after, _, _ = await loop._call_tool(code_call("import os; print(os.path.exists('x'))"), {}, trajectory("same"))
+        assert after.text.strip() == "False"
+    finally:
+        tool.close()

@@ -251,9 +251,11 @@ class SandboxEnv(BaseEnv):
                 if files:
                     self._call(lambda _p, s=self._session: s.write_files(files))
                 info["sandbox_id"] = self._session.sandbox_id
-            except (SandboxError, ValueError) as exc:
+            except Exception as exc:  # never raise into the engine: the next step ends the episode
+                if not isinstance(exc, (SandboxError, ValueError)):
+                    log.exception("opening the episode's sandbox failed unexpectedly")
                 self._fail(exc)
-                info.update(infra_error=True, error=str(exc))
+                info.update(infra_error=True, error=str(exc) or type(exc).__name__)
             return self._problem_statement(), info
 
     def step(self, action: Any) -> tuple[str, float, bool, dict[str, Any]]:
@@ -311,6 +313,10 @@ class SandboxEnv(BaseEnv):
         except SandboxError as exc:
             if exc.kind == "invalid_request":
                 return f"Error: {exc.message}"
+            self._fail(exc)
+            return format_error(exc)
+        except Exception as exc:  # a bug must end the episode cleanly, not kill the engine's thread
+            log.exception("tool %s failed unexpectedly", call.name)
             self._fail(exc)
             return format_error(exc)
         return f"Error: unknown tool {call.name!r}; use execute_bash, str_replace_editor or submit."

@@ -390,10 +390,11 @@ class SandboxTool(BaseTool):  # type: ignore[misc]
 
     def _key(self, instance_id: str, agent_data: Any) -> str:
         request_id = getattr(agent_data, "request_id", None)
-        if not self.stateful:
-            return instance_id
         with self._lock:
-            key = str(request_id) if request_id else self._instances.get(instance_id, instance_id)
+            if not self.stateful:
+                key = instance_id  # a fresh sandbox per call, closed by release()
+            else:
+                key = str(request_id) if request_id else self._instances.get(instance_id, instance_id)
             self._instances[instance_id] = key
             return key
 

@@ -1,6 +1,6 @@
 """Fixtures of the Docker backend tests: a real engine, per-test labels, and a leak check on teardown.
 
-Every test here is marked ``docker``. Without an engine (or the image) they skip locally and
+Every test here (but the engine-free protocol tests) is marked ``docker``. Without an engine (or the image) they skip locally and
 run, to fail loudly, under ``CI=true``. Each test labels its containers with a fresh
 ``sandboxkit.test=<uuid>``, so counting and cleaning never touch anyone else's containers.
 """
@@ -17,11 +17,13 @@ import pytest
 from dockertest_support import FAST, TEST_LABEL, engine_status, leftovers
 
 HERE = Path(__file__).parent
+#: Modules that test the protocol without an engine: they run everywhere.
+ENGINE_FREE = {"test_docker_protocol.py"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if HERE not in Path(str(item.path)).parents:
+        if HERE not in Path(str(item.path)).parents or Path(str(item.path)).name in ENGINE_FREE:
             continue
         item.add_marker(pytest.mark.docker)
         usable, why = engine_status()

@@ -132,6 +132,12 @@ class SandboxFusionBackend(Backend):
             self._languages = frozenset(resolve_language(lang).name for lang in languages)
         self._client: httpx.AsyncClient | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._handles: set[str] = set()
+
+    @property
+    def live_sandboxes(self) -> int:
+        """Handles opened and not yet closed (nothing remote exists; this counts client objects)."""
+        return len(self._handles)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -255,7 +261,9 @@ class SandboxFusionBackend(Backend):
 
     async def open(self, limits: Limits | None = None) -> Sandbox:
         """A handle for stateless calls; opening costs no request."""
-        return SandboxFusionSandbox(self, limits or Limits())
+        sandbox = SandboxFusionSandbox(self, limits or Limits())
+        self._handles.add(sandbox.id)
+        return sandbox
 
     async def aclose(self) -> None:
         """Close the HTTP client (idempotent)."""
@@ -400,6 +408,7 @@ class SandboxFusionSandbox(Sandbox):
         """Forget the handle (idempotent)."""
         self._closed = True
         self._staged.clear()
+        self.backend._handles.discard(self.id)
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -43,6 +43,8 @@ def serve(
             "--backend-option", "-o", help="KEY=VALUE passed to the backend (VALUE parsed as JSON if it can)."
         ),
     ] = None,
+    loop: Annotated[str, typer.Option(help="Event loop: auto (uvloop when installed), asyncio or uvloop.")] = "auto",
+    http: Annotated[str, typer.Option(help="HTTP parser: auto (httptools when installed), h11 or httptools.")] = "auto",
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     access_log: Annotated[bool, typer.Option(help="Log every request (costs throughput).")] = False,
 ) -> None:
@@ -79,6 +81,8 @@ def serve(
         port=port,
         log_level=log_level.lower(),
         access_log=access_log,
+        loop=loop,  # type: ignore[arg-type]
+        http=http,  # type: ignore[arg-type]
         timeout_keep_alive=30,
         backlog=4096,
         log_config=None,  # keep the logging set up above

@@ -1,0 +1,177 @@
+"""``sandboxkit bench serve``: /run_code requests per second through ``sandboxkit serve``.
+
+Python hello world at concurrency 64, through a real ``sandboxkit serve --backend subprocess``
+subprocess on loopback, driven by an httpx async load generator in a *separate process*
+(so the client's CPU is not the server's). Target from issue #6: >= 300 req/s.
+
+Rows:
+* ``ping``: ``GET /v1/ping`` at the same concurrency -- the HTTP stack's ceiling on this machine.
+* ``run_code python hello``: the figure of merit; ``ratio`` is against ``ping``.
+
+Numbers on a shared 2-core machine are noisy: the server, its sandboxes and the load
+generator share the cores, and so do other jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+CONCURRENCY = 64
+HELLO = {"code": "print('Hello, world!')", "language": "python", "run_timeout": 10, "memory_limit_MB": 1024}
+TARGET_RPS = 300.0
+
+
+# ----------------------------------------------------------------------------- load generator (child process)
+
+
+async def _load(url: str, path: str, total: int, warmup: int, concurrency: int) -> dict[str, Any]:
+    import httpx
+
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    body = json.dumps(HELLO).encode()
+    headers = {"content-type": "application/json"}
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
+
+        async def one() -> None:
+            start = time.perf_counter()
+            try:
+                if path == "/v1/ping":
+                    resp = await client.get(path)
+                    ok = resp.status_code == 200 and resp.json() == "pong"
+                else:
+                    resp = await client.post(path, content=body, headers=headers)
+                    data = resp.json() if resp.status_code == 200 else {}
+                    ok = data.get("status") == "Success" and data["run_result"]["stdout"] == "Hello, world!\n"
+                key = "ok" if ok else f"http {resp.status_code} {resp.content[:80]!s}"
+            except Exception as exc:  # counted, not raised: a benchmark reports errors
+                key = type(exc).__name__
+            if key == "ok":
+                latencies.append(time.perf_counter() - start)
+            else:
+                errors[key] = errors.get(key, 0) + 1
+
+        async def worker(count: int) -> None:
+            for _ in range(count):
+                await one()
+
+        per = max(1, warmup // concurrency)
+        await asyncio.gather(*(worker(per) for _ in range(concurrency)))
+        latencies.clear()
+        errors.clear()
+        per = max(1, total // concurrency)
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(per) for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    return {"latencies": latencies, "errors": errors, "elapsed": elapsed, "requests": per * concurrency}
+
+
+# ----------------------------------------------------------------------------- server (child process)
+
+
+class _Server:
+    def __init__(self, *args: str) -> None:
+        import httpx
+
+        with socket.socket() as probe:  # a free port (a small race, fine for a benchmark)
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = tempfile.NamedTemporaryFile(prefix="bench-serve-", suffix=".log", delete=False)  # noqa: SIM115
+        cmd = [sys.executable, "-c", "from sandboxkit.cli import main; main()", "serve", "--port", str(port), *args]
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{self.url}/v1/ping", timeout=2).json() == "pong":
+                    return
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                text = Path(self.log.name).read_text(errors="replace")
+                self.stop()
+                raise RuntimeError(f"sandboxkit serve did not start: {text}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.log.close()
+        os.unlink(self.log.name)
+
+
+def _drive(url: str, path: str, total: int, warmup: int) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--load", url, path, str(total), str(warmup), str(CONCURRENCY)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def run(quick: bool = False) -> list[Any]:
+    """Measure ping and /run_code throughput at concurrency 64; return benchmark rows."""
+    from sandboxkit.benchmarking import row_from_samples
+
+    total = 640 if quick else 3200
+    warmup = 128 if quick else 320
+    server = _Server("--backend", "subprocess", "--max-concurrency", str(CONCURRENCY), "--log-level", "warning")
+    try:
+        ping = _drive(server.url, "/v1/ping", total, warmup)
+        hello = _drive(server.url, "/run_code", total, warmup)
+    finally:
+        server.stop()
+    rows = []
+    ping_rps = len(ping["latencies"]) / ping["elapsed"]
+    rows.append(
+        row_from_samples(
+            "serve",
+            f"GET /v1/ping (c={CONCURRENCY})",
+            ping["latencies"],
+            throughput=ping_rps,
+            extra={"errors": ping["errors"]},
+        )
+    )
+    rps = len(hello["latencies"]) / hello["elapsed"]
+    rows.append(
+        row_from_samples(
+            "serve",
+            f"POST /run_code python hello (c={CONCURRENCY})",
+            hello["latencies"],
+            throughput=rps,
+            baseline=rows[0].case,
+            ratio=rps / ping_rps if ping_rps else None,
+            target=f">= {TARGET_RPS:g} req/s",
+            met=rps >= TARGET_RPS and not hello["errors"],
+            extra={
+                "errors": hello["errors"],
+                "cpus": os.cpu_count(),
+                "median_s": statistics.median(hello["latencies"]),
+            },
+        )
+    )
+    return rows
+
+
+if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "--load":
+    _url, _path, _total, _warmup, _conc = sys.argv[2:7]
+    print(json.dumps(asyncio.run(_load(_url, _path, int(_total), int(_warmup), int(_conc)))))

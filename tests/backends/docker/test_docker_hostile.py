@@ -266,3 +266,28 @@ async def test_the_engine_is_untouched(pool: SandboxPool, docker_client: Any, te
     result = await contained(pool, docker_client, test_labels, code)
     assert result.stdout == "False 1000\nno sysrq\n"
     assert os.path.exists("/proc")  # the host is fine
+
+
+async def test_earlier_runs_leave_nothing_in_inherited_memory(
+    pool: SandboxPool, docker_client: Any, test_labels: dict[str, str]
+) -> None:
+    # A pooled Python run is a child forked from the runner; it must not find an earlier run's
+    # code, stdin or output in the memory it inherits (the runner zeroes its buffers). The
+    # program dumps its writable memory and the test searches it here, so the secret never
+    # appears in the searching program itself.
+    secret = "K3Y" + "x7Qp" * 4
+    first = await pool.run(f"# {secret}\nprint(input()[::-1] + '{secret}')", stdin=f"{secret[::-1]}\n")
+    assert first.stdout == secret * 2 + "\n"
+    dump = (
+        "with open('/proc/self/maps') as maps, open('/proc/self/mem', 'rb', 0) as mem, open('dump.bin', 'wb') as out:\n"
+        "    for line in maps:\n"
+        "        span, perms = line.split()[:2]\n"
+        "        start, end = (int(x, 16) for x in span.split('-'))\n"
+        "        if perms.startswith('rw') and end - start < (64 << 20):\n"
+        "            mem.seek(start)\n            out.write(mem.read(end - start))\n"
+    )
+    result = await pool.run(dump, fetch_files=["dump.bin"])
+    assert result.status is Status.OK, result
+    memory = result.files["dump.bin"]
+    assert b"in-container runner" in memory  # the dump does hold what the runner had (its own source)
+    assert secret.encode() not in memory and secret[::-1].encode() not in memory

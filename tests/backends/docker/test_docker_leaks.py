@@ -9,6 +9,7 @@ the engine are neither counted nor cleaned.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -19,6 +20,8 @@ from typing import Any
 
 import pytest
 from dockertest_support import TEST_LABEL, containers_of, leftovers
+
+from sandboxkit.backends.docker import DockerBackend
 
 CHILD = Path(__file__).with_name("leak_child.py")
 RUNNING = 3  # the child's max_concurrency
@@ -101,5 +104,5 @@ def test_cleanup_touches_only_its_own_labels(docker_client: Any, test_labels: di
     finally:
         child.kill()
         child.communicate()
-        run_cleanup_cli(other)
+        asyncio.run(DockerBackend(labels=other).cleanup())
         assert leftovers(docker_client, other) == (0, 0)

@@ -38,6 +38,8 @@ IS_INIT = os.getpid() == 1
 SCRUB_DIRS = ("/tmp", "/dev/shm")
 BASE_SYS_PATH = [p for p in sys.path if p]
 _SCRATCH = bytearray(65536)
+PR_SET_DUMPABLE = 4
+_LIBC: Any = None
 _BUFFERS: list[bytearray] = []
 
 
@@ -155,6 +157,8 @@ def child(step: dict[str, Any], exe: str | None, fds: tuple[int, int, int]) -> N
         os.closerange(3, 1 << 20)
         os.chdir(step["cwd"])
         if step.get("python"):
+            if _LIBC is not None:  # exec would do this; in place, a program may read its own /proc/self
+                _LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
             python_main(step)
         assert exe is not None
         os.execve(exe, step["argv"], step["env"])
@@ -414,10 +418,12 @@ def handle(header: dict[str, Any], blobs: memoryview) -> tuple[dict[str, Any], l
 def main() -> None:
     if not IS_INIT:  # kill(-1) and wiping WORKDIR are only safe inside a container of our own
         sys.exit("sandboxkit runner: refusing to run outside a container (it must be PID 1)")
+    global _LIBC
     try:
         import ctypes
 
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE=0: no ptrace, no /proc/1/mem
+        _LIBC = ctypes.CDLL(None)
+        _LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no ptrace, no /proc/1/mem, /proc/1/fd
     except Exception:
         pass
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # init ignores it otherwise: let `docker stop` work

@@ -108,11 +108,12 @@ def _validation_message(exc: ValidationError) -> str:
 class _Entry:
     """A sandbox the pool owns, with its bookkeeping."""
 
-    __slots__ = ("closed", "last_used", "sandbox", "slot", "uses")
+    __slots__ = ("closed", "last_used", "limits", "sandbox", "slot", "uses")
 
-    def __init__(self, sandbox: Sandbox, slot: object) -> None:
+    def __init__(self, sandbox: Sandbox, slot: object, limits: Limits | None = None) -> None:
         self.sandbox = sandbox
         self.slot = slot
+        self.limits = limits  # what the sandbox was opened with (exec uses them)
         self.uses = 0
         self.last_used = time.monotonic()
         self.closed = False
@@ -330,9 +331,23 @@ class SandboxPool:
             self._limiter.release_sandbox(slot)
             raise PoolClosed("the pool was closed while a sandbox was opening", backend=self.backend.name)
         self.metrics_data.sandbox_opened(time.perf_counter() - started)
-        entry = _Entry(sandbox, slot)
+        entry = _Entry(sandbox, slot, limits or self.limits)
         self._entries.add(entry)
         return entry
+
+    async def _take_idle(self, limits: Limits) -> _Entry | None:
+        """A healthy idle sandbox opened with ``limits`` (for a session), or None if there is none."""
+        while True:
+            entry = next((e for e in reversed(self._idle) if e.limits == limits), None)
+            if entry is None:
+                return None
+            self._idle.remove(entry)
+            idle_for = time.monotonic() - entry.last_used
+            if idle_for >= self.health_check_after_s and not await entry.sandbox.alive():
+                self.metrics_data.error("dead_on_lease")
+                await self._close_entry(entry)
+                continue
+            return entry
 
     async def _lease(self) -> _Entry:
         """Get a healthy sandbox: an idle one, a new one, or wait for one."""
@@ -641,6 +656,11 @@ class Session:
         attempt = 0
         while True:
             try:
+                # A warm idle sandbox (reset when it was given back) is as clean as a new one and far cheaper.
+                entry = await self.pool._take_idle(self.limits)
+                if entry is not None:
+                    self._entry = entry
+                    return entry
                 entry = await self.pool._open_entry(self.limits)
                 if entry is None:
                     if self.pool._idle:

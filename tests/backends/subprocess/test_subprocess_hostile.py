@@ -76,7 +76,8 @@ async def test_memory_bomb_python(pool: SandboxPool, backend: RecordingBackend) 
 async def test_memory_bomb_in_a_memory_hungry_runtime(pool: SandboxPool, backend: RecordingBackend) -> None:
     # Node is exempt from RLIMIT_AS (V8 reserves huge address space), so the cgroup must stop it.
     code = "const a = []; for (;;) { a.push(Buffer.alloc(16 << 20, 1)); }"
-    result = await contained(pool, backend, code, language="javascript")
+    # A longer timeout than the others: V8 starts slowly on a loaded machine, and the point is memory.
+    result = await contained(pool, backend, code, language="javascript", limits=HOSTILE.merged(timeout_s=8.0))
     assert result.status is Status.MEMORY_EXCEEDED, result
 
 
@@ -136,7 +137,8 @@ for path in [{root_only_file!r}, '/etc/shadow', '/root']:
     result = await contained(pool, backend, code)
     assert "TOP-SECRET-TOKEN" not in result.stdout
     assert f"{root_only_file} denied PermissionError" in result.stdout
-    assert "/root denied PermissionError" in result.stdout
+    # Hidden from the mount namespace (bwrap) or closed by permissions (private uid only).
+    assert "/root denied PermissionError" in result.stdout or "/root denied FileNotFoundError" in result.stdout
     if os.path.exists("/etc/shadow"):
         assert "/etc/shadow denied PermissionError" in result.stdout
 

@@ -36,6 +36,8 @@ NAME = "subprocess"
 SERVER_MEMORY = 32 << 20
 #: Processes of the sandbox that are not the program's: bwrap (2), the server, and slack.
 SERVER_PIDS = 4
+#: Tries to start a sandbox's fork server before giving up.
+START_ATTEMPTS = 3
 
 
 def _toolchain_present(lang: Language, path: str) -> bool:
@@ -114,14 +116,22 @@ class SubprocessSandbox(Sandbox):
             cgroup=self.cgroup,
             sweep_all=iso.bwrap is not None or self.uid is not None,
         )
-        try:
-            await server.start()
-        except ServerStartError as exc:
-            raise BackendUnavailable(
-                f"cannot start the sandbox: {exc}; run `sandboxkit doctor` to see what this machine allows",
-                backend=NAME,
-                sandbox_id=self.id,
-            ) from exc
+        for attempt in range(START_ATTEMPTS):
+            try:
+                await server.start()
+                break
+            except ServerStartError as exc:
+                # bwrap can lose a race with a host mount that disappears while it copies the
+                # mount table; that passes. A real misconfiguration fails every attempt.
+                if attempt < START_ATTEMPTS - 1:
+                    log.debug("fork server of %s failed to start, retrying: %s", self.id, exc)
+                    await asyncio.sleep(0.01 * (attempt + 1))
+                    continue
+                raise BackendUnavailable(
+                    f"cannot start the sandbox: {exc}; run `sandboxkit doctor` to see what this machine allows",
+                    backend=NAME,
+                    sandbox_id=self.id,
+                ) from exc
         self._server, self._server_network = server, network
         return server
 

@@ -104,9 +104,7 @@ def bwrap_argv(iso: Isolation, *, bwrap: str, workspace: str, root: str, network
         "sandbox",
         "--die-with-parent",
         "--new-session",
-        "--ro-bind",
-        "/",
-        "/",
+        *_root_binds(root),
         "--dev",
         "/dev",
         "--proc",
@@ -124,10 +122,46 @@ def bwrap_argv(iso: Isolation, *, bwrap: str, workspace: str, root: str, network
         argv.append("--unshare-net")
     if iso.disable_userns:
         argv.append("--disable-userns")
-    if not (root + os.sep).startswith("/tmp/"):
-        argv += ["--tmpfs", root]  # hide every other workspace
     argv += ["--bind", workspace, workspace, "--chdir", workspace, "--"]
     return argv
+
+
+#: Top-level paths never bound into a sandbox: replaced (/proc, /dev, /tmp) or private (/root).
+_SKIP = frozenset({"/proc", "/dev", "/tmp", "/root", "/lost+found"})
+#: Paths where other software mounts and unmounts all the time. bwrap re-mounts every submount
+#: of a bind read-only, so a mount vanishing meanwhile would make the sandbox fail to start.
+_CHURN = ("/var/lib/docker", "/var/lib/containerd", "/run/docker", "/run/containerd", "/run/netns", "/run/user")
+
+
+def _root_binds(root: str) -> list[str]:
+    """Read-only binds of the host's filesystem, minus /tmp, /root, the workspaces and mount churn.
+
+    Binding ``/`` as a whole would also bind every other sandbox's workspace mount (and
+    Docker's), which is both a leak of their existence and a start-up race.
+    """
+    return _binds_below("/", frozenset({os.path.normpath(root), *_CHURN}))
+
+
+def _binds_below(directory: str, exclude: frozenset[str]) -> list[str]:
+    args: list[str] = []
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return args
+    for name in names:
+        path = os.path.join(directory, name)
+        if path in exclude or path in _SKIP:
+            continue
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            if any(e.startswith(path + "/") for e in exclude):
+                args += ["--dir", path, *_binds_below(path, exclude)]
+            else:
+                args += ["--ro-bind-try", path, path]
+        elif os.path.isfile(path):
+            args += ["--ro-bind-try", path, path]
+    return args
 
 
 def _libc() -> ctypes.CDLL:

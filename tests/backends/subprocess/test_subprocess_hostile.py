@@ -296,3 +296,22 @@ except OSError as exc:
     assert result.status is Status.OK
     count, error = result.stdout.split()
     assert error == "OSError" and int(count) < 1024
+
+
+async def test_tampering_with_the_fork_server(pool: SandboxPool, backend: RecordingBackend) -> None:
+    # The server reports exit statuses and kills leftovers; a program that could ptrace it or
+    # write its memory could forge results or keep a daemon alive into the next run.
+    code = """
+import ctypes, os
+parent = os.getppid()
+for name in ('mem', 'environ'):
+    try:
+        open(f'/proc/{parent}/{name}', 'rb').read(1)
+        print(name, 'readable')
+    except OSError as exc:
+        print(name, 'denied')
+libc = ctypes.CDLL(None, use_errno=True)
+print('ptrace', 'denied' if libc.ptrace(16, parent, 0, 0) == -1 else 'attached')  # PTRACE_ATTACH
+"""
+    result = await contained(pool, backend, code)
+    assert result.stdout == "mem denied\nenviron denied\nptrace denied\n", result

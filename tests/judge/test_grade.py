@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import anyio
 import pytest
 from judge_support import RecordingBackend, needs_gpp, needs_java, needs_node, needs_subprocess
 
@@ -122,6 +123,16 @@ async def test_python_syntax_error_is_a_compile_error(pool: SandboxPool) -> None
     # A SyntaxError raised at run time by the program itself is a runtime failure, not a compile error.
     runtime = "```python\ncompile('def (', 'x', 'exec')\n```"
     assert (await grade(pool, runtime, STDIO[:1])).status == "failed"
+
+
+async def test_memory_limit_in_the_harness(pool: SandboxPool) -> None:
+    from sandboxkit import Limits
+
+    hog = "```python\ndef f():\n    return len(b'x' * (3 << 30))\nif __name__ == '__main__':\n    print(f())\n```"
+    small = Limits(timeout_s=5, memory_mb=256)
+    for tests in ([{"type": "call", "fn_name": "f", "expected": 1}], [{"stdin": "", "expected_stdout": "1"}]):
+        verdict = await grade(pool, hog, tests, limits=small)
+        assert verdict.status == "memory_exceeded", verdict
 
 
 @needs_gpp
@@ -248,6 +259,21 @@ async def test_grade_many_grades_every_row_in_order(pool: SandboxPool) -> None:
     assert "unknown test type 'nope'" in (verdicts[3].error or "")
     assert "completion must be a string" in (verdicts[5].error or "")
     assert sorted(seen) == list(range(len(rows)))
+
+
+@needs_gpp
+async def test_mixed_batch_on_a_small_pool_finishes() -> None:
+    # Compile-once sessions hold sandboxes while pooled runs hold call slots; the judge keeps one sandbox out
+    # of the sessions' reach, so a small pool under a mixed load still finishes (no lock-order deadlock).
+    rows = []
+    for _ in range(4):
+        rows.append({"completion": CPP_A_PLUS_B, "tests": STDIO, "language": "cpp"})
+        rows.append({"completion": A_PLUS_B, "tests": STDIO})
+        rows.append({"completion": BASH_A_PLUS_B, "tests": STDIO, "language": "bash"})
+    async with SandboxPool("subprocess", max_concurrency=2) as small:
+        with anyio.fail_after(240):
+            verdicts = await grade_many(small, rows, max_in_flight=8)
+    assert [v.status for v in verdicts] == ["ok"] * len(rows)
 
 
 async def test_session_opens_when_idle_sandboxes_fill_the_pool() -> None:

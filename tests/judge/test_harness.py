@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 
 from sandboxkit.judge import AssertCase, CallCase, StdioCase
 from sandboxkit.judge.harness import MARK, build_python_harness, canonical_hash, parse_harness_output
@@ -34,7 +35,8 @@ def run_harness(
     source: str, cases: list[StdioCase | AssertCase | CallCase], **kw: object
 ) -> dict[int, dict[str, object]]:
     script = build_python_harness(source, cases, timeout_s=kw.pop("timeout_s", 1.0), **kw)  # type: ignore[arg-type]
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    with tempfile.TemporaryDirectory() as cwd:  # the harness keeps stdin files in its working directory
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=cwd)
     report = parse_harness_output(done.stdout)
     assert report.finished, done.stderr
     return report.results
@@ -93,7 +95,8 @@ print(__name__, sum(map(int, data)))
 
 def test_syntax_error_is_reported_once() -> None:
     script = build_python_harness("def f(:\n", [CallCase(fn_name="f", expected=1)], timeout_s=1)
-    report = parse_harness_output(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True).stdout)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    report = parse_harness_output(done.stdout)
     assert report.syntax_error is not None and "SyntaxError" in report.syntax_error
     assert report.results == {}
 

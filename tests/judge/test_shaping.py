@@ -17,6 +17,7 @@ def test_pass_rate_is_the_default() -> None:
 def test_all_or_nothing_stops_at_the_first_failure() -> None:
     shape = parse_shaping("all_or_nothing")
     assert shape.stop_on_first_failure
+    assert parse_shaping("binary") == shape == parse_shaping({"mode": "binary"})
     assert shape.reward("failed", 3, 4) == 0.0
     assert shape.reward("ok", 4, 4) == 1.0
 

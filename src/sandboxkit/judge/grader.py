@@ -2,12 +2,13 @@
 
 How cases are run (the batch-speed rules):
 
-* Python ``call`` and ``assert`` cases of one problem: **one** sandbox run of the per-case harness
+* every case of a Python problem (call, assert and stdio): **one** sandbox run of the per-case harness
   (:mod:`sandboxkit.judge.harness`), where each case runs in its own forked child with its own deadline.
-* ``stdio`` cases of a compiled language (C, C++, Java, Go, Rust) with several cases, on a stateful
-  backend: a session compiles **once** (with the first case), then runs the binary once per case.
-* other ``stdio`` cases: one run per case, all cases concurrently (the pool bounds the load), or one
-  after another when the shaping stops at the first failure.
+* ``stdio`` cases of a compiled language without an address-space exemption (C, C++, Rust), several
+  cases, on a stateful backend that runs bash: a session compiles **once** (with the first case), then
+  runs the binary once per case through a bash ``exec`` launcher (same limits as a normal run).
+* other ``stdio`` cases (JavaScript, Bash, Java, Go): one run per case, all cases concurrently (the pool
+  bounds the load), or one after another when the shaping stops at the first failure.
 * ``assert`` cases in other languages: the solution followed by the test code, one run per case.
 
 Infrastructure errors (a :class:`~sandboxkit.errors.SandboxError` from the pool) end the grading with an
@@ -136,7 +137,7 @@ async def grade(
     except InvalidRequest as exc:
         return _early(started, "invalid", lang.name, error=str(exc), total=total, extraction=extraction)
     except SandboxError as exc:
-        log.warning("grading hit an infrastructure error: %s", exc)
+        log.info("grading hit an infrastructure error: %s", exc)
         return _early(started, "infra_error", lang.name, error=f"{exc.kind}: {exc}", total=total, extraction=extraction)
     return _finish(started, outcome, suite, shape, extraction, lang.name)
 
@@ -186,18 +187,19 @@ async def grade_many(
         **defaults: keyword arguments of :func:`grade` applied to every row (rows override them).
     """
     results: list[Verdict | None] = [None] * len(rows)
-    gate = anyio.Semaphore(max_in_flight or max(4, 2 * pool.max_concurrency))
+    workers = min(len(rows), max_in_flight or max(4, 2 * pool.max_concurrency))
+    pending = iter(range(len(rows)))
 
-    async def one(index: int, row: Any) -> None:
-        async with gate:
-            verdict = await grade_row(pool, row, **defaults)
-        results[index] = verdict
-        if on_result is not None:
-            on_result(index, verdict)
+    async def worker() -> None:
+        for index in pending:  # the workers share one iterator: each takes the next row
+            verdict = await grade_row(pool, rows[index], **defaults)
+            results[index] = verdict
+            if on_result is not None:
+                on_result(index, verdict)
 
     async with anyio.create_task_group() as tg:
-        for index, row in enumerate(rows):
-            tg.start_soon(one, index, row)
+        for _ in range(workers):
+            tg.start_soon(worker)
     return [
         v if v is not None else Verdict(status="infra_error", infra_error=True, error="not graded") for v in results
     ]
@@ -365,6 +367,9 @@ def _judge_harness_item(
         return CaseResult(index=index, type=case.type, status="timeout", time_s=elapsed, message=message)
     if status == "output_limit":
         return CaseResult(index=index, type=case.type, status="output_limit", time_s=elapsed, message="output limit")
+    if status == "memory_exceeded":
+        message = trim_message(str(item.get("error") or "memory limit"))
+        return CaseResult(index=index, type=case.type, status="memory_exceeded", time_s=elapsed, message=message)
     if isinstance(case, StdioCase):
         result = ExecResult(
             status=Status.OK if status == "ok" else Status.FAILED,
@@ -453,6 +458,7 @@ async def _run_stdio(job: _Job, group: list[tuple[int, StdioCase]]) -> _Outcome:
         and not job.lang.virtual_memory_hungry
         and len(group) > 1
         and caps.stateful
+        and "bash" in caps.languages
         and job.pool.max_sandboxes >= 2
     ):
         return await _stdio_in_session(job, group)
@@ -511,7 +517,8 @@ def _first_run_verdict(job: _Job, group: list[tuple[int, Any]], result: RunResul
 
 async def _stdio_in_session(job: _Job, group: list[tuple[int, StdioCase]]) -> _Outcome:
     outcome = _Outcome()
-    async with _session_slot(job.pool), job.pool.session(limits=job.limits) as session:
+    # The pool's own limits let the session take a warm idle sandbox; each run carries the case limits.
+    async with _session_slot(job.pool), job.pool.session() as session:
         (first_index, first_case), rest = group[0], group[1:]
         first = await session.run(job.code, language=job.lang.name, stdin=first_case.stdin, limits=job.limits)
         verdict = _first_run_verdict(job, group, first)
@@ -541,9 +548,9 @@ async def _run_compiled(session: Session, job: _Job, stdin: str) -> RunResult:
 
 def _session_slot(pool: SandboxPool) -> anyio.Semaphore:
     # Sessions hold a sandbox across several calls. If they held every sandbox while pooled runs held
-    # every call slot waiting for a sandbox, neither could proceed: keep sessions to half the sandboxes.
+    # every call slot waiting for a sandbox, neither could proceed: keep one sandbox out of their reach.
     slot = _session_slots.get(pool)
     if slot is None:
-        slot = anyio.Semaphore(max(1, pool.max_sandboxes // 2))
+        slot = anyio.Semaphore(max(1, pool.max_sandboxes - 1))
         _session_slots[pool] = slot
     return slot

@@ -81,7 +81,10 @@ try:
 except (SyntaxError, ValueError) as _e:
     _report({"syntax_error": "".join(traceback.format_exception_only(type(_e), _e)).strip()})
     sys.exit(0)
-_TMP = tempfile.mkdtemp(prefix="sandboxkit-cases-")
+try:
+    _TMP = tempfile.mkdtemp(prefix=".sandboxkit-cases-", dir=os.getcwd())  # in the workspace: reset wipes it
+except OSError:
+    _TMP = tempfile.mkdtemp(prefix="sandboxkit-cases-")
 
 
 def _default(o):
@@ -151,6 +154,8 @@ def _child_function(case, w):
             result = {"ok": True}
     except SystemExit as e:
         result = {"ok": False, "error": "the program called sys.exit(%r) before the case finished" % (e.code,)}
+    except MemoryError as e:
+        result = {"ok": False, "oom": True, "error": "MemoryError" + _where(e, case)}
     except BaseException as e:
         text = "".join(traceback.format_exception_only(type(e), e)).strip().splitlines()
         result = {"ok": False, "error": (text[-1] if text else type(e).__name__) + _where(e, case)}
@@ -277,10 +282,14 @@ def _run(i, case):
         return {"i": i, "status": "output_limit", "t": elapsed}
     signum = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+    if signum == signal.SIGXCPU:
+        return {"i": i, "status": "timeout", "t": elapsed}
+    if signum == signal.SIGKILL:  # not ours (we kill only after a timeout): the kernel's OOM killer
+        return {"i": i, "status": "memory_exceeded", "t": elapsed, "error": "killed by SIGKILL (out of memory)"}
     if stdio:
         out = b"".join(data["out"]).decode(_ENC, "replace")
         err = b"".join(data["err"]).decode(_ENC, "replace")
-        state = "ok" if code == 0 else "error"
+        state = "ok" if code == 0 else "memory_exceeded" if "MemoryError" in err[-4096:] else "error"
         return {"i": i, "status": state, "t": elapsed, "code": code, "signal": signum, "stdout": out, "stderr": err[-2000:]}
     try:
         result = json.loads(b"".join(data["res"]).decode("utf-8"))
@@ -294,7 +303,8 @@ def _run(i, case):
         return {"i": i, "status": "error", "t": elapsed, "error": why, "signal": signum}
     if result["ok"]:
         return {"i": i, "status": "ok", "t": elapsed, "value": result.get("value")}
-    return {"i": i, "status": "error", "t": elapsed, "error": str(result.get("error", ""))[:500]}
+    state = "memory_exceeded" if result.get("oom") else "error"
+    return {"i": i, "status": state, "t": elapsed, "error": str(result.get("error", ""))[:500]}
 
 
 try:
@@ -358,7 +368,7 @@ class HarnessReport:
 
     Attributes:
         syntax_error: the compiler's message when the solution does not compile.
-        results: case position -> ``{"status": "ok"|"error"|"timeout"|"output_limit", "t": seconds, ...}``;
+        results: case position -> ``{"status": "ok"|"error"|"timeout"|"memory_exceeded"|"output_limit", "t", ...}``;
             call cases add ``value`` (``{"json"}`` or ``{"sha256", "size"}``), failures ``error``, stdio cases
             ``code``, ``signal``, ``stdout`` and the tail of ``stderr``.
         finished: the harness reached its end (``False``: it was killed mid-way, e.g. by the run's limits

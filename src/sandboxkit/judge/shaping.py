@@ -3,8 +3,8 @@
 Two modes:
 
 * ``pass_rate`` (default): the fraction of cases passed; every case runs.
-* ``all_or_nothing``: 1.0 when every case passed, else 0.0; grading stops at the first failing case,
-  since the rest cannot change the reward.
+* ``all_or_nothing`` (also ``binary``): 1.0 when every case passed, else 0.0; grading stops at the first
+  failing case, since the rest cannot change the reward.
 
 Penalties replace the reward for a verdict status, e.g. ``compile_error=-1`` (the TRL + Daytona
 example gives -1 to code that errors, times out or uses a banned pattern). A penalty applies when
@@ -26,7 +26,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-__all__ = ["PENALIZABLE", "Shaping", "parse_shaping"]
+__all__ = ["MODE_ALIASES", "PENALIZABLE", "Shaping", "parse_shaping"]
+
+#: Other names accepted for the modes.
+MODE_ALIASES = {"binary": "all_or_nothing", "all-or-nothing": "all_or_nothing", "pass-rate": "pass_rate"}
 
 PENALIZABLE = frozenset({"failed", "compile_error", "timeout", "memory_exceeded", "output_limit", "banned", "no_code"})
 
@@ -43,6 +46,11 @@ class Shaping(BaseModel):
 
     mode: Literal["pass_rate", "all_or_nothing"] = "pass_rate"
     penalties: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _mode_alias(cls, value: Any) -> Any:
+        return MODE_ALIASES.get(value, value) if isinstance(value, str) else value
 
     @field_validator("penalties")
     @classmethod
@@ -98,6 +106,7 @@ def parse_shaping(value: Shaping | str | Mapping[str, Any] | None) -> Shaping:
                 penalties[key.strip()] = float(number)
             except ValueError:
                 raise ValueError(f"penalty {part!r} is not a number; write e.g. 'timeout=-1'") from None
+        mode = MODE_ALIASES.get(mode, mode)
         if mode not in ("pass_rate", "all_or_nothing"):
             raise ValueError(f"unknown shaping mode {mode!r}; use 'pass_rate' or 'all_or_nothing'")
         return Shaping(mode=mode, penalties=penalties)  # type: ignore[arg-type]

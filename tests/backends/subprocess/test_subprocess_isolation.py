@@ -77,3 +77,29 @@ def test_doctor_lists_missing_protections() -> None:
     else:
         assert "all isolation mechanisms available" in result.output
     assert os.path.exists("/usr/bin/bwrap") or "bubblewrap" in result.output
+
+
+async def test_cleanup_removes_only_leftovers_of_dead_processes() -> None:
+    import subprocess
+
+    from sandboxkit.backends.subprocess._cgroup import PREFIX
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # its pid now names a process that no longer exists
+    backend = SubprocessBackend()
+    live = await backend.open()
+    try:
+        stale = os.path.join(backend.root, f"sbx-0123456789ab-p{dead.pid}-leftover")
+        os.makedirs(os.path.join(stale, "sub"))
+        cgroup_parent = backend.isolation.cgroup.pids_parent
+        stale_cgroup = os.path.join(cgroup_parent, f"{PREFIX}sbx-0123456789ab-p{dead.pid}") if cgroup_parent else None
+        if stale_cgroup:
+            os.mkdir(stale_cgroup)
+        assert await backend.cleanup() >= 1  # other crashed runs on this machine may add to the count
+        assert not os.path.exists(stale)
+        assert stale_cgroup is None or not os.path.exists(stale_cgroup)
+        assert os.path.isdir(live.workspace.path), "a live sandbox must survive cleanup"
+        assert (await live.exec("echo alive")).stdout == "alive\n"
+    finally:
+        await backend.aclose()
+    assert not os.path.exists(live.workspace.path)

@@ -52,7 +52,7 @@ class Isolation:
     tmpfs: bool  # we can mount a size-capped tmpfs per workspace
     tmpfs_error: str
 
-    def missing(self, *, network_request: bool = False) -> tuple[str, ...]:
+    def missing(self) -> tuple[str, ...]:
         """Protections that are not active here, in words, for capabilities and doctor."""
         out = []
         if not self.is_root:
@@ -70,7 +70,6 @@ class Isolation:
         out += [f"cgroup: {m}" for m in self.cgroup.missing]
         if not self.tmpfs:
             out.append(f"disk quota: no tmpfs workspace ({self.tmpfs_error}); only RLIMIT_FSIZE per file")
-        del network_request
         return tuple(out)
 
 

@@ -215,6 +215,9 @@ class SandboxPool:
         self.health_check_after_s = health_check_after_s
         self.handle_signals = handle_signals
         self._limiter = self._make_limiter(limiter, creation_rate, creation_burst)
+        attach = getattr(self._limiter, "attach", None)
+        if attach is not None:  # a shared (cluster) limiter wakes us and may ask for idle sandboxes back
+            attach(self._notify, self._reclaim_idle)
         self._idle: deque[_Entry] = deque()
         self._entries: set[_Entry] = set()
         self._changed: anyio.Event | None = None
@@ -366,6 +369,13 @@ class SandboxPool:
             if entry_or_none is not None:
                 return entry_or_none
             await self._wait_for_change()
+
+    async def _reclaim_idle(self) -> bool:
+        """Close the least recently used idle sandbox (a shared limiter needs its slot elsewhere)."""
+        if not self._idle:
+            return False
+        await self._close_entry(self._idle.popleft())
+        return True
 
     async def _give_back(self, entry: _Entry, *, dirty: bool) -> None:
         """Return a sandbox after a call: reset and keep it warm, or close it."""

@@ -17,8 +17,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,6 +30,7 @@ from typing import Any
 CONCURRENCY = 64
 HELLO = {"code": "print('Hello, world!')", "language": "python", "run_timeout": 10, "memory_limit_MB": 1024}
 TARGET_RPS = 300.0
+_LISTENING = re.compile(r"sandboxkit serve: listening on (http://127\.0\.0\.1:\d+)")
 
 
 # ----------------------------------------------------------------------------- load generator (child process)
@@ -83,27 +84,21 @@ async def _load(url: str, path: str, total: int, warmup: int, concurrency: int) 
 
 class _Server:
     def __init__(self, *args: str) -> None:
-        import httpx
-
-        with socket.socket() as probe:  # a free port (a small race, fine for a benchmark)
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
         self.log = tempfile.NamedTemporaryFile(prefix="bench-serve-", suffix=".log", delete=False)  # noqa: SIM115
-        cmd = [sys.executable, "-c", "from sandboxkit.cli import main; main()", "serve", "--port", str(port), *args]
+        cmd = [sys.executable, "-c", "from sandboxkit.cli import main; main()", "serve", "--port", "0", *args]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{self.url}/v1/ping", timeout=2).json() == "pong":
-                    return
-            except httpx.HTTPError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                text = Path(self.log.name).read_text(errors="replace")
+        self.url = ""
+        while not self.url:
+            text = Path(self.log.name).read_text(errors="replace")
+            match = _LISTENING.search(text)
+            if match:
+                self.url = match.group(1)
+            elif self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"sandboxkit serve did not start: {text}")
-            time.sleep(0.1)
+            else:
+                time.sleep(0.1)
 
     def stop(self) -> None:
         if self.proc.poll() is None:

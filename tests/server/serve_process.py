@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-_LISTENING = re.compile(r"Uvicorn running on (http://127\.0\.0\.1:\d+)")
+_LISTENING = re.compile(r"sandboxkit serve: listening on (http://127\.0\.0\.1:\d+)")
 
 
 class ServeProcess:

@@ -87,8 +87,35 @@ def serve(
         backlog=4096,
         log_config=None,  # keep the logging set up above
     )
-    server = uvicorn.Server(config)
+    server = _server_class()(config)
     server.run()
+
+
+def _announce(urls: list[str]) -> None:
+    for url in urls:
+        typer.echo(
+            f"sandboxkit serve: listening on {url}  (verl: reward.sandbox_fusion.url={url}/run_code; "
+            f"sandbox-fusion client: SANDBOX_FUSION_ENDPOINT={url})",
+            err=True,
+        )
+
+
+def _server_class() -> type[Any]:
+    import uvicorn
+
+    class AnnouncingServer(uvicorn.Server):  # type: ignore[misc]
+        """Prints the address actually bound (``--port 0`` picks one), once startup has finished."""
+
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets=sockets)
+            urls = []
+            for srv in getattr(self, "servers", []):
+                for sock in srv.sockets:
+                    host, port = sock.getsockname()[:2]
+                    urls.append(f"http://{'[' + host + ']' if ':' in host else host}:{port}")
+            _announce(urls)
+
+    return AnnouncingServer
 
 
 def _parse_options(items: list[str]) -> dict[str, Any]:

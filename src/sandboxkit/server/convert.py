@@ -83,7 +83,8 @@ def request_from_sandbox_fusion(body: RunCodeRequest, defaults: Limits) -> RunRe
             memory_mb=body.memory_limit_MB if body.memory_limit_MB > 0 else None,
         )
     except ValueError as exc:
-        raise FieldError("run_timeout", f"invalid limits: {_first_error(exc)}") from exc
+        field, message = _limits_error(exc)
+        raise FieldError(field, message) from exc
     return RunRequest(
         code=body.code, language=lang.name, stdin=body.stdin, files=files, fetch_files=fetch, limits=limits
     )
@@ -266,9 +267,19 @@ def _b64decode(field: str, content: str) -> bytes:
         raise FieldError("files", f"{field} is not valid base64 ({exc}); encode file contents with base64") from exc
 
 
-def _first_error(exc: ValueError) -> str:
+_SANDBOX_FUSION_FIELD = {
+    "timeout_s": "run_timeout",
+    "compile_timeout_s": "compile_timeout",
+    "memory_mb": "memory_limit_MB",
+}
+
+
+def _limits_error(exc: ValueError) -> tuple[str, str]:
+    """The Sandbox Fusion field and a message for a Limits validation error."""
     errors = getattr(exc, "errors", None)
-    if callable(errors):
-        first = errors()[0]
-        return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']} (got {first.get('input')!r})"
-    return str(exc)
+    if not callable(errors) or not errors():
+        return "body", f"invalid limits: {exc}"
+    first = errors()[0]
+    name = str(first["loc"][0]) if first["loc"] else ""
+    field = _SANDBOX_FUSION_FIELD.get(name, "body")
+    return field, f"{field}: {first['msg']} (got {first.get('input')!r})"

@@ -8,6 +8,8 @@ user code; processes never outlive the command that started them.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 from sbx_helpers import FAST, RecordingBackend
 
@@ -117,3 +119,31 @@ async def test_reset_and_reuse_through_the_pool(backend: RecordingBackend) -> No
             await session.run("open('kept.txt', 'w').write('y')")
             kept = await session.exec("cat kept.txt")
             assert kept.stdout == "y"
+
+
+async def test_without_python_in_the_sandbox_commands_run_cold_but_confined() -> None:
+    # A sandbox PATH with no python3: no fork server, each command starts its own bwrap.
+    # (Outside /tmp, which the sandbox sees as its own private tmpfs.)
+    top = tempfile.mkdtemp(prefix="sandboxkit-nopython-", dir="/var/tmp")
+    os.chmod(top, 0o755)
+    bin_dir = os.path.join(top, "bin")
+    os.makedirs(bin_dir)
+    for tool in ("bash", "cat", "id", "ls", "sleep"):
+        os.symlink(f"/usr/bin/{tool}", os.path.join(bin_dir, tool))
+    backend = RecordingBackend(path=bin_dir)
+    try:
+        assert backend.server_python is None
+        assert any("fork server" in m for m in backend.capabilities.missing_protections)
+        assert "python" not in backend.capabilities.languages
+        sb = await backend.open(FAST)
+        await sb.write_files({"sub/f.txt": "cold"})
+        result = await sb.exec("cat f.txt; echo; id -u", cwd="sub")
+        assert result.status is Status.OK, result
+        text, uid = result.stdout.split()
+        assert text == "cold"
+        assert int(uid) != 0 or os.geteuid() != 0
+        slow = await sb.exec("sleep 30", timeout=0.5)
+        assert slow.status is Status.TIMEOUT
+    finally:
+        await backend.aclose()
+        shutil.rmtree(top)

@@ -87,6 +87,21 @@ class SubprocessSandbox(Sandbox):
     def _env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
         return program_env(self.workspace.path, self._backend.path, extra)
 
+    def _prefix(self, network: bool, cwd: str | None = None) -> list[str]:
+        """The namespace wrapper of this sandbox's processes (empty without bubblewrap)."""
+        iso = self._iso
+        if iso.bwrap is None:
+            return []
+        return isolation.bwrap_argv(
+            iso,
+            bwrap=iso.bwrap,
+            workspace=self.workspace.path,
+            root=self._backend.root,
+            network=network,
+            tmp_mb=self._backend.tmp_mb,
+            cwd=cwd,
+        )
+
     async def _server_for(self, network: bool) -> ForkServer | None:
         """The running fork server, (re)started when missing, dead or on the wrong network."""
         python = self._backend.server_python
@@ -97,19 +112,9 @@ class SubprocessSandbox(Sandbox):
         if self._server is not None:
             self._server.kill()
         iso = self._iso
-        prefix: list[str] = []
-        if iso.bwrap is not None:
-            prefix = isolation.bwrap_argv(
-                iso,
-                bwrap=iso.bwrap,
-                workspace=self.workspace.path,
-                root=self._backend.root,
-                network=network,
-                tmp_mb=self._backend.tmp_mb,
-            )
         server = ForkServer(
             python=python,
-            prefix=prefix,
+            prefix=self._prefix(network),
             user=(self.uid, self.uid) if self.uid is not None else None,
             env=self._env(None),
             cwd=self.workspace.path,
@@ -175,7 +180,17 @@ class SubprocessSandbox(Sandbox):
         rlimits = self._rlimits(limits, timeout_s, lang)
         server = await self._server_for(limits.network)
         if server is None:
-            cmd = Command(argv, cwd, env, stdin, timeout_s, limits.output_bytes, rlimits)
+            cmd = Command(
+                argv,
+                cwd,
+                env,
+                stdin,
+                timeout_s,
+                limits.output_bytes,
+                rlimits,
+                prefix=self._prefix(limits.network, cwd),
+                user=(self.uid, self.uid) if self.uid is not None else None,
+            )
             try:
                 return await run_cold(cmd)
             except FileNotFoundError:
@@ -439,7 +454,7 @@ class SubprocessBackend(Backend):
                 limits.add("network")
             missing = list(iso.missing())
             if self.server_python is None:
-                missing.append("fork server: no python3 on the sandbox PATH, every command is cold and unconfined")
+                missing.append("fork server: no python3 on the sandbox PATH; commands start cold, without the cgroup")
             self._caps = Capabilities(
                 languages=langs,
                 stateful=True,

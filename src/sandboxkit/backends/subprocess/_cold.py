@@ -1,8 +1,9 @@
 """The cold path: start one process from the host per command, in its own session.
 
-Used when no fork server is running for a sandbox. The process gets its rlimits in the
-forked child before ``exec``, a new session (so the whole process group can be killed), and
-pipes the host drains concurrently.
+Used only when the sandbox has no ``python3`` to run its fork server. The process gets the
+same isolation wrapper and uid as a fork server would, its rlimits in the forked child before
+``exec`` (``preexec_fn``: acceptable on this rare path), a new session (so the whole process
+group can be killed), and pipes the host drains concurrently.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ class Command:
     timeout_s: float
     output_bytes: int
     rlimits: Sequence[tuple[int, int]]
+    prefix: Sequence[str] = ()  # isolation wrapper (bwrap ... --), if any
+    user: tuple[int, int] | None = None  # host (uid, gid) to run as
 
 
 def _killpg(pgid: int) -> None:
@@ -81,14 +84,18 @@ async def run_cold(cmd: Command) -> Outcome:
     err_r, err_w = os.pipe()
     started = time.perf_counter()
     try:
+        uid, gid = cmd.user if cmd.user is not None else (None, None)
         proc = subprocess.Popen(
-            list(cmd.argv),
+            [*cmd.prefix, *cmd.argv],
             cwd=cmd.cwd,
             env=dict(cmd.env),
             stdin=in_r,
             stdout=out_w,
             stderr=err_w,
             start_new_session=True,
+            user=uid,
+            group=gid,
+            extra_groups=[] if uid is not None else None,
             preexec_fn=child_setup,
         )
     except BaseException:

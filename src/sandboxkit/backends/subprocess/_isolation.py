@@ -86,8 +86,13 @@ def release_uid(uid: int) -> None:
     _used_uids.discard(uid)
 
 
-def bwrap_argv(iso: Isolation, *, bwrap: str, workspace: str, root: str, network: bool, tmp_mb: int) -> list[str]:
-    """The bwrap prefix that puts a command in a fresh set of namespaces around ``workspace``."""
+def bwrap_argv(
+    iso: Isolation, *, bwrap: str, workspace: str, root: str, network: bool, tmp_mb: int, cwd: str | None = None
+) -> list[str]:
+    """The bwrap prefix that puts a command in a fresh set of namespaces around ``workspace``.
+
+    ``cwd`` (default: the workspace) is where the command starts, inside the workspace.
+    """
     argv = [
         bwrap,
         "--unshare-user",
@@ -121,7 +126,7 @@ def bwrap_argv(iso: Isolation, *, bwrap: str, workspace: str, root: str, network
         argv.append("--unshare-net")
     if iso.disable_userns:
         argv.append("--disable-userns")
-    argv += ["--bind", workspace, workspace, "--chdir", workspace, "--"]
+    argv += ["--bind", workspace, workspace, "--chdir", cwd or workspace, "--"]
     return argv
 
 

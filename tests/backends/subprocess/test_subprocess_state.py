@@ -147,3 +147,28 @@ async def test_without_python_in_the_sandbox_commands_run_cold_but_confined() ->
     finally:
         await backend.aclose()
         shutil.rmtree(top)
+
+
+async def test_host_never_follows_symlinks_the_program_planted(sandbox: SubprocessSandbox) -> None:
+    from sandboxkit.errors import InvalidRequest
+
+    with open("/etc/hostname", "rb") as f:
+        hostname = f.read()
+    planted = await sandbox.exec("ln -s /etc escape && ln -s /etc/hostname top.txt && echo ok")
+    assert planted.stdout == "ok\n", planted
+    assert await sandbox.read_files(["top.txt"]) == {}  # O_NOFOLLOW: not the host's /etc/hostname
+    for bad in ("escape/hostname",):
+        try:
+            got = await sandbox.read_files([bad])
+        except InvalidRequest:
+            got = {}
+        assert got == {}
+    try:
+        await sandbox.write_files({"escape/pwned": "x"})
+    except InvalidRequest:
+        pass
+    assert not os.path.exists("/etc/pwned")
+    await sandbox.write_files({"top.txt": "replaced"})  # replaces the link itself, not its target
+    with open("/etc/hostname", "rb") as f:
+        assert f.read() == hostname
+    assert await sandbox.read_files(["top.txt"]) == {"top.txt": b"replaced"}

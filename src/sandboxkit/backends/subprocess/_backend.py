@@ -319,7 +319,7 @@ class SubprocessSandbox(Sandbox):
         self._check_open()
         if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
             raise InvalidRequest(f"timeout must be a positive number of seconds, got {timeout!r}", backend=NAME)
-        workdir = self.workspace.path if cwd in (None, "", ".") else self.workspace.resolve(str(cwd))
+        workdir = self.workspace.path if cwd in (None, "", ".") else self.workspace.resolve(str(cwd), strict=True)
         argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
         if not argv:
             raise InvalidRequest("exec needs a non-empty command", backend=NAME, sandbox_id=self.id)

@@ -126,6 +126,8 @@ def _child(ctl: _socket.socket, req: dict[str, Any], fds: list[int]) -> None:
             try:
                 resource.setrlimit(res, (value, value))
             except (ValueError, OSError):
+                # Only refused when the inherited hard limit is already below ``value``:
+                # then the program runs under that stricter limit, never a weaker one.
                 pass
         os.chdir(req["cwd"])
         env = req["env"]

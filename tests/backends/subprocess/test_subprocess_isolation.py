@@ -50,6 +50,7 @@ def test_capabilities_match_this_machine() -> None:
     assert caps.network_control == (probe().bwrap is not None)
     assert {"python", "bash"} <= caps.languages
     assert caps.stateful and caps.resettable
+    assert any("bubblewrap" in note for note in caps.notes) == (probe().bwrap is not None)
 
 
 def test_network_is_off_unless_asked() -> None:

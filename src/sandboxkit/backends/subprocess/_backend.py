@@ -462,8 +462,28 @@ class SubprocessBackend(Backend):
                 limits=frozenset(limits),
                 resettable=True,
                 missing_protections=tuple(missing),
+                notes=self._active_protections(),
             )
         return self._caps
+
+    def _active_protections(self) -> tuple[str, ...]:
+        """What is in force here, in words (for ``doctor`` and logs)."""
+        iso = self.isolation
+        out = []
+        if iso.is_root:
+            out.append("private host uid per sandbox")
+        if iso.bwrap:
+            extra = ", nested user namespaces disabled" if iso.disable_userns else ""
+            out.append(f"bubblewrap {iso.bwrap}: user, pid, mount, ipc, uts and network namespaces{extra}")
+        cg = iso.cgroup
+        if cg.version is not None:
+            parts = [name for name, parent in (("memory", cg.memory_parent), ("pids", cg.pids_parent)) if parent]
+            out.append(f"cgroup v{cg.version}: {' and '.join(parts)} limits")
+        if iso.tmpfs:
+            out.append(f"workspace on a {self.disk_mb} MB tmpfs")
+        if self.server_python:
+            out.append(f"warm fork server: {self.server_python}")
+        return tuple(out)
 
     async def open(self, limits: Limits | None = None) -> SubprocessSandbox:
         """Create a sandbox: a workspace (tmpfs where allowed), a cgroup, a private uid.

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 import pytest
 
 from sandboxkit.server.app import create_app
-from server.serve_process import ServeProcess
-
-AppClient = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
+from server.serve_process import AppClient, ServeProcess
 
 
 @pytest.fixture

@@ -12,9 +12,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import httpx
+
+#: The ``app_client`` fixture: ``async with app_client(backend, **create_app_kwargs) as client``.
+AppClient = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
 
 _LISTENING = re.compile(r"sandboxkit serve: listening on (http://127\.0\.0\.1:\d+)")
 

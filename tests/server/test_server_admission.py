@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from sandboxkit.pool import SandboxPool
-from server.conftest import AppClient
+from server.serve_process import AppClient
 from support.fake_backend import FakeBackend
 
 

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from sandboxkit.models import Limits
-from server.conftest import AppClient
+from server.serve_process import AppClient
 
 HELLO = {"code": "print('Hello, world!')", "language": "python"}
 

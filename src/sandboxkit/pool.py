@@ -105,6 +105,25 @@ def _validation_message(exc: ValidationError) -> str:
     return "invalid request: " + "; ".join(parts)
 
 
+class _CallSlot:
+    """One call slot of the limiter, remembering whether it is held (it is given back while waiting)."""
+
+    __slots__ = ("held", "limiter")
+
+    def __init__(self, limiter: Limiter) -> None:
+        self.limiter = limiter
+        self.held = False
+
+    async def acquire(self) -> None:
+        await self.limiter.acquire_call(self)
+        self.held = True
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.limiter.release_call(self)
+
+
 class _Entry:
     """A sandbox the pool owns, with its bookkeeping."""
 
@@ -352,8 +371,13 @@ class SandboxPool:
                 continue
             return entry
 
-    async def _lease(self) -> _Entry:
-        """Get a healthy sandbox: an idle one, a new one, or wait for one."""
+    async def _lease(self, slot: _CallSlot) -> _Entry:
+        """Get a healthy sandbox: an idle one, a new one, or wait for one.
+
+        The caller holds a call slot. While it has to wait for a sandbox it gives the slot back:
+        a session holds its sandbox and then asks for a call slot, so a pooled call that held a
+        slot while waiting for a sandbox could deadlock against sessions holding every sandbox.
+        """
         while True:
             if self.closed:
                 raise PoolClosed("the pool is closed; create a new SandboxPool", backend=self.backend.name)
@@ -368,7 +392,9 @@ class SandboxPool:
             entry_or_none = await self._open_entry()
             if entry_or_none is not None:
                 return entry_or_none
+            slot.release()
             await self._wait_for_change()
+            await slot.acquire()
 
     async def _reclaim_idle(self) -> bool:
         """Close the least recently used idle sandbox (a shared limiter needs its slot elsewhere)."""
@@ -439,11 +465,11 @@ class SandboxPool:
     async def _attempts(self, fn: Callable[[Sandbox], Awaitable[T]], record: Any) -> T:
         attempt = 0
         while True:
-            token = object()
+            slot = _CallSlot(self._limiter)
             queued = time.perf_counter()
-            await self._limiter.acquire_call(token)
+            await slot.acquire()
             try:
-                entry = await self._lease()
+                entry = await self._lease(slot)
                 record.queue_wait += time.perf_counter() - queued
                 run_started = time.perf_counter()
                 try:
@@ -465,7 +491,7 @@ class SandboxPool:
                 record.retries += 1
                 log.info("retrying after %s (attempt %d/%d, in %.2fs)", exc, attempt, self.retries, delay)
             finally:
-                self._limiter.release_call(token)
+                slot.release()
             await anyio.sleep(delay)  # outside the call slot: a backing-off caller does not hold capacity
 
     def _backoff(self, attempt: int, exc: Exception) -> float:
@@ -691,28 +717,32 @@ class Session:
     async def _call(self, fn: Callable[[Sandbox], Awaitable[T]], deadline_s: float | None) -> T:
         async with self._lock:  # a sandbox serves one call at a time
             entry = await self._ensure()
-
-            async def on_sandbox(_: Sandbox) -> T:
-                return await fn(entry.sandbox)
-
-            token = object()
-            await self.pool._limiter.acquire_call(token)
+            metrics = self.pool.metrics_data
+            record = metrics.call_started()
+            started = time.perf_counter()
+            slot = _CallSlot(self.pool._limiter)
             try:
-                if deadline_s is None:
-                    return await on_sandbox(entry.sandbox)
-                with anyio.fail_after(deadline_s):
-                    return await on_sandbox(entry.sandbox)
-            except TimeoutError as exc:
+                await slot.acquire()
+                record.queue_wait = time.perf_counter() - started
+                with anyio.move_on_after(deadline_s) as scope:
+                    result = await fn(entry.sandbox)
+                if scope.cancelled_caught:
+                    raise DeadlineExceeded(
+                        f"session call did not finish within {deadline_s:g}s; the sandbox was discarded",
+                        backend=self.pool.backend.name,
+                        sandbox_id=entry.sandbox.id,
+                    )
+            except BaseException as exc:
+                # An infrastructure error, a deadline or a cancellation leaves the sandbox in an unknown state.
                 await self._discard()
-                raise DeadlineExceeded(
-                    f"session call did not finish within {deadline_s:g}s; the sandbox was discarded",
-                    backend=self.pool.backend.name,
-                ) from exc
-            except BaseException:
-                await self._discard()
+                if isinstance(exc, SandboxError):
+                    metrics.call_failed(record, exc, time.perf_counter() - started)
                 raise
             finally:
-                self.pool._limiter.release_call(token)
+                slot.release()
+            record.run_time = time.perf_counter() - started - record.queue_wait
+            metrics.call_finished(record, result, time.perf_counter() - started)
+            return result
 
     async def _discard(self) -> None:
         if self._entry is not None:

@@ -288,3 +288,30 @@ def test_signal_mid_batch_leaves_no_sandbox_open(tmp_path: Path, sig: signal.Sig
         if proc.poll() is None:
             proc.kill()
     assert list(markers.iterdir()) == [], "sandboxes left open after the signal"
+
+
+async def test_sessions_holding_every_sandbox_do_not_deadlock_pooled_calls() -> None:
+    # Pooled calls waiting for a sandbox must not sit on the call slots the sessions need.
+    backend = FakeBackend()
+    async with SandboxPool(backend, max_concurrency=2, max_sandboxes=2) as pool:
+        s1, s2 = pool.session(), pool.session()
+        await s1.open()
+        await s2.open()
+        waiting = asyncio.ensure_future(pool.run_many([{"code": "ok"}] * 5))
+        await asyncio.sleep(0.05)
+        with anyio.fail_after(5):
+            assert (await s1.run("sleep:0.01")).status is Status.OK
+            assert (await s2.exec("ok")).status is Status.OK
+        await s1.close()
+        await s2.close()
+        with anyio.fail_after(5):
+            results = await waiting
+        assert [r.status for r in results if isinstance(r, RunResult)] == [Status.OK] * 5
+
+
+async def test_session_calls_are_counted_in_metrics() -> None:
+    async with SandboxPool(FakeBackend()) as pool, pool.session() as s:
+        await s.run("ok")
+        await s.run("fail")
+        assert pool.metrics()["calls"] == 2
+        assert pool.metrics()["statuses"] == {"ok": 1, "failed": 1}

@@ -19,12 +19,20 @@ import itertools
 import os
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from sandboxkit import Backend, Capabilities, ExecResult, Limits, RunRequest, RunResult, Sandbox, SandboxPool, Status
 
 TEST_NAMESPACE = "sandboxkit-tests"
+HERE = str(Path(__file__).resolve().parent)
 _ids = itertools.count()
+
+
+def worker_env() -> dict[str, Any]:
+    """Runtime env that lets Ray workers import this module (``_backend``) from this directory."""
+    path = os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH", "")) if p)
+    return {"env_vars": {"PYTHONPATH": path}}
 
 
 def recorder(name: str) -> Any:

@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-HERE = str(Path(__file__).resolve().parent)
-
-
-def worker_env() -> dict[str, Any]:
-    """Runtime env that lets Ray workers import ``_backend`` from this directory."""
-    path = os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH", "")) if p)
-    return {"env_vars": {"PYTHONPATH": path}}
+from _backend import worker_env
 
 
 @pytest.fixture(scope="module")

@@ -272,3 +272,72 @@ def test_threads_of_one_process_use_one_limiter_safely(ray_cluster: Any) -> None
             t.join(60)
         assert errors == []
         assert pool.metrics()["max_concurrency"] == 3
+
+
+async def test_a_restarted_limiter_actor_relearns_what_every_process_holds(ray_cluster: Any) -> None:
+    ray = ray_cluster
+    name = "sandboxkit-limiter-restart"
+    holder, other = RayLimiter(2, name=name, lease_ttl_s=3), RayLimiter(2, name=name, lease_ttl_s=3)
+    try:
+        await holder.acquire_call("h1")
+        await holder.acquire_call("h2")
+        actor = ray.get_actor(name, namespace=NAMESPACE)
+        ray.kill(actor, no_restart=False)  # as if its node had been lost: Ray restarts it, empty
+        for _ in range(200):
+            try:
+                stats = await holder.cluster_statistics()
+                if stats["calls_in_flight"] == 2:
+                    break
+            except Exception:
+                pass
+            await asyncio.sleep(0.05)
+        assert stats["calls_in_flight"] == 2 and list(stats["owners"]) == [holder.owner]
+        waiting = asyncio.create_task(other.acquire_call("o"))
+        await asyncio.sleep(0.5)
+        assert not waiting.done()  # the re-declared leases still count against the cap
+        holder.release_call("h1")
+        await asyncio.wait_for(waiting, 10)
+    finally:
+        await holder.aclose()
+        await other.aclose()
+        shutdown_limiter(name)
+
+
+async def test_a_pool_asking_for_other_limits_gets_the_limits_in_force_and_a_warning(
+    ray_cluster: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    name = "sandboxkit-limiter-mismatch"
+    first, second = RayLimiter(3, name=name), RayLimiter(50, name=name)
+    try:
+        await first.acquire_call("a")
+        with caplog.at_level("WARNING", logger="sandboxkit.distributed"):
+            await second.acquire_call("b")
+        assert second.statistics().max_calls == 3
+        assert any("already running" in r.getMessage() for r in caplog.records)
+    finally:
+        await first.aclose()
+        await second.aclose()
+    fresh = RayLimiter(50, name=name)  # nobody holds anything now: the new limits apply
+    try:
+        await fresh.acquire_call("c")
+        assert fresh.statistics().max_calls == 50
+    finally:
+        await fresh.aclose()
+        shutdown_limiter(name)
+
+
+async def test_an_unused_limiter_actor_exits_by_itself(ray_cluster: Any) -> None:
+    ray = ray_cluster
+    name = "sandboxkit-limiter-idle"
+    limiter = RayLimiter(2, name=name, idle_exit_s=1.0)
+    await limiter.acquire_call("a")
+    limiter.release_call("a")
+    await limiter.aclose()  # leaves: the actor has no owner left
+    for _ in range(100):
+        try:
+            ray.get_actor(name, namespace=NAMESPACE)
+        except ValueError:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        pytest.fail("the idle limiter actor is still alive after 10 s")

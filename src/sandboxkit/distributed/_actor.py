@@ -19,7 +19,7 @@ import logging
 import time
 from typing import Any
 
-from sandboxkit.distributed._core import LimiterConfig, LimiterCore
+from sandboxkit.distributed._core import LimiterConfig, LimiterCore, decode_poll, decode_post
 
 __all__ = ["LimiterActor"]
 
@@ -71,17 +71,13 @@ class LimiterActor:
             self.core.set_alive_ref(owner, alive[0])
         return {"config": in_force.as_dict(), "known": known, "reply": self.core.reply(owner)}
 
-    async def post(
-        self,
-        owner: str,
-        requests: list[str],
-        cancels: list[str],
-        releases: int,
-        sandbox_releases: int,
-        holdings: tuple[int, int],
-    ) -> dict[str, Any]:
-        """A batched message: releases, cancels, new call requests. Returns grants ready now."""
+    async def post(self, message: bytes) -> dict[str, Any]:
+        """A batched message (see :func:`encode_post`): releases, cancels, new call requests.
+
+        Returns the owner's news, usually the grants its requests got at once.
+        """
         self._start()
+        owner, requests, cancels, releases, sandbox_releases, holdings = decode_post(message)
         return self.core.post(
             owner,
             requests=requests,
@@ -91,12 +87,14 @@ class LimiterActor:
             holdings=holdings,
         )
 
-    async def poll(self, owner: str, holdings: tuple[int, int], alive: list[Any], timeout: float) -> dict[str, Any]:
-        """Long poll: return as soon as the owner has news (grants, recall, reclaim), or after ``timeout``.
+    async def poll(self, message: bytes, alive: list[Any]) -> dict[str, Any]:
+        """Long poll (see :func:`encode_poll`): return as soon as the owner has news, or after its timeout.
 
-        Each poll is also the owner's heartbeat.
+        News is a grant, a request to give slots back or close an idle sandbox, a sandbox slot.
+        Each poll is also the owner's heartbeat; ``alive`` may carry a fresh liveness object.
         """
         self._start()
+        owner, holdings, timeout = decode_poll(message)
         if self.core.gone(owner):
             return self.core.reply(owner)
         self.core.touch(owner, holdings)

@@ -33,7 +33,7 @@ from typing import Any
 
 import anyio
 
-from sandboxkit.distributed._core import LimiterConfig
+from sandboxkit.distributed._core import LimiterConfig, encode_poll, encode_post
 from sandboxkit.errors import BackendUnavailable, PoolClosed, Transient
 from sandboxkit.limiter import LimiterStatistics
 
@@ -245,6 +245,10 @@ class RayLimiter:
         except Exception as exc:
             self._on_actor_error(exc)
             raise Transient(f"the Ray limiter {self.name!r} could not be reached: {exc}") from exc
+        if not granted and self._sandbox_credit > 0:
+            # The slot we were queued for arrived (in a poll reply) before this refusal was read.
+            self._sandbox_credit -= 1
+            granted = True
         if granted:
             self._sandboxes.add(token)
             self._sandbox_waiting = False
@@ -549,7 +553,7 @@ class RayLimiter:
         holdings = self._holdings()
         try:
             reply = await actor.post.remote(
-                self.owner, msg.requests, msg.cancels, msg.releases, msg.sandbox_releases, holdings
+                encode_post(self.owner, msg.requests, msg.cancels, msg.releases, msg.sandbox_releases, holdings)
             )
         except Exception as exc:
             self._out.merge(msg)
@@ -582,9 +586,8 @@ class RayLimiter:
                     continue
                 alive = self._fresh_ref() if self._need_ref else []
                 try:
-                    reply = await actor.poll.remote(
-                        self.owner, self._holdings(), alive, self.cluster_config.heartbeat_s
-                    )
+                    heartbeat = self.cluster_config.heartbeat_s
+                    reply = await actor.poll.remote(encode_poll(self.owner, self._holdings(), heartbeat), alive)
                 except Exception as exc:
                     self._on_actor_error(exc)
                     continue

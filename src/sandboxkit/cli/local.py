@@ -127,6 +127,9 @@ def doctor() -> None:
                     console.print(f"  [yellow]missing protection[/]: {gap}")
                 if not caps.missing_protections:
                     console.print("  all isolation mechanisms available")
+                for note in caps.notes:
+                    console.print(f"  [green]in force[/]: {note}")
+                console.print(f"  languages inside the sandbox: {', '.join(sorted(caps.languages))}")
             except SandboxError as exc:
                 console.print(f"  [red]{exc}[/]")
     table = Table(title="toolchains on this machine")

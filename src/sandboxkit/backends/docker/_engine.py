@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sandboxkit.backends.docker._results import PATH
 from sandboxkit.models import Limits
 
 __all__ = [
@@ -131,7 +132,7 @@ def create_container(client: Any, spec: ContainerSpec) -> str:
         user=f"{SANDBOX_UID}:{SANDBOX_UID}",
         working_dir=spec.workdir,
         hostname="sandbox",
-        environment={"LANG": "C.UTF-8", "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+        environment={"LANG": "C.UTF-8", "PATH": PATH, "HOME": spec.workdir},  # = what programs get (_results)
         labels=dict(spec.labels),
         stdin_open=True,
         detach=False,  # with stdin_open: AttachStdin + StdinOnce, so our hang-up closes the runner's stdin

@@ -40,7 +40,11 @@ BASE_SYS_PATH = [p for p in sys.path if p]
 _SCRATCH = bytearray(65536)
 PR_SET_DUMPABLE = 4
 CHILD_NICE = 10
+#: The environment programs get unless a request adds to it; the runner lives in it, so children inherit it.
+BASE_ENV_KEYS = ("PATH", "HOME", "LANG")
 _LIBC: Any = None
+_STDIO: tuple[Any, Any, Any] = (None, None, None)
+_OOM_SEEN = -1
 _BUFFERS: list[bytearray] = []
 
 
@@ -110,6 +114,17 @@ def kill_all(want: int = 0) -> int | None:
             status = st
 
 
+def leftovers() -> bool:
+    """Whether any process besides us is left. Orphans are re-parented to us before their parent
+    is reported dead, so "no children" means an empty container, and the costly ``kill(-1)``
+    (the kernel scans every process of the host for it) can be skipped."""
+    try:
+        os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        return False
+    return True
+
+
 def oom_kills() -> int:
     """The memory cgroup's OOM-kill counter (v1 or v2), or -1 when it cannot be read."""
     for path in ("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events"):
@@ -136,20 +151,27 @@ def resolve(exe: str, path: str, cwd: str) -> str | None:
 
 
 def child(step: dict[str, Any], exe: str | None, fds: tuple[int, int, int]) -> None:
-    """In the forked child: confine, wire the pipes, then exec (or run Python in place). Never returns."""
+    """In the forked child: confine, wire the pipes, then exec (or run Python in place). Never returns.
+
+    Every Python-level write here copies a page shared with the runner (copy-on-write), so the
+    fast path does as little as it can: the stdio objects and the usual environment are ready.
+    """
     try:
         os.setsid()
         try:
-            with open("/proc/self/oom_score_adj", "w") as fh:
-                fh.write("1000")  # the OOM killer takes the program, never the runner
+            fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+            os.write(fd, b"1000")  # the OOM killer takes the program, never the runner
+            os.close(fd)
         except OSError:
             pass
         # Below the runner within the container's CPU group (nice only weighs tasks of one cgroup
         # against each other, so the program loses nothing to the host): a fork bomb cannot
         # starve the runner past the deadline it enforces.
         os.nice(CHILD_NICE)
-        for sig in (signal.SIGPIPE, signal.SIGTERM, signal.SIGXFSZ, signal.SIGINT, signal.SIGCHLD):
-            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the runner's own handler
+        if not step.get("python"):  # ignored signals stay ignored across exec: give programs the defaults
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+            signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
         cpu = int(step["cpu"])
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -174,19 +196,26 @@ def child(step: dict[str, Any], exe: str | None, fds: tuple[int, int, int]) -> N
             os._exit(127)
 
 
-def python_main(step: dict[str, Any]) -> None:
-    """Run ``python3 -u SCRIPT ARGS`` without a new interpreter (the warm fast path). Never returns."""
-    script, args = step["python"]["script"], step["python"]["args"]
-    os.environ.clear()
-    os.environ.update(step["env"])
-    signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # what CPython does at start-up
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    sys.argv = [script, *args]
-    sys.path[:] = [os.getcwd(), *BASE_SYS_PATH]
+def make_stdio() -> tuple[Any, Any, Any]:
+    """``sys.stdin/stdout/stderr`` as ``python3 -u`` makes them, over fds 0-2 (the child's pipes after dup2).
+
+    Built once in the runner, never used there, so each fast-path child starts with fresh ones.
+    """
     stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), "utf-8", "surrogateescape")
     stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), "utf-8", "surrogateescape", write_through=True)  # type: ignore[type-var]
     stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), "utf-8", "backslashreplace", write_through=True)  # type: ignore[type-var]
+    return stdin, stdout, stderr
+
+
+def python_main(step: dict[str, Any]) -> None:
+    """Run ``python3 -u SCRIPT ARGS`` without a new interpreter (the warm fast path). Never returns."""
+    script, args = step["python"]["script"], step["python"]["args"]
+    if os.environ != step["env"]:
+        os.environ.clear()
+        os.environ.update(step["env"])
+    sys.argv = [script, *args]
+    sys.path[:] = [os.getcwd(), *BASE_SYS_PATH]
+    stdin, stdout, stderr = _STDIO
     sys.stdin, sys.stdout, sys.stderr = stdin, stdout, stderr
     for name, stream in (("__stdin__", stdin), ("__stdout__", stdout), ("__stderr__", stderr)):
         setattr(sys, name, stream)
@@ -270,7 +299,6 @@ def run_step(step: dict[str, Any], blobs: memoryview, slot: int) -> tuple[dict[s
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
-    oom_before = oom_kills()
     started = time.monotonic()
     pid = os.fork()
     if pid == 0:
@@ -333,9 +361,10 @@ def run_step(step: dict[str, Any], blobs: memoryview, slot: int) -> tuple[dict[s
                 status, ended = st, time.monotonic()
     if not ended:
         ended = time.monotonic()
-    killed_status = kill_all(pid)  # daemons, leftovers and (on timeout) the program itself
-    if status is None:
-        status = killed_status
+    if status is None or leftovers():
+        killed_status = kill_all(pid)  # daemons, leftovers and (on timeout) the program itself
+        if status is None:
+            status = killed_status
     for fd in open_fds:  # every writer is dead now: drain what the pipes still hold
         os.set_blocking(fd, True)
         while not sinks[fd].read(fd):
@@ -344,14 +373,15 @@ def run_step(step: dict[str, Any], blobs: memoryview, slot: int) -> tuple[dict[s
     for fd in [*sinks, pidfd, in_w]:
         if fd >= 0:
             os.close(fd)
-    oom_after = oom_kills()
+    global _OOM_SEEN
+    oom_before, _OOM_SEEN = _OOM_SEEN, oom_kills()  # nothing runs between steps: no OOM goes unseen
     out, err = sinks[out_r], sinks[err_r]
     result = {
         "exit": os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else None,
         "signal": os.WTERMSIG(status) if status is not None and os.WIFSIGNALED(status) else None,
         "timed_out": timed_out,
         "over": over,
-        "oom": oom_after > oom_before >= 0,
+        "oom": _OOM_SEEN > oom_before >= 0,
         "out_len": out.n,
         "err_len": err.n,
         "out_trunc": out.over,
@@ -367,7 +397,8 @@ def run_step(step: dict[str, Any], blobs: memoryview, slot: int) -> tuple[dict[s
 def write_files(entries: list[list[Any]], blobs: memoryview) -> None:
     for rel, off, size, mode in entries:
         path = os.path.join(WORKDIR, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if os.path.dirname(path) != WORKDIR:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
         try:
             os.unlink(path)
         except FileNotFoundError:
@@ -423,7 +454,7 @@ def handle(header: dict[str, Any], blobs: memoryview) -> tuple[dict[str, Any], l
 def main() -> None:
     if not IS_INIT:  # kill(-1) and wiping WORKDIR are only safe inside a container of our own
         sys.exit("sandboxkit runner: refusing to run outside a container (it must be PID 1)")
-    global _LIBC
+    global _LIBC, _STDIO, _OOM_SEEN
     try:
         import ctypes
 
@@ -433,6 +464,10 @@ def main() -> None:
         pass
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # init ignores it otherwise: let `docker stop` work
     os.chdir(WORKDIR)
+    for key in [k for k in os.environ if k not in BASE_ENV_KEYS]:
+        del os.environ[key]
+    _STDIO = make_stdio()
+    _OOM_SEEN = oom_kills()
     send({"hello": 1, "python": list(sys.version_info[:3]), "uid": os.getuid(), "pidfd": hasattr(os, "pidfd_open")}, [])
     while True:
         frame = receive()
@@ -450,7 +485,8 @@ def main() -> None:
         for v in views:  # forget this run's inputs and outputs (see the module docstring)
             v[:] = bytes(len(v))
         view[:] = bytes(len(view))
-        _SCRATCH[:] = bytes(len(_SCRATCH))
+        if _SCRATCH.count(0) != len(_SCRATCH):  # it held bytes past an output cap
+            _SCRATCH[:] = bytes(len(_SCRATCH))
 
 
 if __name__ == "__main__":

@@ -44,7 +44,9 @@ class ThreadedServer:
         self._sock.bind(("127.0.0.1", 0))
         self.port = self._sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_keep_alive=30)
+        config = uvicorn.Config(
+            app, log_level="warning", lifespan="off", timeout_keep_alive=30, timeout_graceful_shutdown=1
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -125,7 +127,10 @@ class Box:
             **(extra or {}),
         }
 
-    async def spawn(self, argv: list[str], *, cwd: str | None = None, env: dict[str, str] | None = None) -> Any:
+    async def spawn(
+        self, argv: list[str], *, cwd: str | None = None, env: dict[str, str] | None = None, merge: bool = False
+    ) -> Any:
+        """Start a process in the box (``merge``: stderr goes to stdout, like Daytona's process.exec)."""
         workdir = self.path(cwd) if cwd else self.home
         spawn_id = uuid.uuid4().hex
         proc = await asyncio.create_subprocess_exec(
@@ -134,7 +139,7 @@ class Box:
             env=self.env({**(env or {}), SPAWN_MARKER: spawn_id}),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT if merge else asyncio.subprocess.PIPE,
             start_new_session=True,
         )
         self.procs[proc.pid] = proc
@@ -217,6 +222,8 @@ class FakeService:
         self.ledger = Ledger()
         self._tmp = Path(tempfile.mkdtemp(prefix=f"fake-{self.id_prefix}-"))
         self.server: ThreadedServer | None = None
+        #: Every command line the fake ran, in order (to prove what was and was not sent).
+        self.commands: list[str] = []
 
     # ---- for tests
 
@@ -322,6 +329,16 @@ class FakeService:
     def count_rejection(self, status: int) -> None:
         with self.ledger.lock:
             self.ledger.rejected[status] = self.ledger.rejected.get(status, 0) + 1
+
+
+def wait_until(predicate: Any, timeout_s: float = 10.0) -> bool:
+    """Poll ``predicate`` until it is true or ``timeout_s`` passes (for tests)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return bool(predicate())
 
 
 async def run_command(

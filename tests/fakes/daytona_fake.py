@@ -44,6 +44,8 @@ class FakeDaytona(FakeService):
 
     Attributes:
         quota: most live sandboxes allowed; more creations answer 429 (None = no quota).
+        start_state: state a new sandbox is reported in ("started"; anything else never starts).
+        session_deletes: (sandbox id, session id) of every session deleted.
         server_rate: (rate per second, burst) of creations the "service" accepts; faster
             creations answer 429 - what a pool without a creation bucket runs into.
     """
@@ -53,6 +55,8 @@ class FakeDaytona(FakeService):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.quota: int | None = None
+        self.start_state = "started"
+        self.session_deletes: list[tuple[str, str]] = []
         self.server_rate: tuple[float, float] | None = None
         self._tokens = 0.0
         self._last = 0.0
@@ -93,17 +97,17 @@ class FakeDaytona(FakeService):
         fault = self.faults.take(route)
         if fault is None:
             return None
-        if fault.delay_s and route != "create":
+        if fault.delay_s and route not in ("create", "exec"):
             await asyncio.sleep(fault.delay_s)
         if fault.status:
             self.count_rejection(fault.status)
             return _error(fault.status, fault.message, fault.retry_after)
-        if route == "create":
-            request.state.create_delay = fault.delay_s
+        request.state.late_answer = fault.delay_s  # create / exec: the work is done, the answer is late
         return None
 
-    def _dto(self, box: Box, state: str = "started") -> dict[str, Any]:
+    def _dto(self, box: Box, state: str | None = None) -> dict[str, Any]:
         d = box.data
+        state = state or d.get("state") or "started"
         return {
             "id": box.id,
             "organizationId": "org-fake",
@@ -158,8 +162,8 @@ class FakeDaytona(FakeService):
             self.count_rejection(429)
             return _error(429, "Too many requests", retry_after=1)
         box = self.new_box(body.get("labels") or {})
-        box.data.update(body)
-        delay = getattr(request.state, "create_delay", 0.0)
+        box.data.update(body, state=self.start_state)
+        delay = getattr(request.state, "late_answer", 0.0)
         if delay:
             await asyncio.sleep(delay)  # the sandbox exists already; only the answer is late
         return JSONResponse(self._dto(box))
@@ -213,6 +217,7 @@ class FakeDaytona(FakeService):
         if isinstance(box, Response):
             return box
         self._session_locks.pop((box.id, request.path_params["session"]), None)
+        self.session_deletes.append((box.id, request.path_params["session"]))
         return Response(status_code=204)
 
     async def _session_exec(self, request: Request) -> Response:
@@ -224,8 +229,12 @@ class FakeDaytona(FakeService):
         if lock is None:
             return _error(404, "session not found")
         body = await request.json()
+        self.commands.append(body["command"])
         async with lock:  # one shell per session: commands wait for the previous one
             out, err, rc = await run_command(box, body["command"])
+            delay = getattr(request.state, "late_answer", 0.0)
+            if delay:
+                await asyncio.sleep(delay)
         if self.find(box.id) is None:
             return _error(404, f"Sandbox with ID or name {box.id} not found")
         stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
@@ -239,7 +248,8 @@ class FakeDaytona(FakeService):
         if isinstance(box, Response):
             return box
         body = await request.json()
-        proc = await box.spawn(["bash", "-c", body["command"] + " 2>&1"], cwd=body.get("cwd"), env=body.get("envs"))
+        self.commands.append(body["command"])
+        proc = await box.spawn(["bash", "-c", body["command"]], cwd=body.get("cwd"), env=body.get("envs"), merge=True)
         try:
             out, _ = await asyncio.wait_for(proc.communicate(), body.get("timeout") or 10)
         except asyncio.TimeoutError:
@@ -265,6 +275,7 @@ class FakeDaytona(FakeService):
             target = box.path(dest)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(await value.read())  # type: ignore[union-attr]
+        await form.close()
         return Response(status_code=200)
 
     async def _download(self, request: Request) -> Response:

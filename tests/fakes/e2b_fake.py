@@ -72,6 +72,7 @@ class _Process(process_connect.Process):
         cfg = request.process
         assert cfg is not None
         args = [a for a in cfg.args if a != "-l"]  # no login shell: never read this machine's profiles
+        self.fake.commands.append(" ".join([cfg.cmd, *args]))
         proc = await box.spawn([cfg.cmd, *args], cwd=cfg.cwd or None, env=dict(cfg.envs))
         yield _event(start=process_pb.ProcessEvent.StartEvent(pid=proc.pid))
         queue: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()
@@ -83,8 +84,16 @@ class _Process(process_connect.Process):
 
         pumps = [asyncio.ensure_future(pump(proc.stdout, "stdout")), asyncio.ensure_future(pump(proc.stderr, "stderr"))]
         open_streams = 2
+        # envd ends the stream at the client's deadline (connect-timeout-ms) but, as E2B#500 reports,
+        # leaves the process running.
+        left_ms = ctx.timeout_ms
+        deadline = time.monotonic() + left_ms / 1000 if left_ms is not None else None
         while open_streams:
-            name, chunk = await queue.get()
+            try:
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                name, chunk = await asyncio.wait_for(queue.get(), remaining)
+            except asyncio.TimeoutError:
+                raise ConnectError(Code.DEADLINE_EXCEEDED, "the command's stream deadline passed") from None
             if not chunk:
                 open_streams -= 1
                 continue
@@ -102,10 +111,10 @@ class _Process(process_connect.Process):
         box = self._box(ctx)
         assert request.process is not None
         pid = request.process.selector.value if request.process.selector else 0
+        self.fake.signals.append((box.id, int(pid), int(request.signal)))
         if pid not in box.procs:
             raise ConnectError(Code.NOT_FOUND, f"process with pid {pid} not found")
         sig = signal.SIGKILL if request.signal == process_pb.Signal.SIGKILL else signal.SIGTERM
-        self.fake.signals.append((box.id, int(pid), int(sig)))
         try:
             os.kill(int(pid), sig)
         except ProcessLookupError:
@@ -304,14 +313,5 @@ class FakeE2B(FakeService):
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(await value.read())  # type: ignore[union-attr]
             written.append({"name": target.name, "type": "file", "path": str(target)})
+        await form.close()
         return JSONResponse(written)
-
-
-def wait_until(predicate: Any, timeout_s: float = 10.0) -> bool:
-    """Poll ``predicate`` until it is true or ``timeout_s`` passes (for tests)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return bool(predicate())

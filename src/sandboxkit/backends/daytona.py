@@ -322,6 +322,10 @@ class DaytonaBackend(Backend):
         self.languages = frozenset(resolve_language(x).name for x in (languages or LANGUAGES))
         self.connection_pool_maxsize = connection_pool_maxsize
         self.instance_id = uuid.uuid4().hex[:12]
+        # The SDK imports its generated clients lazily, which takes seconds; pay that here rather
+        # than inside an event loop that is busy serving a trainer.
+        import daytona._async.daytona  # noqa: F401
+
         self._clients: dict[asyncio.AbstractEventLoop, AsyncDaytona] = {}
         self._live: set[str] = set()
         self._pending_tokens: set[str] = set()
@@ -422,10 +426,12 @@ class DaytonaBackend(Backend):
             with anyio.fail_after(self.create_timeout_s + 10):  # backstop over the SDK's own timeout
                 sdk = await client.create(params, timeout=self.create_timeout_s)
         except BaseException as exc:
+            from daytona import DaytonaTimeoutError
+
             if _may_have_created(exc):
                 with anyio.CancelScope(shield=True):
                     await self._reap(client, token, getattr(exc, "sandbox_id", None))
-            if isinstance(exc, TimeoutError):
+            if isinstance(exc, (TimeoutError, DaytonaTimeoutError)):
                 raise Transient(
                     f"creating a Daytona sandbox took longer than {self.create_timeout_s:g}s; "
                     "anything it created was deleted",

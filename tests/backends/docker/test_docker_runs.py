@@ -213,3 +213,26 @@ async def test_open_with_a_missing_image_is_unavailable(test_labels: dict[str, s
     with pytest.raises(BackendUnavailable, match=r"docker-setup\.sh"):
         await backend.open(Limits())
     await backend.aclose()
+
+
+async def test_an_image_without_python_is_unavailable(test_labels: dict[str, str], docker_client: Any) -> None:
+    import io
+    import tarfile
+    import uuid
+
+    from sandboxkit.backends.docker import DockerBackend
+
+    empty = io.BytesIO()
+    with tarfile.open(fileobj=empty, mode="w") as tar:
+        info = tarfile.TarInfo("work")
+        info.type = tarfile.DIRTYPE
+        tar.addfile(info)
+    name = f"sandboxkit-test-empty:{uuid.uuid4().hex[:8]}"
+    docker_client.api.import_image_from_data(empty.getvalue(), repository=name.split(":")[0], tag=name.split(":")[1])
+    backend = DockerBackend(labels=test_labels, image=name)
+    try:
+        with pytest.raises(BackendUnavailable, match="python3"):
+            await backend.open(FAST)
+    finally:
+        await backend.aclose()
+        docker_client.api.remove_image(name, force=True)

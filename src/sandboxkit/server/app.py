@@ -80,6 +80,10 @@ def create_app(
     """
     if max_body_bytes < 1:
         raise InvalidRequest(f"max_body_bytes must be positive, got {max_body_bytes!r}")
+    try:  # checked before a pool (and its backend) exists, so a bad bound leaks nothing
+        gate = Gate(max_concurrency, max_queue if max_queue is not None else 16 * max_concurrency, queue_timeout)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from exc
     if isinstance(pool_or_backend, SandboxPool):
         pool, owns_pool = pool_or_backend, False
     else:
@@ -92,11 +96,8 @@ def create_app(
         )
         owns_pool = True
     default_limits = limits or pool.limits
-    try:
-        gate = Gate(max_concurrency, max_queue if max_queue is not None else 16 * max_concurrency, queue_timeout)
-    except ValueError as exc:
-        raise InvalidRequest(str(exc)) from exc
-    languages = _sandbox_fusion_languages(pool)
+    supported = pool.backend.capabilities.languages
+    languages = _sandbox_fusion_languages(supported)
     pod_name = os.environ.get("MY_POD_NAME")
 
     @asynccontextmanager
@@ -150,7 +151,7 @@ def create_app(
         HTTP 200 for ``Success``, ``Failed`` and ``SandboxError``; 422 for invalid input; 504
         when the server is saturated.
         """
-        if not _runs(pool, body.language):
+        if not _runs(supported, body.language):
             msg = (
                 f"language {body.language!r} is not available; this server ({pool.backend.name} backend) "
                 f"runs: {', '.join(languages)}"
@@ -185,16 +186,15 @@ def create_app(
     return app
 
 
-def _runs(pool: SandboxPool, language: str) -> bool:
+def _runs(supported: frozenset[str], language: str) -> bool:
     try:
-        return resolve_language(language).name in pool.backend.capabilities.languages
+        return resolve_language(language).name in supported
     except InvalidRequest:
         return False
 
 
-def _sandbox_fusion_languages(pool: SandboxPool) -> list[str]:
-    langs = pool.backend.capabilities.languages
-    return sorted(LANGUAGES[name].sandbox_fusion or name if name in LANGUAGES else name for name in langs)
+def _sandbox_fusion_languages(supported: frozenset[str]) -> list[str]:
+    return sorted(LANGUAGES[name].sandbox_fusion or name if name in LANGUAGES else name for name in supported)
 
 
 def _unprocessable(field: str, message: str, value: Any) -> JSONResponse:

@@ -1,0 +1,38 @@
+"""``sandboxkit serve`` and ``create_app`` refuse bad configuration before serving anything."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from sandboxkit.cli import app
+from sandboxkit.errors import BackendNotFound, InvalidRequest
+from sandboxkit.server.app import create_app
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"max_concurrency": 0}, {"queue_timeout": 0}, {"max_body_bytes": 0}, {"max_queue": -1}],
+)
+def test_create_app_rejects_bad_bounds(kwargs: dict[str, float]) -> None:
+    with pytest.raises(InvalidRequest):
+        create_app("subprocess", **kwargs)  # type: ignore[arg-type]
+
+
+def test_create_app_unknown_backend() -> None:
+    with pytest.raises(BackendNotFound, match="nope"):
+        create_app("nope")
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--backend", "nope"], "nope"),
+        (["--max-concurrency", "0"], "max_concurrency"),
+        (["--backend-option", "novalue"], "KEY=VALUE"),
+    ],
+)
+def test_serve_usage_errors_exit_2(args: list[str], needle: str) -> None:
+    result = CliRunner().invoke(app, ["serve", "--port", "0", *args])
+    assert result.exit_code == 2, result.output
+    assert needle in result.output

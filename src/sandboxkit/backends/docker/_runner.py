@@ -428,7 +428,8 @@ def handle(header: dict[str, Any], blobs: memoryview) -> tuple[dict[str, Any], l
     if op == "ping":
         return {"ok": True}, []
     if op == "reset":
-        kill_all()
+        if leftovers():
+            kill_all()
         os.chmod(WORKDIR, 0o700)
         wipe(WORKDIR)
         for top in SCRUB_DIRS:

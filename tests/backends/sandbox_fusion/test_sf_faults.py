@@ -12,8 +12,8 @@ from contextlib import asynccontextmanager
 
 import httpx
 import pytest
-from fault_server import FaultServer, Plan
 
+from backends.sandbox_fusion.fault_server import FaultServer, Plan
 from sandboxkit.backends.sandbox_fusion import SandboxFusionBackend
 from sandboxkit.errors import BackendUnavailable, InvalidRequest, RateLimited, SandboxError, Transient
 from sandboxkit.models import Limits, RunRequest, RunResult, Status

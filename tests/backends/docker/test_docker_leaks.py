@@ -63,7 +63,7 @@ def test_sigkill_then_cleanup_removes_everything(docker_client: Any, test_labels
         child.kill()
         child.wait(timeout=30)
         assert sum(leftovers(docker_client, test_labels)) > 0, "SIGKILL left nothing to clean: the test is void"
-        assert "removed" in run_cleanup_cli(test_labels)
+        assert f"removed {RUNNING} sandbox(es)" in run_cleanup_cli(test_labels)
         assert leftovers(docker_client, test_labels) == (0, 0)
     finally:
         if child.poll() is None:

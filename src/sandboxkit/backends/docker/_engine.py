@@ -196,16 +196,23 @@ def remove_volume(client: Any, name: str, attempts: int = 20) -> None:
 
 
 def remove_labelled(client: Any, labels: Mapping[str, str]) -> int:
-    """Remove every container (any state) and dangling volume carrying all ``labels``; returns containers removed."""
-    filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
-    removed = 0
-    for item in client.api.containers(all=True, filters=filters):
-        removed += remove_container(client, item["Id"])
+    """Remove every container (any state) and volume carrying all ``labels``.
+
+    Returns how many sandboxes were removed: containers, plus workspace volumes whose container
+    had already gone (a runner whose host died removes its own container, not its volume).
+    """
     import docker.errors
 
+    filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+    removed = 0
+    attached: set[str] = set()
+    for item in client.api.containers(all=True, filters=filters):
+        attached.update(m.get("Name", "") for m in item.get("Mounts") or [])
+        removed += remove_container(client, item["Id"])
     for volume in (client.api.volumes(filters=filters) or {}).get("Volumes") or []:
         try:
             remove_volume(client, volume["Name"])
+            removed += volume["Name"] not in attached
         except docker.errors.APIError:
             log.warning("could not remove volume %s", volume["Name"])
     return removed

@@ -324,7 +324,7 @@ class CloudBackendBehaviour:
             # times the fake records; warm it, then measure (the bucket holds over any window anyway).
             await pool.run("print('warm')")
             fake.ledger.create_times.clear()
-            results = await pool.run_many([{"code": f"import time; time.sleep(0.1); print({i})"} for i in range(n)])
+            results = await pool.run_many([{"code": f"import time; time.sleep(0.6); print({i})"} for i in range(n)])
         assert [r.stdout for r in results if isinstance(r, RunResult)] == [f"{i}\n" for i in range(n)]
         assert fake.ledger.peak_live <= cap
         assert fake.ledger.peak_live >= 2, "the pool should run sandboxes concurrently"

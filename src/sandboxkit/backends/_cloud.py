@@ -140,11 +140,11 @@ def build_script(step: Step, root: str = "") -> str:
     pidfile = f'"$C"/{step.run_id}.pid'
     stdin = f'"$H"/{q(step.stdin_file)}' if step.stdin_file else "/dev/null"
     env_args = " ".join(q(f"{k}={v}") for k, v in step.env.items())
-    program = " ".join(q(a) for a in step.argv)
+    program = (f"env {env_args} " if env_args else "") + " ".join(q(a) for a in step.argv)
     timeout = f"{step.timeout_s:.3f}".rstrip("0").rstrip(".")
     lines = [
         _enter(root) + 'H="$PWD"; C="$H"/' + CONTROL_DIR,
-        f'mkdir -p {WORKSPACE_DIR} "$C" && cd -- {q(workdir)} || '
+        f'{{ [ -d {WORKSPACE_DIR} ] && [ -d "$C" ] || mkdir -p {WORKSPACE_DIR} "$C"; }} && cd -- {q(workdir)} || '
         f"{{ echo 'sandboxkit: cannot enter directory '{q(step.cwd or '.')} >&2; exit 125; }}",
     ]
     for binary in step.binaries:
@@ -160,19 +160,20 @@ def build_script(step: Step, root: str = "") -> str:
         lines.append(f"ulimit -v {step.memory_mb * 1024} 2>/dev/null")
     lines += [
         "set -o pipefail",
-        "S=$(date +%s%N)",
+        # Microseconds from bash's own clock (no fork); `date` where bash is older than 5.0.
+        'S=${EPOCHREALTIME/[.,]/}; [ -n "$S" ] || S=$(date +%s%6N)',
         # The first group records its pid, then becomes `timeout`, which makes itself a process
         # group leader: killing -pid later reaches the program and everything it started.
         # fd 5 keeps the real stderr: the pipeline runs in a subshell whose own stderr is discarded,
         # so bash's job notices ("Killed", "File size limit exceeded") never reach the program's stderr.
         "exec 5>&2",
-        f"( {{ {{ {{ echo $BASHPID > {pidfile}; exec timeout -k 1 {timeout} env {env_args} {program}; }}"
+        f"( {{ {{ {{ echo $BASHPID > {pidfile}; exec timeout -k 1 {timeout} {program}; }}"
         f" <{stdin} 2>&3 3>&- 5>&- | head -c {cap} 3>&- 5>&-; }} 3>&1 1>&4 4>&-"
         f" | head -c {cap} 1>&5 4>&- 5>&-; }} 4>&1 ) 2>/dev/null",
         "rc=$?",
-        "E=$(date +%s%N)",
+        'E=${EPOCHREALTIME/[.,]/}; [ -n "$E" ] || E=$(date +%s%6N)',
         f"rm -f {pidfile}",
-        f"printf '\\n{_STATUS_MARK} rc=%d ms=%d\\n' \"$rc\" $(( (E - S) / 1000000 )) >&5",
+        f"printf '\\n{_STATUS_MARK} rc=%d ms=%d\\n' \"$rc\" $(( (E - S) / 1000 )) >&5",
         'exit "$rc"',
     ]
     return "bash -c " + q("\n".join(lines))

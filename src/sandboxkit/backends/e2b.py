@@ -132,7 +132,7 @@ class E2BSandbox(CloudSandbox):
         if self._expires_at - time.monotonic() > ttl / 2:
             return
         try:
-            await self._sdk.set_timeout(ttl)
+            await self._sdk.set_timeout(ttl, retries=3)
         except Exception as exc:
             raise await self._fail(exc, "renew the sandbox lifetime") from exc
         self._expires_at = time.monotonic() + ttl
@@ -211,7 +211,7 @@ class E2BSandbox(CloudSandbox):
         self.closed = True
         with anyio.CancelScope(shield=True), anyio.move_on_after(30):
             try:
-                await self._sdk.kill(request_timeout=30)
+                await self._sdk.kill(request_timeout=30, retries=3)  # the create call ran with retries=0
             except Exception as exc:
                 log.warning("killing E2B sandbox %s failed: %s", self.id, type(exc).__name__)
         self._backend._forget(self.id)

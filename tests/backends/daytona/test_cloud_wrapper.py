@@ -91,3 +91,11 @@ def test_reset_script_empties_the_workspace(tmp_path: Path) -> None:
     assert (tmp_path / "sandboxkit-ws" / "left.txt").exists()
     subprocess.run(reset_script(), shell=True, cwd=tmp_path, check=True)
     assert list((tmp_path / "sandboxkit-ws").iterdir()) == []
+
+
+def test_stdin_file_in_a_fresh_sandbox(tmp_path: Path) -> None:
+    # The stdin file is uploaded (creating the control directory) before the workspace exists.
+    (tmp_path / "sandboxkit-ctl").mkdir()
+    (tmp_path / "sandboxkit-ctl" / "in").write_text("piped\n")
+    result = run_step(Step(argv=["cat"], stdin_file="sandboxkit-ctl/in"), tmp_path)
+    assert (result.status, result.stdout) == (Status.OK, "piped\n")

@@ -8,16 +8,17 @@
 # Environment:
 #   SANDBOXKIT_DOCKER_IMAGE            image name (default sandboxkit-base:latest)
 #   SANDBOXKIT_DOCKER_EXTRA_PACKAGES   more Debian packages, space or comma separated, e.g.
-#                                      "nodejs default-jdk-headless" for JavaScript and Java
-#                                      (each adds build time; the default set builds in ~2 min)
+#                                      "rustc golang-go" for Rust and Go (each adds build time;
+#                                      the default set builds in about two minutes)
 #   SANDBOXKIT_DOCKER_REBUILD=1        rebuild even if the image exists
 # An existing image whose package list differs from the requested one is rebuilt.
 set -euo pipefail
 IMAGE="${SANDBOXKIT_DOCKER_IMAGE:-sandboxkit-base:latest}"
 log() { echo "[docker-setup] $*" >&2; }
 
-# python3 runs the in-container runner; bash, coreutils and procps serve exec(); gcc/g++ the C/C++ languages.
-BASE_PKGS="python3-minimal,python3,coreutils,bash,procps,gcc,g++,libc6-dev"
+# python3 runs the in-container runner; bash, coreutils and procps serve exec(); then the toolchains of
+# python, bash, c, cpp, javascript and java (rust and go are opt-in: they double the image).
+BASE_PKGS="python3-minimal,python3,coreutils,bash,procps,gcc,g++,libc6-dev,default-jdk-headless,nodejs"
 EXTRA=$(echo "${SANDBOXKIT_DOCKER_EXTRA_PACKAGES:-}" | tr ' ,' '\n\n' | sed '/^$/d' | sort -u | paste -sd, -)
 PKGS="$BASE_PKGS${EXTRA:+,$EXTRA}"
 

@@ -222,6 +222,19 @@ class CloudBackendBehaviour:
             assert (await pool.run("print(1)")).status is Status.OK
         assert fake.live_count == 0
 
+    async def test_unreachable_service_is_transient(self, make_backend: MakeBackend) -> None:
+        import socket
+
+        with socket.socket() as sock:  # a port nobody listens on
+            sock.bind(("127.0.0.1", 0))
+            dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        with pytest.raises(Transient):
+            await make_backend(**self.pointed_at(dead), create_timeout_s=10).open(SHORT)
+
+    def pointed_at(self, url: str) -> dict[str, str]:
+        """Service-specific: options that point the backend at ``url``."""
+        raise NotImplementedError
+
     async def test_bad_key_is_backend_unavailable(self, make_backend: MakeBackend) -> None:
         with pytest.raises(BackendUnavailable) as info:
             await make_backend(api_key="wrong-key").open(SHORT)

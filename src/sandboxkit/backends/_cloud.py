@@ -49,6 +49,7 @@ __all__ = [
     "RawResult",
     "Step",
     "build_script",
+    "never_sent",
     "parse_result",
     "redact",
     "resolve_secret",
@@ -80,6 +81,26 @@ def redact(text: str, *secrets: str | None) -> str:
         if secret:
             text = text.replace(secret, "***")
     return text
+
+
+def never_sent(exc: BaseException) -> bool:
+    """Whether a failed call provably never reached the service (the connection was never made).
+
+    Only then can a failed *create* be known not to have created anything; any other failure
+    (a timeout, a reset, a 5xx) may have, and must be followed by a search.
+    """
+    import httpx
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (ConnectionRefusedError, httpx.ConnectError)):
+            return True
+        if type(current).__name__ == "ClientConnectorError":  # aiohttp's "could not connect"
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def resolve_secret(value: str | SecretStr | None, env_value: str | None) -> SecretStr | None:

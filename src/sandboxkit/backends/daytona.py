@@ -36,6 +36,7 @@ from sandboxkit.backends._cloud import (
     CloudSandbox,
     NoAnswer,
     RawResult,
+    never_sent,
     redact,
     resolve_secret,
 )
@@ -534,5 +535,7 @@ def _may_have_created(exc: BaseException) -> bool:
     """Whether a failed create may still have left a sandbox behind (so it must be looked for)."""
     if not isinstance(exc, Exception):
         return True  # cancelled mid-request
+    if never_sent(exc):
+        return False
     status = _status_of(exc)
     return status is None or status >= 500 or status == 408  # a 4xx means the API refused it

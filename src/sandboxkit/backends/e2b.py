@@ -40,6 +40,7 @@ from sandboxkit.backends._cloud import (
     CloudSandbox,
     NoAnswer,
     RawResult,
+    never_sent,
     redact,
     resolve_secret,
 )
@@ -423,6 +424,8 @@ def _may_have_created(exc: BaseException) -> bool:
 
     if not isinstance(exc, Exception):
         return True  # cancelled mid-request
+    if never_sent(exc):
+        return False
     return not isinstance(
         exc, (RateLimitException, AuthenticationException, InvalidArgumentException, TemplateException)
     )

@@ -23,6 +23,9 @@ class TestDaytonaBackend(CloudBackendBehaviour):
         assert create_body["autoDeleteInterval"] == 0  # ...and, being ephemeral, are deleted
         assert create_body["public"] is False
 
+    def pointed_at(self, url: str) -> dict[str, str]:
+        return {"api_url": url + "/api"}
+
     def assert_retry_after(self, err: RateLimited) -> None:
         assert err.retry_after == 0.05
 

@@ -20,7 +20,9 @@ def test_one_backend_serves_several_event_loops(fake: FakeDaytona) -> None:
     backend = DaytonaBackend(api_key=fake.api_key, api_url=fake.api_url)
     with SyncSandboxPool(backend, max_concurrency=2, limits=SHORT) as sync_pool:  # its own loop thread
         assert sync_pool.run("print('on the pool thread')").stdout == "on the pool thread\n"
-        sync_pool.submit(lambda _: backend.aclose()).result()  # the pool does not own the backend
+        # The pool does not own the backend: close the pool, then the backend's client of that loop.
+        sync_pool.submit(lambda pool: pool.aclose()).result()
+        sync_pool.submit(lambda _: backend.aclose()).result()
 
     async def on_a_new_loop() -> str:
         async with SandboxPool(backend, limits=SHORT) as pool:

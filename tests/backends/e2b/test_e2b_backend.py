@@ -21,6 +21,9 @@ class TestE2BBackend(CloudBackendBehaviour):
         assert create_body["allow_internet_access"] is False
         assert create_body["timeout"] == 600  # the sandbox dies on its own 10 minutes after its last renewal
 
+    def pointed_at(self, url: str) -> dict[str, str]:
+        return {"api_url": url, "sandbox_url": url}
+
     def assert_retry_after(self, err: RateLimited) -> None:
         assert err.retry_after is None  # the e2b SDK drops the header; the pool's backoff applies
 

@@ -25,4 +25,8 @@ def ray_cluster() -> Iterator[Any]:
     try:
         yield ray
     finally:
+        # Limiter actors are detached (they outlive jobs on a real cluster): remove ours first.
+        for entry in ray.util.list_named_actors(all_namespaces=True):
+            if entry["namespace"] == "sandboxkit":
+                ray.kill(ray.get_actor(entry["name"], namespace="sandboxkit"), no_restart=True)
         ray.shutdown()

@@ -127,7 +127,7 @@ def test_an_unknown_owner_is_adopted_with_what_it_holds() -> None:
     assert core.reply("b")["granted"] == ["b1"]
 
 
-def test_a_refused_sandbox_asks_the_biggest_holder_to_close_an_idle_one() -> None:
+def test_a_refused_sandbox_asks_the_holder_with_the_most_idle_ones_to_close_one() -> None:
     core, _, woken = make(max_calls=4, max_sandboxes=3)
     assert core.try_sandbox("a") and core.try_sandbox("a") and core.try_sandbox("c")
     assert not core.try_sandbox("b")
@@ -208,3 +208,14 @@ def test_fair_share_keeps_remainder_slots_put_unless_someone_below_share_waits()
     assert not core.starving()
     assert core.keep_limit("b") == 3  # share 2 + the remainder slot: it stays put, no bouncing
     assert core.keep_limit("a") == 5  # nobody else waits: a may keep what it gets
+
+
+def test_the_placement_backend_can_be_registered_by_name() -> None:
+    from sandboxkit.distributed import RayPlacedBackend, register_backend
+    from sandboxkit.registry import backend, backend_class
+
+    register_backend()
+    assert backend_class("ray") is RayPlacedBackend
+    placed = backend("ray", inner="subprocess", num_cpus=2)
+    assert isinstance(placed, RayPlacedBackend) and placed.num_cpus == 2
+    assert "python" in placed.capabilities.languages  # the inner backend's, probed locally

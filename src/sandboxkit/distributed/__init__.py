@@ -27,7 +27,15 @@ from sandboxkit.limiter import Limiter, LocalLimiter
 if TYPE_CHECKING:
     from sandboxkit.distributed.placement import RayPlacedBackend
 
-__all__ = ["NAMESPACE", "RayLimiter", "RayPlacedBackend", "limiter_name", "ray_limiter", "shutdown_limiter"]
+__all__ = [
+    "NAMESPACE",
+    "RayLimiter",
+    "RayPlacedBackend",
+    "limiter_name",
+    "ray_limiter",
+    "register_backend",
+    "shutdown_limiter",
+]
 
 log = logging.getLogger("sandboxkit.distributed")
 
@@ -92,6 +100,25 @@ def ray_limiter(
                 )
         return LocalLimiter(max_calls, max_sandboxes, rate, burst)
     return RayLimiter(max_calls, max_sandboxes, rate, burst, name=name or limiter_name(backend), **options)
+
+
+def register_backend(name: str = "ray") -> None:
+    """Make :class:`RayPlacedBackend` available by name: ``SandboxPool("ray", backend_options={...})``.
+
+    Explicit rather than on import (no registration as a side effect). The options are
+    those of :class:`RayPlacedBackend`, e.g. ``{"inner": "docker", "num_cpus": 1}``.
+    """
+    from sandboxkit.registry import BackendSpec, register
+
+    register(
+        BackendSpec(
+            name=name,
+            factory="sandboxkit.distributed.placement:RayPlacedBackend",
+            extra="ray",
+            modules=("ray",),
+            summary="runs another backend's sandboxes on the Ray nodes that have free CPUs",
+        )
+    )
 
 
 def shutdown_limiter(name: str, namespace: str = NAMESPACE) -> bool:

@@ -142,12 +142,6 @@ class LimiterActor:
         stats.update(reaped_expired=self.core.reaped_total, reaped_dead=self.reaped_dead)
         return stats
 
-    async def shutdown(self) -> None:
-        """Exit the actor now (used by ``shutdown_limiter`` and the idle exit)."""
-        import ray
-
-        ray.actor.exit_actor()  # type: ignore[no-untyped-call]
-
     # ------------------------------------------------------------------ lease expiry and liveness
 
     async def _reap_forever(self) -> None:
@@ -182,7 +176,8 @@ class LimiterActor:
             import ray
 
             log.info("sandboxkit limiter: unused for %.0fs, exiting", self.idle_exit_s)
-            ray.get_runtime_context().current_actor.shutdown.remote()
+            # A kill, not exit_actor(): a graceful exit would first wait for parked long polls.
+            ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
 
     async def _probe(self, owner: str, ref: Any) -> None:
         """Fetch an object the owner put: Ray fails the fetch once the owner's process is gone."""

@@ -202,14 +202,15 @@ class RayLimiter:
                 await waiter.future
             except asyncio.CancelledError:
                 if waiter.future.done() and not waiter.future.cancelled():
-                    self.release_call(token)  # granted just as we were cancelled: give it back
+                    self._busy.discard(token)  # granted just as we were cancelled: give it back
+                    self._settle_spares()
                 else:
                     with contextlib.suppress(ValueError):
                         self._waiters.remove(waiter)
                     self._trim_requests()
                 raise
         except BaseException:
-            if self._local_cap is not None and token not in self._busy:
+            if self._local_cap is not None:
                 self._local_cap.release_on_behalf_of(token)
             raise
 
@@ -370,7 +371,9 @@ class RayLimiter:
             get_if_exists=True,
             num_cpus=0,
             max_concurrency=MAX_ACTOR_CONCURRENCY,
-            max_restarts=-1,
+            # Not restarted by Ray: if it dies (its node is lost), the next process to reach for it
+            # creates a new one and every process re-declares what it holds (see _connect).
+            max_restarts=0,
         ).remote(self.config.as_dict(), self.idle_exit_s)
 
     async def _connect(self) -> None:

@@ -394,9 +394,10 @@ class LimiterCore:
         self.sandbox_waiters[owner] = 1
         holders = [h for h in self.owners.values() if h.owner != owner and h.sandboxes > 0]
         if holders:
-            biggest = max(holders, key=lambda h: h.sandboxes - h.reclaim)
-            biggest.reclaim += 1
-            self.wake(biggest.owner)
+            # Most likely to have an idle one: the most sandboxes beyond its calls in flight.
+            best = max(holders, key=lambda h: (h.sandboxes - h.calls - h.reclaim, h.sandboxes))
+            best.reclaim += 1
+            self.wake(best.owner)
         return False
 
     def _grant_sandboxes(self) -> None:

@@ -19,7 +19,8 @@ import logging
 import time
 from typing import Any
 
-from sandboxkit.distributed._core import LimiterConfig, LimiterCore, decode_poll, decode_post
+from sandboxkit.distributed._core import LimiterConfig, LimiterCore
+from sandboxkit.distributed._wire import decode_poll, decode_post
 
 __all__ = ["LimiterActor"]
 

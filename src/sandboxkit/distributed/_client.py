@@ -28,12 +28,13 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 
-from sandboxkit.distributed._core import LimiterConfig, encode_poll, encode_post
+from sandboxkit.distributed._core import LimiterConfig
+from sandboxkit.distributed._wire import Outbox, encode_poll, encode_post
 from sandboxkit.errors import BackendUnavailable, PoolClosed, Transient
 from sandboxkit.limiter import LimiterStatistics
 
@@ -51,28 +52,6 @@ CREDIT_LINGER_S = 0.05  # how long a sandbox slot granted after a refusal waits 
 class _Waiter:
     token: object
     future: asyncio.Future[None]
-
-
-@dataclass
-class _Outbox:
-    requests: list[str] = field(default_factory=list)
-    cancels: list[str] = field(default_factory=list)
-    releases: int = 0
-    sandbox_releases: int = 0
-
-    def __bool__(self) -> bool:
-        return bool(self.requests or self.cancels or self.releases or self.sandbox_releases)
-
-    def take(self) -> _Outbox:
-        out = _Outbox(self.requests, self.cancels, self.releases, self.sandbox_releases)
-        self.requests, self.cancels, self.releases, self.sandbox_releases = [], [], 0, 0
-        return out
-
-    def merge(self, other: _Outbox) -> None:
-        self.requests[:0] = other.requests
-        self.cancels[:0] = other.cancels
-        self.releases += other.releases
-        self.sandbox_releases += other.sandbox_releases
 
 
 class _RemoteBucket:
@@ -97,7 +76,8 @@ class RayLimiter:
     Every ``RayLimiter`` with the same ``name`` (in any driver, task or actor of the
     cluster) shares one limiter actor, so ``max_calls`` is the cap for the whole cluster,
     not per process. Use it through ``SandboxPool(..., limiter="ray")`` or pass an instance
-    as ``limiter=``.
+    as ``limiter=``. It runs on the asyncio loop of the pool that uses it (one loop per
+    instance; a ``SyncSandboxPool`` provides one), and never blocks that loop.
 
     Args:
         max_calls: calls in flight across the cluster.
@@ -158,7 +138,7 @@ class RayLimiter:
         self._sandbox_credit = 0  # sandbox slots granted after a refusal, not used yet
         self._reclaim_owed = 0
         self._need_ref = False
-        self._out = _Outbox()
+        self._out = Outbox()
         self._inflight = (0, 0)  # releases sent but not yet acknowledged
         self._flush_scheduled = False
         self._linger_handle: asyncio.TimerHandle | None = None
@@ -549,7 +529,7 @@ class RayLimiter:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _send(self, msg: _Outbox) -> None:
+    async def _send(self, msg: Outbox) -> None:
         actor = self._actor
         self._inflight = (self._inflight[0] + msg.releases, self._inflight[1] + msg.sandbox_releases)
         # Holdings *before* this message's releases: if the actor has to adopt us, it then applies them.

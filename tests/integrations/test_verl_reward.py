@@ -144,3 +144,17 @@ async def test_function_call_and_assert_ground_truths() -> None:
     assert (await compute_score("apps", code, fn))["score"] == 1.0
     asserts = {"assert_case": ["assert add(1, 2) == 3", "assert add(2, 2) == 5"]}
     assert (await compute_score("apps", code, asserts))["score"] == 0.5
+
+
+async def test_limiter_setting_reaches_the_pool(monkeypatch) -> None:
+    # limiter="ray" without ray.init() falls back to the local limiter (with one warning) and scores.
+    from sandboxkit.integrations._runtime import env_settings
+    from sandboxkit.integrations.verl import _handle_for, _reward_settings
+
+    monkeypatch.setenv("SANDBOXKIT_LIMITER", "ray")
+    assert env_settings()["limiter"] == "ray"
+    settings = _reward_settings({"backend": "subprocess", "max_concurrency": 3}, None)
+    handle = _handle_for(settings)
+    assert handle._options["limiter"] == "ray"
+    out = await compute_score("apps", RESPONSES["correct"], GROUND_TRUTH, max_concurrency=3)
+    assert out["score"] == 1.0 and out["infra_error"] is False

@@ -63,3 +63,12 @@ e2b = _Builtin(
         summary="E2B cloud sandboxes through the e2b SDK",
     )
 )
+ray = _Builtin(
+    BackendSpec(
+        name="ray",
+        factory="sandboxkit.distributed.placement:RayPlacedBackend",
+        extra="ray",
+        modules=("ray",),
+        summary="another backend's sandboxes on the Ray nodes with free CPUs (options: inner=...)",
+    )
+)

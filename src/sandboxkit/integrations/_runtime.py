@@ -201,7 +201,8 @@ def env_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     Trainers launched from YAML (verl on Ray) reach their workers most easily through the
     environment. Recognised: ``SANDBOXKIT_BACKEND``, ``SANDBOXKIT_BACKEND_OPTIONS`` (JSON object),
     ``SANDBOXKIT_MAX_CONCURRENCY``, ``SANDBOXKIT_TIMEOUT`` (seconds per run),
-    ``SANDBOXKIT_MEMORY_MB``, ``SANDBOXKIT_DEADLINE_S``, ``SANDBOXKIT_LANGUAGE``.
+    ``SANDBOXKIT_MEMORY_MB``, ``SANDBOXKIT_DEADLINE_S``, ``SANDBOXKIT_LANGUAGE``, ``SANDBOXKIT_LIMITER``
+    (``local`` or ``ray``: the cluster-wide caps of :mod:`sandboxkit.distributed`).
 
     Raises:
         InvalidRequest: a variable is set to a value of the wrong type.
@@ -216,6 +217,7 @@ def env_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
         "SANDBOXKIT_MEMORY_MB": ("memory_limit_mb", int),
         "SANDBOXKIT_DEADLINE_S": ("deadline_s", float),
         "SANDBOXKIT_LANGUAGE": ("language", str),
+        "SANDBOXKIT_LIMITER": ("limiter", str),
     }
     for var, (key, cast) in casts.items():
         raw = env.get(var)

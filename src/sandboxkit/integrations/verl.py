@@ -92,6 +92,7 @@ _DEFAULTS: dict[str, Any] = {
 }
 _REWARD_KEYS = (
     "backend",
+    "limiter",
     "backend_options",
     "language",
     "shaping",
@@ -155,6 +156,8 @@ def _handle_for(settings: Mapping[str, Any]) -> PoolHandle:
     }
     if settings.get("backend_options"):
         options["backend_options"] = dict(settings["backend_options"])
+    if settings.get("limiter"):  # "ray": one cap for every reward worker of the cluster
+        options["limiter"] = settings["limiter"]
     return shared_handle(settings["backend"], **options)
 
 

@@ -26,8 +26,9 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import anyio
-from pydantic import ValidationError
 
+from sandboxkit._request import make_request, positive_timeout
+from sandboxkit._slots import CallSlot, Entry
 from sandboxkit.base import Backend, Sandbox
 from sandboxkit.errors import (
     DeadlineExceeded,
@@ -41,101 +42,13 @@ from sandboxkit.errors import (
 from sandboxkit.limiter import Limiter, LocalLimiter
 from sandboxkit.metrics import PoolMetrics
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
+from sandboxkit.session import Session
 
 __all__ = ["SandboxPool", "Session", "make_request"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 CLOSE_TIMEOUT_S = 30.0
-
-
-def make_request(
-    code: str | RunRequest | Mapping[str, Any],
-    *,
-    language: str | None = None,
-    stdin: str | None = None,
-    files: Mapping[str, bytes | str] | None = None,
-    fetch_files: Sequence[str] | None = None,
-    limits: Limits | None = None,
-    timeout: float | None = None,
-    default_limits: Limits | None = None,
-) -> RunRequest:
-    """Build a validated :class:`RunRequest` from keyword arguments, a dict or a request.
-
-    Raises:
-        InvalidRequest: a field is invalid (unknown language, ``..`` in a path, negative timeout).
-    """
-    try:
-        if isinstance(code, RunRequest):
-            req = code
-        elif isinstance(code, Mapping):
-            data = dict(code)
-            data.setdefault("limits", limits or default_limits or Limits())
-            req = RunRequest.model_validate(data)
-        else:
-            data2: dict[str, Any] = {"code": code, "limits": limits or default_limits or Limits()}
-            if language is not None:
-                data2["language"] = language
-            if stdin is not None:
-                data2["stdin"] = stdin
-            if files:
-                data2["files"] = dict(files)
-            if fetch_files:
-                data2["fetch_files"] = list(fetch_files)
-            req = RunRequest.model_validate(data2)
-        if timeout is not None:
-            req = req.model_copy(update={"limits": req.limits.merged(timeout_s=_positive_timeout(timeout))})
-        return req
-    except ValidationError as exc:
-        raise InvalidRequest(_validation_message(exc)) from exc
-
-
-def _positive_timeout(timeout: float) -> float:
-    if not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise InvalidRequest(f"timeout must be a positive number of seconds, got {timeout!r}")
-    return float(timeout)
-
-
-def _validation_message(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "request"
-        msg = str(err.get("msg", "")).removeprefix("Value error, ")
-        parts.append(f"{loc}: {msg} (got {err.get('input')!r:.80})")
-    return "invalid request: " + "; ".join(parts)
-
-
-class _CallSlot:
-    """One call slot of the limiter, remembering whether it is held (it is given back while waiting)."""
-
-    __slots__ = ("held", "limiter")
-
-    def __init__(self, limiter: Limiter) -> None:
-        self.limiter = limiter
-        self.held = False
-
-    async def acquire(self) -> None:
-        await self.limiter.acquire_call(self)
-        self.held = True
-
-    def release(self) -> None:
-        if self.held:
-            self.held = False
-            self.limiter.release_call(self)
-
-
-class _Entry:
-    """A sandbox the pool owns, with its bookkeeping."""
-
-    __slots__ = ("closed", "last_used", "limits", "sandbox", "slot", "uses")
-
-    def __init__(self, sandbox: Sandbox, slot: object, limits: Limits | None = None) -> None:
-        self.sandbox = sandbox
-        self.slot = slot
-        self.limits = limits  # what the sandbox was opened with (exec uses them)
-        self.uses = 0
-        self.last_used = time.monotonic()
-        self.closed = False
 
 
 _live_pools: weakref.WeakSet[SandboxPool] = weakref.WeakSet()
@@ -237,8 +150,8 @@ class SandboxPool:
         attach = getattr(self._limiter, "attach", None)
         if attach is not None:  # a shared (cluster) limiter wakes us and may ask for idle sandboxes back
             attach(self._notify, self._reclaim_idle)
-        self._idle: deque[_Entry] = deque()
-        self._entries: set[_Entry] = set()
+        self._idle: deque[Entry] = deque()
+        self._entries: set[Entry] = set()
         self._changed: anyio.Event | None = None
         self._started = False
         self.closed = False
@@ -332,7 +245,7 @@ class SandboxPool:
             self._changed = anyio.Event()
         await self._changed.wait()
 
-    async def _open_entry(self, limits: Limits | None = None) -> _Entry | None:
+    async def _open_entry(self, limits: Limits | None = None) -> Entry | None:
         """Open a sandbox if a slot is free; None if the cap is reached."""
         slot = object()
         if not await self._limiter.try_acquire_sandbox(slot):
@@ -353,11 +266,11 @@ class SandboxPool:
             self._limiter.release_sandbox(slot)
             raise PoolClosed("the pool was closed while a sandbox was opening", backend=self.backend.name)
         self.metrics_data.sandbox_opened(time.perf_counter() - started)
-        entry = _Entry(sandbox, slot, limits or self.limits)
+        entry = Entry(sandbox, slot, limits or self.limits)
         self._entries.add(entry)
         return entry
 
-    async def _take_idle(self, limits: Limits) -> _Entry | None:
+    async def _take_idle(self, limits: Limits) -> Entry | None:
         """A healthy idle sandbox opened with ``limits`` (for a session), or None if there is none."""
         while True:
             entry = next((e for e in reversed(self._idle) if e.limits == limits), None)
@@ -371,7 +284,7 @@ class SandboxPool:
                 continue
             return entry
 
-    async def _lease(self, slot: _CallSlot) -> _Entry:
+    async def _lease(self, slot: CallSlot) -> Entry:
         """Get a healthy sandbox: an idle one, a new one, or wait for one.
 
         The caller holds a call slot. While it has to wait for a sandbox it gives the slot back:
@@ -403,7 +316,7 @@ class SandboxPool:
         await self._close_entry(self._idle.popleft())
         return True
 
-    async def _give_back(self, entry: _Entry, *, dirty: bool) -> None:
+    async def _give_back(self, entry: Entry, *, dirty: bool) -> None:
         """Return a sandbox after a call: reset and keep it warm, or close it."""
         entry.uses += 1
         entry.last_used = time.monotonic()
@@ -416,7 +329,7 @@ class SandboxPool:
         else:
             await self._close_entry(entry)
 
-    async def _close_entry(self, entry: _Entry) -> None:
+    async def _close_entry(self, entry: Entry) -> None:
         if entry.closed:
             return
         entry.closed = True
@@ -465,7 +378,7 @@ class SandboxPool:
     async def _attempts(self, fn: Callable[[Sandbox], Awaitable[T]], record: Any) -> T:
         attempt = 0
         while True:
-            slot = _CallSlot(self._limiter)
+            slot = CallSlot(self._limiter)
             queued = time.perf_counter()
             await slot.acquire()
             try:
@@ -564,7 +477,7 @@ class SandboxPool:
             Same as :meth:`run`.
         """
         if timeout is not None:
-            _positive_timeout(timeout)
+            positive_timeout(timeout)
         return await self._call(
             lambda sandbox: sandbox.exec(command, env=env, stdin=stdin, timeout=timeout), deadline_s
         )
@@ -642,172 +555,6 @@ class SandboxPool:
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
         return f"<SandboxPool backend={self.backend.name!r} max_concurrency={self.max_concurrency} {state}>"
-
-
-class Session:
-    """One sandbox held across calls, for multi-turn tools and agent environments.
-
-    If the sandbox dies, the call that saw it raises :class:`SandboxCrashed` and the next
-    call opens a fresh sandbox (``restarts`` counts how often); state is lost then, which is
-    why the error is raised rather than hidden.
-    """
-
-    def __init__(self, pool: SandboxPool, limits: Limits) -> None:
-        self.pool = pool
-        self.limits = limits
-        self._entry: _Entry | None = None
-        self.restarts = 0
-        self.closed = False
-        self._lock = anyio.Lock()
-
-    @property
-    def sandbox_id(self) -> str | None:
-        """Id of the current sandbox, if one is open."""
-        return self._entry.sandbox.id if self._entry else None
-
-    async def __aenter__(self) -> Session:
-        await self.open()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    async def open(self) -> None:
-        """Open the session's sandbox now (otherwise the first call opens it).
-
-        Raises:
-            BackendUnavailable, RateLimited, Transient: opening failed after the pool's retries.
-        """
-        await self._ensure()
-
-    async def _ensure(self) -> _Entry:
-        if self.closed:
-            raise PoolClosed(
-                "this session is closed; open a new one with pool.session()", backend=self.pool.backend.name
-            )
-        if self._entry is not None:
-            return self._entry
-        if not self.pool._started:
-            await self.pool.start()
-        attempt = 0
-        while True:
-            try:
-                # A warm idle sandbox (reset when it was given back) is as clean as a new one and far cheaper.
-                entry = await self.pool._take_idle(self.limits)
-                if entry is not None:
-                    self._entry = entry
-                    return entry
-                entry = await self.pool._open_entry(self.limits)
-                if entry is None:
-                    if self.pool._idle:
-                        # Warm idle sandboxes hold every slot and nothing would ever free one for
-                        # us: close the least recently used to make room.
-                        await self.pool._close_entry(self.pool._idle[0])
-                        continue
-                    await self.pool._wait_for_change()
-                    continue
-                self._entry = entry
-                return entry
-            except Transient as exc:
-                if attempt >= self.pool.retries:
-                    raise
-                await anyio.sleep(self.pool._backoff(attempt, exc))
-                attempt += 1
-
-    async def _call(self, fn: Callable[[Sandbox], Awaitable[T]], deadline_s: float | None) -> T:
-        async with self._lock:  # a sandbox serves one call at a time
-            entry = await self._ensure()
-            metrics = self.pool.metrics_data
-            record = metrics.call_started()
-            started = time.perf_counter()
-            slot = _CallSlot(self.pool._limiter)
-            try:
-                await slot.acquire()
-                record.queue_wait = time.perf_counter() - started
-                with anyio.move_on_after(deadline_s) as scope:
-                    result = await fn(entry.sandbox)
-                if scope.cancelled_caught:
-                    raise DeadlineExceeded(
-                        f"session call did not finish within {deadline_s:g}s; the sandbox was discarded",
-                        backend=self.pool.backend.name,
-                        sandbox_id=entry.sandbox.id,
-                    )
-            except BaseException as exc:
-                # An infrastructure error, a deadline or a cancellation leaves the sandbox in an unknown state.
-                await self._discard()
-                if isinstance(exc, SandboxError):
-                    metrics.call_failed(record, exc, time.perf_counter() - started)
-                raise
-            finally:
-                slot.release()
-            record.run_time = time.perf_counter() - started - record.queue_wait
-            metrics.call_finished(record, result, time.perf_counter() - started)
-            return result
-
-    async def _discard(self) -> None:
-        if self._entry is not None:
-            entry, self._entry = self._entry, None
-            self.restarts += 1
-            await self.pool._close_entry(entry)
-
-    async def run(
-        self,
-        code: str | RunRequest | Mapping[str, Any],
-        *,
-        language: str | None = None,
-        stdin: str | None = None,
-        files: Mapping[str, bytes | str] | None = None,
-        fetch_files: Sequence[str] | None = None,
-        limits: Limits | None = None,
-        timeout: float | None = None,
-        deadline_s: float | None = None,
-    ) -> RunResult:
-        """Like :meth:`SandboxPool.run`, in this session's sandbox (files persist)."""
-        request = make_request(
-            code,
-            language=language,
-            stdin=stdin,
-            files=files,
-            fetch_files=fetch_files,
-            limits=limits,
-            timeout=timeout,
-            default_limits=self.limits,
-        )
-        self.pool._check_language(request.language)
-        return await self._call(lambda s: s.run(request), deadline_s)
-
-    async def exec(
-        self,
-        command: str | Sequence[str],
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        stdin: str | None = None,
-        timeout: float | None = None,
-        deadline_s: float | None = None,
-    ) -> ExecResult:
-        """Run a command in this session's sandbox (cwd relative to the workspace)."""
-        if timeout is not None:
-            _positive_timeout(timeout)
-        return await self._call(lambda s: s.exec(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout), deadline_s)
-
-    async def write_files(self, files: Mapping[str, bytes | str]) -> None:
-        """Write files into this session's workspace."""
-        await self._call(lambda s: s.write_files(files), None)
-
-    async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
-        """Read files from this session's workspace (missing ones are absent)."""
-        return await self._call(lambda s: s.read_files(paths), None)
-
-    async def close(self) -> None:
-        """Give the sandbox back (reset and kept warm when possible). Idempotent, shielded."""
-        if self.closed:
-            return
-        self.closed = True
-        with anyio.CancelScope(shield=True):
-            if self._entry is not None:
-                entry, self._entry = self._entry, None
-                await self.pool._give_back(entry, dirty=True)
 
 
 async def _close_quietly(sandbox: Sandbox) -> None:

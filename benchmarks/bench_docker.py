@@ -24,9 +24,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from sandboxkit import RunRequest, SandboxPool
+from sandboxkit import RunRequest, RunResult, SandboxPool
 from sandboxkit.backends.docker import DockerBackend, DockerSandbox
-from sandboxkit.benchmarking import Row, row_from_samples
+from sandboxkit.benchmarking import Row, closed_loop, row_from_samples
 from sandboxkit.models import Limits
 
 BENCH = "docker"
@@ -62,36 +62,24 @@ def _exec_run(containers: list[Any], n: int) -> tuple[list[float], float]:
 
 
 async def _warm(sandboxes: list[DockerSandbox], n: int, code: str = CODE, language: str = "python") -> Any:
+    """``n`` runs spread over the sandboxes (one in flight per sandbox)."""
     request = RunRequest(code=code, language=language, limits=LIMITS)
-    lat: list[float] = []
 
-    async def worker(sb: DockerSandbox, count: int) -> None:
-        for _ in range(count):
-            t = time.perf_counter()
-            result = await sb.run(request)
-            lat.append(time.perf_counter() - t)
-            assert result.stdout == "1\n", result
+    async def one(i: int) -> None:
+        _check(await sandboxes[i].run(request))
 
-    share = max(1, n // len(sandboxes))
-    started = time.perf_counter()
-    await asyncio.gather(*(worker(sb, share) for sb in sandboxes))
-    return lat, share * len(sandboxes) / (time.perf_counter() - started)
+    return await closed_loop(one, len(sandboxes), n)
 
 
 async def _pooled(pool: SandboxPool, concurrency: int, n: int) -> tuple[list[float], float]:
-    lat: list[float] = []
+    async def one(_: int) -> None:
+        _check(await pool.run(CODE))
 
-    async def worker(count: int) -> None:
-        for _ in range(count):
-            t = time.perf_counter()
-            result = await pool.run(CODE)
-            lat.append(time.perf_counter() - t)
-            assert result.stdout == "1\n", result
+    return await closed_loop(one, concurrency, n)
 
-    share = max(1, n // concurrency)
-    started = time.perf_counter()
-    await asyncio.gather(*(worker(share) for _ in range(concurrency)))
-    return lat, share * concurrency / (time.perf_counter() - started)
+
+def _check(result: RunResult) -> None:
+    assert result.stdout == "1\n", result
 
 
 async def _measure(quick: bool) -> dict[str, tuple[list[float], list[float]]]:

@@ -23,10 +23,10 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from sandboxkit import RunRequest, SandboxPool
+from sandboxkit import RunRequest, RunResult, SandboxPool
 from sandboxkit.backends.subprocess import SubprocessBackend, SubprocessSandbox
 from sandboxkit.backends.subprocess._workspace import SANDBOX_PATH
-from sandboxkit.benchmarking import Row, row_from_samples
+from sandboxkit.benchmarking import Row, closed_loop, row_from_samples
 
 BENCH = "subprocess"
 CODE = "print(1)"
@@ -54,35 +54,22 @@ def _plain(python: str, concurrency: int, n: int) -> tuple[list[float], float]:
 async def _warm(sandboxes: list[SubprocessSandbox], n: int) -> tuple[list[float], float]:
     """``n`` runs spread over the sandboxes (one in flight per sandbox)."""
     request = RunRequest(code=CODE)
-    lat: list[float] = []
 
-    async def worker(sb: SubprocessSandbox, count: int) -> None:
-        for _ in range(count):
-            t = time.perf_counter()
-            result = await sb.run(request)
-            lat.append(time.perf_counter() - t)
-            assert result.stdout == "1\n", result
+    async def one(i: int) -> None:
+        _check(await sandboxes[i].run(request))
 
-    share = n // len(sandboxes)
-    started = time.perf_counter()
-    await asyncio.gather(*(worker(sb, share) for sb in sandboxes))
-    return lat, share * len(sandboxes) / (time.perf_counter() - started)
+    return await closed_loop(one, len(sandboxes), n)
 
 
 async def _pooled(pool: SandboxPool, concurrency: int, n: int) -> tuple[list[float], float]:
-    lat: list[float] = []
+    async def one(_: int) -> None:
+        _check(await pool.run(CODE))
 
-    async def worker(count: int) -> None:
-        for _ in range(count):
-            t = time.perf_counter()
-            result = await pool.run(CODE)
-            lat.append(time.perf_counter() - t)
-            assert result.stdout == "1\n", result
+    return await closed_loop(one, concurrency, n)
 
-    share = n // concurrency
-    started = time.perf_counter()
-    await asyncio.gather(*(worker(share) for _ in range(concurrency)))
-    return lat, share * concurrency / (time.perf_counter() - started)
+
+def _check(result: RunResult) -> None:
+    assert result.stdout == "1\n", result
 
 
 def _rollup(pid: int) -> tuple[int, int]:

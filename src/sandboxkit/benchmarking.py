@@ -7,14 +7,16 @@ absolute numbers on a shared 2-core machine are noisy while ratios are not.
 
 from __future__ import annotations
 
+import asyncio
 import statistics
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sandboxkit.metrics import percentile
 
-__all__ = ["Row", "render", "row_from_samples", "save_plot"]
+__all__ = ["Row", "closed_loop", "render", "row_from_samples", "save_plot"]
 
 
 @dataclass
@@ -54,6 +56,29 @@ def row_from_samples(
     data = list(samples_s)
     med = statistics.median(data) * 1000 if data else 0.0
     return Row(benchmark, case, len(data), med, percentile(data, 0.99) * 1000, throughput, **kw)
+
+
+async def closed_loop(call: Callable[[int], Awaitable[Any]], workers: int, n: int) -> tuple[list[float], float]:
+    """Drive ``call`` with ``workers`` concurrent callers, each waiting for its previous call.
+
+    Worker ``i`` awaits ``call(i)`` ``max(1, n // workers)`` times, so concurrency stays exactly
+    ``workers`` (a closed loop: what a trainer with that many calls in flight sees).
+
+    Returns:
+        Per-call latencies in seconds, and calls per second over the whole run.
+    """
+    latencies: list[float] = []
+    share = max(1, n // workers)
+
+    async def worker(i: int) -> None:
+        for _ in range(share):
+            started = time.perf_counter()
+            await call(i)
+            latencies.append(time.perf_counter() - started)
+
+    began = time.perf_counter()
+    await asyncio.gather(*(worker(i) for i in range(workers)))
+    return latencies, share * workers / (time.perf_counter() - began)
 
 
 def render(rows: Sequence[Row]) -> Any:

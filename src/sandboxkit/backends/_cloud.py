@@ -42,6 +42,7 @@ from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status,
 
 __all__ = [
     "CONTROL_DIR",
+    "ENFORCED_LIMITS",
     "LABEL",
     "WORKSPACE_DIR",
     "CloudSandbox",
@@ -57,6 +58,8 @@ __all__ = [
 
 #: Label / metadata key every sandbox created by sandboxkit carries (value ``"1"``).
 LABEL = "sandboxkit"
+#: Limits fields the in-sandbox wrapper enforces on every cloud backend (it, not the service, applies them).
+ENFORCED_LIMITS = frozenset({"timeout_s", "compile_timeout_s", "output_bytes", "file_size_mb", "network"})
 #: Label naming the backend object that created the sandbox (for emergency clean-up).
 INSTANCE_LABEL = "sandboxkit-backend"
 #: Label unique to one creation attempt, so a create that timed out can still be found.

@@ -31,6 +31,7 @@ from pydantic import SecretStr
 
 from sandboxkit.backends._cloud import (
     CREATE_LABEL,
+    ENFORCED_LIMITS,
     INSTANCE_LABEL,
     LABEL,
     CloudSandbox,
@@ -60,7 +61,6 @@ __all__ = ["DaytonaBackend", "DaytonaSandbox"]
 
 log = logging.getLogger(__name__)
 DEFAULT_API_URL = "https://app.daytona.io/api"
-_ENFORCED = frozenset({"timeout_s", "compile_timeout_s", "output_bytes", "file_size_mb", "network"})
 
 
 def _retry_after(headers: Mapping[str, Any] | None) -> float | None:
@@ -354,7 +354,7 @@ class DaytonaBackend(Backend):
             languages=self.languages,
             stateful=True,
             network_control=True,
-            limits=_ENFORCED,
+            limits=ENFORCED_LIMITS,
             resettable=True,
             notes=(
                 "network on/off is fixed when a sandbox is created (network_block_all), from the pool's limits",

@@ -35,6 +35,7 @@ from pydantic import SecretStr
 
 from sandboxkit.backends._cloud import (
     CREATE_LABEL,
+    ENFORCED_LIMITS,
     INSTANCE_LABEL,
     LABEL,
     CloudSandbox,
@@ -62,7 +63,6 @@ if TYPE_CHECKING:
 __all__ = ["E2BBackend", "E2BSandbox"]
 
 log = logging.getLogger(__name__)
-_ENFORCED = frozenset({"timeout_s", "compile_timeout_s", "output_bytes", "file_size_mb", "network"})
 
 
 def map_error(exc: BaseException, *, op: str, sandbox_id: str | None = None, secret: str | None = None) -> SandboxError:
@@ -313,7 +313,7 @@ class E2BBackend(Backend):
             languages=self.languages,
             stateful=True,
             network_control=True,
-            limits=_ENFORCED,
+            limits=ENFORCED_LIMITS,
             resettable=True,
             notes=(
                 "network on/off is fixed when a sandbox is created (allow_internet_access), from the pool's limits",

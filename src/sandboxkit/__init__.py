@@ -8,6 +8,7 @@ from sandboxkit.base import Availability, Backend, Capabilities, Sandbox
 from sandboxkit.errors import (
     BackendNotFound,
     BackendUnavailable,
+    CapacityExceeded,
     DeadlineExceeded,
     InvalidRequest,
     PoolClosed,
@@ -32,6 +33,7 @@ __all__ = [
     "BackendSpec",
     "BackendUnavailable",
     "Capabilities",
+    "CapacityExceeded",
     "DeadlineExceeded",
     "ExecResult",
     "InvalidRequest",

@@ -10,6 +10,8 @@ The hierarchy::
     ├── SandboxCrashed            the sandbox died or vanished mid-call; it is discarded, not retried
     ├── Transient                 a passing fault (5xx, reset, timeout talking to the service); retried
     │   └── RateLimited           the service said 429; retried after ``retry_after``
+    │       └── CapacityExceeded  the account is at its concurrent-sandbox / quota limit; the pool
+    │                             lowers its sandbox cap and waits for one to close (until the deadline)
     ├── DeadlineExceeded          the pool's per-call deadline passed (queue wait + retries included)
     └── PoolClosed                the pool was closed before or during the call
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 __all__ = [
     "BackendNotFound",
     "BackendUnavailable",
+    "CapacityExceeded",
     "DeadlineExceeded",
     "InvalidRequest",
     "PoolClosed",
@@ -144,6 +147,35 @@ class RateLimited(Transient):
     ) -> None:
         super().__init__(message, backend=backend, sandbox_id=sandbox_id)
         self.retry_after = retry_after
+
+
+class CapacityExceeded(RateLimited):
+    """The service refused to create another sandbox because the account is at its limit.
+
+    Daytona's organisation vCPU/memory quota ("Total CPU limit exceeded"), E2B's and Daytona's
+    "maximum number of concurrent sandboxes" 429s. Unlike a plain 429 this is not about *rate*:
+    waiting helps only once one of our own sandboxes closes. The pool therefore learns the
+    service's effective concurrency from it (it lowers its sandbox cap, then grows it back
+    slowly after successes) and queues the call behind that cap until the call's deadline,
+    instead of failing it after a few quick retries.
+
+    Attributes:
+        limit: the limit the service named in its answer, if it did (e.g. vCPUs), else ``None``.
+    """
+
+    kind = "capacity_exceeded"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        backend: str | None = None,
+        sandbox_id: str | None = None,
+        retry_after: float | None = None,
+        limit: float | None = None,
+    ) -> None:
+        super().__init__(message, backend=backend, sandbox_id=sandbox_id, retry_after=retry_after)
+        self.limit = limit
 
 
 class DeadlineExceeded(SandboxError):

@@ -33,7 +33,7 @@ class Status(str, Enum):
     COMPILE_ERROR = "compile_error"
     TIMEOUT = "timeout"
     MEMORY_EXCEEDED = "memory_exceeded"
-    OUTPUT_LIMIT = "output_limit"  # wrote more than limits.output_bytes; killed, output truncated
+    OUTPUT_LIMIT = "output_limit"  # a stream passed limits.stop_bytes(); killed, output cut to head + tail
 
 
 # defer_build: schemas are built on first use, which keeps `import sandboxkit` cheap.
@@ -54,9 +54,27 @@ class Limits(BaseModel):
     memory_mb: int | None = Field(1024, gt=0, description="Memory limit of the program (and of the compiler).")
     cpus: float | None = Field(1.0, gt=0, description="CPU share (cores); CPU *time* is capped at timeout_s.")
     pids: int | None = Field(128, gt=0, description="Processes/threads the program may have at once.")
-    output_bytes: int = Field(1 << 20, gt=0, description="Cap per stream; past it the run stops (output_limit).")
+    output_bytes: int = Field(
+        1 << 20, gt=0, description="Bytes kept per stream; longer output keeps its head and tail, cut marked."
+    )
+    output_head_fraction: float = Field(
+        0.5, ge=0, le=1, description="Share of output_bytes kept from the start of a long stream (the rest: its end)."
+    )
+    output_stop_bytes: int | None = Field(
+        None,
+        gt=0,
+        description="A stream passing this many bytes stops the program (output_limit); None = max(64 MiB, output_bytes).",
+    )
     file_size_mb: int | None = Field(64, gt=0, description="Largest file the program may write.")
     network: bool = Field(False, description="Whether the program may use the network.")
+
+    def stop_bytes(self) -> int:
+        """Bytes per stream after which the program is stopped with ``output_limit``."""
+        from sandboxkit.output import DEFAULT_STOP_BYTES
+
+        if self.output_stop_bytes is not None:
+            return max(self.output_stop_bytes, self.output_bytes)
+        return max(DEFAULT_STOP_BYTES, self.output_bytes)
 
     def merged(self, **overrides: Any) -> Limits:
         """Return a copy with the non-``None`` overrides applied (validated)."""

@@ -16,7 +16,8 @@ def test_hierarchy() -> None:
     retryable = {
         c.__name__ for c in vars(errors).values() if isinstance(c, type) and issubclass(c, SandboxError) and c.retryable
     }
-    assert retryable == {"Transient", "RateLimited"}
+    assert retryable == {"Transient", "RateLimited", "CapacityExceeded"}
+    assert issubclass(errors.CapacityExceeded, RateLimited)
 
 
 def test_message_names_backend_and_sandbox() -> None:
@@ -31,6 +32,13 @@ def test_errors_pickle_with_their_attributes() -> None:
     assert (again.backend, again.sandbox_id, again.retry_after, str(again)) == ("e2b", "x", 1.0, str(err))
 
 
+def test_capacity_exceeded_pickles_with_its_limit() -> None:
+    err = errors.CapacityExceeded("Total CPU limit exceeded", backend="daytona", limit=10.0)
+    again = pickle.loads(pickle.dumps(err))
+    assert type(again) is errors.CapacityExceeded
+    assert (again.limit, again.retry_after, again.kind) == (10.0, None, "capacity_exceeded")
+
+
 def test_public_names_are_pinned() -> None:
     import sandboxkit
 
@@ -41,6 +49,7 @@ def test_public_names_are_pinned() -> None:
         "BackendSpec",
         "BackendUnavailable",
         "Capabilities",
+        "CapacityExceeded",
         "DeadlineExceeded",
         "ExecResult",
         "InvalidRequest",

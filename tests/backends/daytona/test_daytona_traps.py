@@ -103,3 +103,23 @@ async def test_labels_and_resources_options(fake: FakeDaytona, make_backend: Cal
         assert body["networkBlockAll"] is False
     finally:
         await sb.close()
+
+
+async def test_session_logs_are_line_labelled_so_output_comes_back_through_the_wrapper_frame(
+    make_backend: Callable[..., DaytonaBackend],
+) -> None:
+    """The daemon re-prints each line of session output with a newline and drops NUL bytes."""
+    from daytona import SessionExecuteRequest
+
+    sb = await make_backend().open(SHORT)
+    assert isinstance(sb, DaytonaSandbox)
+    try:
+        await sb._sdk.process.create_session("raw")
+        raw = await sb._sdk.process.execute_session_command(
+            "raw", SessionExecuteRequest(command=r"printf 'x'; printf 'a\0b' >&2", run_async=False)
+        )
+        assert (raw.stdout, raw.stderr) == ("x\n", "ab\n")  # not what the program wrote
+        exact = await sb.exec(r"printf 'x'; printf 'a\0b' >&2")
+        assert (exact.stdout, exact.stderr) == ("x", "a\0b")
+    finally:
+        await sb.close()

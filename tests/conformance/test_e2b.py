@@ -6,9 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from fakes.cloud_tests import output_cap_head_tail
 from fakes.e2b_fake import FakeE2B
 from sandboxkit.backends.e2b import E2BBackend
-from sandboxkit.base import Backend
+from sandboxkit.base import Backend, Sandbox
 from sandboxkit.testing import BackendConformance
 
 
@@ -31,3 +32,7 @@ class TestE2BConformance(BackendConformance):
 
     async def live_sandboxes(self, backend: Backend) -> int | None:
         return self.fake.live_count
+
+    async def test_output_cap(self, sandbox: Sandbox) -> None:
+        """Head + tail past the cap, stopped past stop_bytes (issue 18), as the other cloud tests check."""
+        await output_cap_head_tail(sandbox)

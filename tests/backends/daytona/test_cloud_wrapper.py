@@ -8,14 +8,17 @@ checked without a service.
 from __future__ import annotations
 
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sandboxkit.backends._wrapper import RawResult, Step, build_script, parse_result, reset_script
 from sandboxkit.errors import InvalidRequest, ToolchainMissing
-from sandboxkit.models import ExecResult, Status
+from sandboxkit.models import ExecResult, Status, decode_output
 from sandboxkit.output import cut_head_tail, cut_marker
 
 
@@ -150,3 +153,20 @@ def test_the_frame_survives_daytona_line_labelling(tmp_path: Path) -> None:
     labelled = daemon_session_output(proc.stdout, proc.stderr)  # the wrapper's frame: whole lines of base64
     result = parse_result(RawResult(labelled["stdout"], labelled["stderr"], 2, 0.1), step, backend="t", sandbox_id="l")
     assert (result.stdout, result.stderr, result.exit_code) == ("no newline\0\ufffd", "err", 2)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    data=st.binary(max_size=3000),
+    cap=st.integers(min_value=1, max_value=1500),
+    head_fraction=st.sampled_from([0.0, 0.25, 0.5, 0.9, 1.0]),
+)
+def test_any_bytes_come_back_as_the_shared_head_tail_cut(data: bytes, cap: int, head_fraction: float) -> None:
+    """Whatever a program writes, the wrapper's answer is ``cut_head_tail`` of it, decoded like every backend."""
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "data").write_bytes(data)
+        step = Step(argv=["cat", str(Path(tmp, "data"))], output_bytes=cap, head_fraction=head_fraction)
+        result = run_step(step, Path(tmp))
+    expected, cut = cut_head_tail(data, cap, head_fraction)
+    assert result.status is Status.OK
+    assert (result.stdout, result.stdout_truncated) == (decode_output(expected), cut)

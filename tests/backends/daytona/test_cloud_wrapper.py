@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sandboxkit.backends._wrapper import RawResult, Step, build_script, parse_result, reset_script
@@ -155,12 +155,14 @@ def test_the_frame_survives_daytona_line_labelling(tmp_path: Path) -> None:
     assert (result.stdout, result.stderr, result.exit_code) == ("no newline\0\ufffd", "err", 2)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=40, deadline=None, database=None)
 @given(
     data=st.binary(max_size=3000),
-    cap=st.integers(min_value=1, max_value=1500),
+    cap=st.integers(min_value=1, max_value=4000),
     head_fraction=st.sampled_from([0.0, 0.25, 0.5, 0.9, 1.0]),
 )
+@example(data=b"a\x00b\xff\xc3", cap=10, head_fraction=0.5)  # fits: NUL and invalid UTF-8 kept
+@example(data=b"\x00" * 50 + b"\xe2\x82\xac" * 50, cap=20, head_fraction=0.5)  # cut inside a character
 def test_any_bytes_come_back_as_the_shared_head_tail_cut(data: bytes, cap: int, head_fraction: float) -> None:
     """Whatever a program writes, the wrapper's answer is ``cut_head_tail`` of it, decoded like every backend."""
     with tempfile.TemporaryDirectory() as tmp:

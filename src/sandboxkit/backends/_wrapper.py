@@ -164,13 +164,12 @@ def build_script(step: Step, root: str = "") -> str:
         f" <{stdin} 2>&3 3>&- | head -c {stop} >{out} 3>&-; }} 3>&1 | head -c {stop} >{err}; }} ) 2>/dev/null",
         "rc=$?",
         'E=${EPOCHREALTIME/[.,]/}; [ -n "$E" ] || E=$(date +%s%6N)',
-        f"rm -f {pidfile}",
         f"set -- $(stat -c %s {out} {err} 2>/dev/null || {{ wc -c <{out}; wc -c <{err}; }})",
         f'k() {{ if [ "$2" -gt {step.output_bytes} ]; then {{ head -c {head} "$1"; tail -c {tail} "$1"; }} | base64;'
         f' elif [ "$2" -gt 0 ]; then base64 "$1"; fi; echo {_END_MARK}; }}',
         f'printf \'{_STATUS_MARK} rc=%d ms=%d out=%d err=%d\\n\' "$rc" $(( (E - S) / 1000 )) "${{1:-0}}" "${{2:-0}}"',
         f'k {out} "${{1:-0}}"; k {err} "${{2:-0}}"',
-        f"rm -f {out} {err}",
+        f"rm -f {pidfile} {out} {err}",  # one fork for all three; the program has ended
         'exit "$rc"',
     ]
     return "bash -c " + q("\n".join(lines))

@@ -1,16 +1,10 @@
-"""Shared fixtures. ``tests/`` is on sys.path (pytest ``pythonpath``) so ``support`` imports work."""
+"""Shared fixtures. ``tests/`` is on sys.path (pytest ``pythonpath``), so helpers import as ``support.<topic>``.
 
-from __future__ import annotations
+Where test code lives:
 
-import os
-
-import pytest
-
-
-def requires(available: bool, reason: str) -> pytest.MarkDecorator:
-    """Skip when a component is missing locally, but fail under CI=true, where CI installs it."""
-    if available:
-        return pytest.mark.skipif(False, reason="")
-    if os.environ.get("CI") == "true":
-        return pytest.mark.skipif(False, reason="")  # run it, and let it fail loudly in CI
-    return pytest.mark.skip(reason=f"{reason} (CI=true turns this skip into a failure)")
+* ``tests/support/<topic>.py``: every helper module (backends that record or fail on purpose,
+  subprocess/engine leak checks, ``sandboxkit serve`` as a process, availability marks). One
+  place and one naming scheme, imported as ``from support.<topic> import ...``.
+* ``tests/fakes/``: loopback fakes of external services (Daytona, E2B) driven by their real SDKs.
+* ``sandboxkit.testing``: what ships to users (the conformance suite, ``FakeBackend``).
+"""

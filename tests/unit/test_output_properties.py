@@ -12,6 +12,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sandboxkit.models import decode_output
 from sandboxkit.output import HeadTail, cut_head_tail, cut_marker
 
 fractions = st.floats(0, 1, allow_nan=False)
@@ -58,3 +59,19 @@ def test_memory_stays_bounded_by_the_cap(data: bytes, cap: int) -> None:
         if acc.truncated:
             kept = kept.replace(cut_marker(acc.total - cap), b"", 1)
         assert len(kept) <= cap
+
+
+@given(st.text(max_size=200), caps, fractions)
+def test_a_cut_inside_a_multibyte_character_still_decodes(text: str, cap: int, fraction: float) -> None:
+    # The cut works on bytes, so it can split a UTF-8 sequence; the decoded result must still be
+    # text (replacement characters at the seams at most), with both ends intact.
+    data = text.encode("utf-8")
+    kept, truncated = cut_head_tail(data, cap, fraction)
+    decoded = decode_output(kept)
+    if not truncated:
+        assert decoded == text
+        return
+    head = max(0, min(cap, int(cap * fraction)))
+    whole_head = data[:head].decode("utf-8", errors="ignore")
+    assert decoded.startswith(whole_head)
+    assert "bytes cut" in decoded

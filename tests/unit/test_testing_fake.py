@@ -91,8 +91,8 @@ async def test_scripted_responses_and_fetched_files() -> None:
         assert got.files == {"a.txt": b"x"}
 
 
-async def test_service_limit_refuses_with_capacity_exceeded_and_records_peaks() -> None:
-    backend = FakeBackend(service_limit=2)
+async def test_capacity_refuses_with_capacity_exceeded_and_records_peaks() -> None:
+    backend = FakeBackend(capacity=2)
     first, second = await backend.open(), await backend.open()
     with pytest.raises(CapacityExceeded) as info:
         await backend.open()

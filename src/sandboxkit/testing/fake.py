@@ -13,9 +13,10 @@ each call does:
 * ``"bug"``: raise RuntimeError (a backend bug)
 
 ``responses`` scripts exact answers instead: code -> a :class:`~sandboxkit.models.RunResult`, an
-exception to raise, or a function of the request. ``service_limit`` models a service that holds at
-most that many sandboxes at once and refuses more with
-:class:`~sandboxkit.errors.CapacityExceeded` (Daytona's quota, E2B's concurrent-sandbox 429).
+exception to raise, or a function of the request. ``capacity`` models a service that holds at most
+that many sandboxes at once (those being created count) and refuses more with
+:class:`~sandboxkit.errors.CapacityExceeded`, as Daytona's quota answer and E2B's concurrent-sandbox
+429 are mapped; set ``backend.capacity`` later to raise or lower it.
 
 It records what was done to it: calls in flight and their peak, creation times, open sandboxes
 and their peak, attempts per code, capacity refusals, resets. With ``marker_dir`` every open
@@ -192,7 +193,8 @@ class FakeBackend(Backend):
         close_delay: seconds every ``close`` takes.
         open_failures: the first N ``open`` calls raise ``open_error``.
         open_error: the exception class (or factory taking the message) of those failures.
-        service_limit: the most sandboxes the "service" holds at once; more raise ``CapacityExceeded``.
+        capacity: the most sandboxes the "service" holds at once (creations in progress count);
+            more raise ``CapacityExceeded``. ``None``: unlimited.
         responses: code -> a result, an exception to raise, or a function of the request.
         languages: languages it claims to run (every other one is an ``InvalidRequest``).
         stateful: whether it claims files persist across calls (they always do in the fake).
@@ -208,7 +210,7 @@ class FakeBackend(Backend):
         close_delay: float = 0.0,
         open_failures: int = 0,
         open_error: Callable[[str], BaseException] = Transient,
-        service_limit: int | None = None,
+        capacity: int | None = None,
         responses: Mapping[str, Response] | None = None,
         languages: frozenset[str] = frozenset({"python", "bash"}),
         stateful: bool = True,
@@ -221,7 +223,8 @@ class FakeBackend(Backend):
         self.close_delay = close_delay
         self.open_failures = open_failures
         self.open_error = open_error
-        self.service_limit = service_limit
+        self.capacity = capacity
+        self._opening = 0
         self.responses: dict[str, Response] = dict(responses or {})
         self.marker_dir = marker_dir
         self._capabilities = Capabilities(
@@ -245,15 +248,19 @@ class FakeBackend(Backend):
         self.opens_attempted += 1
         if self.opens_attempted <= self.open_failures:
             raise self.open_error("injected open failure")
-        if self.service_limit is not None and len(self.live) >= self.service_limit:
+        if self.capacity is not None and len(self.live) + self._opening >= self.capacity:
             self.capacity_refusals += 1
             raise CapacityExceeded(
-                f"the service holds at most {self.service_limit} sandboxes at once "
-                f"({len(self.live)} open); close one or wait",
+                f"maximum number of concurrent sandboxes ({self.capacity}) reached "
+                f"({len(self.live)} open, {self._opening} being created); close one or wait",
                 backend=self.name,
-                limit=self.service_limit,
+                limit=self.capacity,
             )
-        await anyio.sleep(self.open_delay)
+        self._opening += 1  # a sandbox being created already counts against the service's limit
+        try:
+            await anyio.sleep(self.open_delay)
+        finally:
+            self._opening -= 1
         self.created_at.append(time.monotonic())
         sb = FakeSandbox(self, limits)
         self.live.add(sb)

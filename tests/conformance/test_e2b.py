@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import ClassVar
 
 import pytest
 
-from fakes.cloud_tests import output_cap_head_tail
 from fakes.e2b_fake import FakeE2B
 from sandboxkit.backends.e2b import E2BBackend
-from sandboxkit.base import Backend, Sandbox
+from sandboxkit.base import Backend
 from sandboxkit.testing import BackendConformance
 
 
@@ -22,11 +20,6 @@ def e2b_fake() -> Iterator[FakeE2B]:
 
 class TestE2BConformance(BackendConformance):
     backend_name = "e2b"
-    xfail: ClassVar[dict[str, str]] = {
-        "test_long_output_keeps_head_and_tail_and_the_program_runs_on": (
-            "issue 18 item 2 (head+tail, no kill at output_bytes): fixed by cloud branch"
-        ),
-    }
     # The loopback fake runs programs unsandboxed on this machine: the attack tests skip.
     contained = False
     fake: FakeE2B
@@ -40,7 +33,3 @@ class TestE2BConformance(BackendConformance):
 
     async def live_sandboxes(self, backend: Backend) -> int | None:
         return self.fake.live_count
-
-    async def test_output_cap(self, sandbox: Sandbox) -> None:
-        """Head + tail past the cap, stopped past stop_bytes (issue 18), as the other cloud tests check."""
-        await output_cap_head_tail(sandbox)

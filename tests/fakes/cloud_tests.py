@@ -507,20 +507,3 @@ class CloudBackendBehaviour:
         assert fake.live_count == 2
         await asyncio.to_thread(backend.emergency_cleanup)  # no event loop in that thread
         assert fake.live_count == 0
-
-
-async def output_cap_head_tail(sandbox: Any) -> None:
-    """The conformance suite's ``test_output_cap`` under issue 18's semantics, for the cloud backends.
-
-    A stream past ``output_bytes`` keeps its head and tail (cut marked) while the program runs
-    on; only a stream past ``stop_bytes`` stops it with ``output_limit``. The suite on main
-    still asserts the old kill-at-cap; its own update replaces this override.
-    """
-    from sandboxkit.output import cut_marker
-
-    limits = Limits(timeout_s=10, output_bytes=10_000, output_stop_bytes=1 << 20)
-    code = "import sys\nwhile True: sys.stdout.write('x' * 1000)"
-    result = await sandbox.run(RunRequest(code=code, limits=limits))
-    assert result.status is Status.OUTPUT_LIMIT
-    assert result.stdout_truncated
-    assert 10_000 < len(result.stdout.encode()) <= 10_000 + len(cut_marker(1 << 20))

@@ -9,6 +9,10 @@ The program text is a tiny script of behaviours, so a test states what each call
 * ``"crash"``: raise SandboxCrashed (the sandbox vanished)
 * ``"bug"``: raise RuntimeError (a backend bug)
 
+With ``capacity=N`` it is a service limited to N concurrent sandboxes: an ``open`` beyond that
+raises :class:`CapacityExceeded` (as Daytona's quota 403 and E2B's concurrent-sandbox 429 are
+mapped), counted in ``capacity_refusals``; set ``backend.capacity`` later to raise or lower it.
+
 It records what the pool did to it: calls in flight and their peak, creation times, open
 sandboxes and their peak, attempts per code. With ``marker_dir`` every open sandbox is a
 file there, so another process can see leaks after this one is killed.
@@ -26,7 +30,7 @@ from pathlib import Path
 import anyio
 
 from sandboxkit import Backend, Capabilities, ExecResult, Limits, RunRequest, RunResult, Sandbox, Status
-from sandboxkit.errors import InvalidRequest, RateLimited, SandboxCrashed, Transient
+from sandboxkit.errors import CapacityExceeded, InvalidRequest, RateLimited, SandboxCrashed, Transient
 from sandboxkit.models import check_relative_path
 
 _ids = itertools.count()
@@ -129,7 +133,11 @@ class FakeBackend(Backend):
         open_failures: int = 0,
         open_error: type[Exception] = Transient,
         marker_dir: str | None = None,
+        capacity: int | None = None,
     ) -> None:
+        self.capacity = capacity
+        self.capacity_refusals = 0
+        self._opening = 0
         self.open_delay = open_delay
         self.close_delay = close_delay
         self.open_failures = open_failures
@@ -152,7 +160,18 @@ class FakeBackend(Backend):
         self.opens_attempted += 1
         if self.opens_attempted <= self.open_failures:
             raise self.open_error("injected open failure")
-        await anyio.sleep(self.open_delay)
+        if self.capacity is not None and len(self.live) + self._opening >= self.capacity:
+            self.capacity_refusals += 1
+            raise CapacityExceeded(
+                f"maximum number of concurrent sandboxes ({self.capacity}) reached",
+                backend="fake",
+                limit=self.capacity,
+            )
+        self._opening += 1  # a sandbox being created already counts against the service's limit
+        try:
+            await anyio.sleep(self.open_delay)
+        finally:
+            self._opening -= 1
         self.created_at.append(time.monotonic())
         sb = FakeSandbox(self)
         self.live.add(sb)

@@ -24,7 +24,8 @@ from typing import Any, TypeVar
 from sandboxkit.base import Backend
 from sandboxkit.errors import DeadlineExceeded, InvalidRequest, SandboxError
 from sandboxkit.models import Limits
-from sandboxkit.pool import SandboxPool, Session
+from sandboxkit.pool import SandboxPool
+from sandboxkit.session import Session
 from sandboxkit.sync import SyncSandboxPool
 
 __all__ = ["BackendLike", "PoolHandle", "close_shared_handles", "env_settings", "open_session", "shared_handle"]

@@ -38,7 +38,7 @@ from sandboxkit.integrations._runtime import GRACE_S, BackendLike, PoolHandle, o
 from sandboxkit.integrations._workspace import WorkspaceMap
 from sandboxkit.integrations.sglang import ToolCall, ToolCallError, _call_from_mapping, parse_hermes_tool_calls
 from sandboxkit.models import ExecResult, Limits
-from sandboxkit.pool import Session
+from sandboxkit.session import Session
 
 __all__ = ["TOOLS", "BaseEnv", "RLLMSandbox", "SandboxEnv"]
 

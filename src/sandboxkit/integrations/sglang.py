@@ -27,7 +27,8 @@ from sandboxkit.integrations._format import format_error, format_result
 from sandboxkit.integrations._runtime import GRACE_S, BackendLike, PoolHandle
 from sandboxkit.languages import resolve_language
 from sandboxkit.models import Limits, RunResult
-from sandboxkit.pool import SandboxPool, Session
+from sandboxkit.pool import SandboxPool
+from sandboxkit.session import Session
 
 __all__ = [
     "CODE_INTERPRETER_SCHEMA",

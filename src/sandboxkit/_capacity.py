@@ -5,8 +5,10 @@ quota, E2B's concurrent-sandbox cap. When the service refuses a creation with
 :class:`~sandboxkit.errors.CapacityExceeded`, retrying sooner does not help; only closing one
 of our own sandboxes does. So the pool treats the refusal as information: its sandbox cap
 drops to what it holds at that moment (never below 1), calls queue behind that cap, and
-every successful call nudges the cap back up by ``1/cap`` (one more sandbox per round of
-``cap`` successes, as TCP grows its window), bounded by ``max_sandboxes``. When the account's
+every successful call made while others wait for a sandbox nudges the cap back up by
+``1/cap`` (one more sandbox per round of ``cap`` successes, as TCP grows its window), bounded
+by ``max_sandboxes``. Without waiters the cap stays put: growing it would only be a guess
+nobody tests. When the account's
 limit is raised, the cap climbs back without a restart; when it is lowered again, the next
 refusal brings it down.
 """

@@ -111,6 +111,7 @@ class LeaseCore:
         self.started = False
         self._on_first_use = on_first_use
         self._opening = 0
+        self._waiting = 0  # callers waiting for a sandbox: the demand that makes a learned cap grow
         self._generation = 0  # bumped by every change; a waiter that saw an old value does not sleep
         self._changed: anyio.Event | None = None
         limiter.attach(self.notify, self.reclaim_idle)
@@ -166,13 +167,24 @@ class LeaseCore:
                 continue
             if slot is not None:
                 slot.release()
-            await self._wait_for_change(seen)
+            self._waiting += 1
+            try:
+                await self._wait_for_change(seen)
+            finally:
+                self._waiting -= 1
             if slot is not None:
                 await slot.acquire()
 
     async def lease_retrying(self, limits: Limits | None = None) -> Entry:
         """:meth:`lease` with the pool's retries on ``Transient`` errors (a session opening its sandbox)."""
-        return await self.retrying(lambda: self.lease(limits))
+        attempt = 0
+        while True:
+            try:
+                return await self.lease(limits)
+            except Transient as exc:
+                delay = self._retry_delay(attempt, exc, may_retry=True)
+                attempt += 1
+            await anyio.sleep(delay)
 
     async def _take_idle(self, limits: Limits | None) -> Entry | None:
         """A healthy idle sandbox (LIFO: the most recently used is the warmest), or None."""
@@ -291,9 +303,9 @@ class LeaseCore:
         fn: Callable[[Sandbox], Awaitable[T]],
         *,
         deadline_s: float | None,
-        acquire: Callable[[CallSlot], Awaitable[Entry]],
-        release: Callable[[Entry, BaseException | None], Awaitable[None]],
-        retry_started: bool,
+        acquire: Callable[[CallSlot], Awaitable[Entry]] | None = None,
+        release: Callable[[Entry, BaseException | None], Awaitable[None]] | None = None,
+        retry_started: bool = True,
         what: str = "call",
     ) -> T:
         """Run ``fn`` on a sandbox under a call slot, the deadline, metrics and retries.
@@ -302,9 +314,11 @@ class LeaseCore:
             fn: the operation on the sandbox.
             deadline_s: deadline of the whole call, queue wait and retries included
                 (``None``: the pool's default).
-            acquire: how to get the sandbox while holding ``slot`` (a pooled lease, or the
-                session's own sandbox).
-            release: what to do with the sandbox after ``fn`` (``None``: it succeeded).
+            acquire: how to get the sandbox while holding ``slot`` (default: a pooled
+                :meth:`lease`; a session passes its own sandbox).
+            release: what to do with the sandbox after ``fn``, given the error that ended it
+                or ``None`` (default: a pooled sandbox is reset and kept, or discarded when
+                the error leaves its state unknown).
             retry_started: whether a ``Transient`` error raised by ``fn`` itself is retried
                 (pooled runs are; a session's turn is not, since its state may have changed).
                 Errors before ``fn`` starts (opening the sandbox) are always retried.
@@ -316,94 +330,110 @@ class LeaseCore:
             SandboxError: what ``fn`` or the backend raised, after the retries.
         """
         self.check_open()
-        await self.ensure_started()
+        if not self.started:
+            await self._on_first_use()
         started = time.perf_counter()
         record = self.metrics.call_started()
-        ran = False
-
-        async def attempt() -> T:
-            nonlocal ran
-            ran = False
-            slot = CallSlot(self.limiter)
-            queued = time.perf_counter()
-            await slot.acquire()
-            try:
-                entry = await acquire(slot)
-                record.queue_wait += time.perf_counter() - queued
-                ran = True
-                run_started = time.perf_counter()
-                try:
-                    result = await fn(entry.sandbox)
-                except BaseException as exc:
-                    await release(entry, exc)
-                    if isinstance(exc, SandboxCrashed) and self.closed:
-                        raise PoolClosed(f"the pool was closed during the {what}", backend=self.backend.name) from exc
-                    raise
-                record.run_time += time.perf_counter() - run_started
-                self.capacity.succeeded()
-                await release(entry, None)
-                return result
-            finally:
-                slot.release()
-
+        deadline_s = self.deadline_s if deadline_s is None else deadline_s
         try:
-            result = await self.within_deadline(
-                lambda: self.retrying(attempt, record, lambda: retry_started or not ran), deadline_s, what
-            )
+            if deadline_s is None:
+                result = await self._attempts(fn, record, acquire, release, retry_started, what)
+            else:
+                with anyio.move_on_after(deadline_s) as scope:
+                    result = await self._attempts(fn, record, acquire, release, retry_started, what)
+                if scope.cancelled_caught:
+                    raise self._deadline_exceeded(deadline_s, what)
         except SandboxError as exc:
             self.metrics.call_failed(record, exc, time.perf_counter() - started)
             raise
         self.metrics.call_finished(record, result, time.perf_counter() - started)
         return result
 
-    async def ensure_started(self) -> None:
-        """Run the pool's start-up (warm sandboxes, signal handler) before its first use."""
-        if not self.started:
-            await self._on_first_use()
+    async def _attempts(
+        self,
+        fn: Callable[[Sandbox], Awaitable[T]],
+        record: CallRecord,
+        acquire: Callable[[CallSlot], Awaitable[Entry]] | None,
+        release: Callable[[Entry, BaseException | None], Awaitable[None]] | None,
+        retry_started: bool,
+        what: str,
+    ) -> T:
+        # The hot path of every call: written out rather than layered, since each coroutine layer
+        # costs about a microsecond per call.
+        attempt = 0
+        while True:
+            ran = False
+            slot = CallSlot(self.limiter)
+            queued = time.perf_counter()
+            await slot.acquire()
+            try:
+                entry = await (self.lease(None, slot=slot) if acquire is None else acquire(slot))
+                record.queue_wait += time.perf_counter() - queued
+                ran = True
+                run_started = time.perf_counter()
+                try:
+                    result = await fn(entry.sandbox)
+                except BaseException as exc:
+                    await (self._release_pooled(entry, exc) if release is None else release(entry, exc))
+                    if isinstance(exc, SandboxCrashed) and self.closed:
+                        raise PoolClosed(f"the pool was closed during the {what}", backend=self.backend.name) from exc
+                    raise
+                record.run_time += time.perf_counter() - run_started
+                if self._waiting and self.capacity.refusals:
+                    self.capacity.succeeded()  # grow only while the cap holds callers back
+                await (self.give_back(entry, dirty=True) if release is None else release(entry, None))
+                return result
+            except Transient as exc:
+                delay = self._retry_delay(attempt, exc, may_retry=retry_started or not ran)
+                attempt += 1
+                record.retries += 1
+            finally:
+                slot.release()
+            await anyio.sleep(delay)  # outside the call slot: a backing-off caller does not hold capacity
+
+    async def _release_pooled(self, entry: Entry, error: BaseException) -> None:
+        # A pooled sandbox is reset before its next (unrelated) run anyway; it is only closed when
+        # the error leaves its state unknown.
+        if keeps_sandbox(error):
+            await self.give_back(entry, dirty=True)
+        else:
+            await self.discard(entry)
 
     async def within_deadline(self, op: Callable[[], Awaitable[T]], deadline_s: float | None, what: str) -> T:
         """Run ``op`` under ``deadline_s`` (``None``: the pool's default; still ``None``: no deadline).
 
         Raises:
-            DeadlineExceeded: the deadline passed. It is an infrastructure error by design: a
-                call that waited in a queue or behind a slow service must reach the trainer as
-                "no reward", never as the program's ``timeout``.
+            DeadlineExceeded: the deadline passed.
         """
-        deadline_s = deadline_s if deadline_s is not None else self.deadline_s
+        deadline_s = self.deadline_s if deadline_s is None else deadline_s
         if deadline_s is None:
             return await op()
         with anyio.move_on_after(deadline_s):
             return await op()
-        raise DeadlineExceeded(
+        raise self._deadline_exceeded(deadline_s, what)
+
+    def _deadline_exceeded(self, deadline_s: float, what: str) -> DeadlineExceeded:
+        # An infrastructure error by design: a call that waited in a queue or behind a slow service
+        # must reach the trainer as "no reward", never as the program's ``timeout``.
+        return DeadlineExceeded(
             f"{what} did not finish within its deadline of {deadline_s:g}s (queue wait and retries included); "
             "this is an infrastructure timeout, not the program's: raise deadline_s or max_concurrency, "
             "or lower the load",
             backend=self.backend.name,
         )
 
-    async def retrying(
-        self,
-        op: Callable[[], Awaitable[T]],
-        record: CallRecord | None = None,
-        may_retry: Callable[[], bool] = lambda: True,
-    ) -> T:
-        """Run ``op``, retrying on ``Transient`` errors with exponential backoff and full jitter.
+    async def ensure_started(self) -> None:
+        """Run the pool's start-up (warm sandboxes, signal handler) before its first use."""
+        if not self.started:
+            await self._on_first_use()
 
-        The backoff sleeps outside ``op``, so a backing-off caller holds no call slot.
-        """
-        attempt = 0
-        while True:
-            try:
-                return await op()
-            except Transient as exc:
-                if attempt >= self.retries or self.closed or not may_retry():
-                    raise
-                delay = self.backoff(attempt, exc)
-                attempt += 1
-                if record is not None:
-                    record.retries += 1
-                log.info("retrying after %s (attempt %d/%d, in %.2fs)", exc, attempt, self.retries, delay)
-            await anyio.sleep(delay)
+    def _retry_delay(self, attempt: int, exc: Transient, *, may_retry: bool) -> float:
+        """The backoff before retry ``attempt + 1``, or re-raise ``exc`` when no retry is left or allowed."""
+        if attempt >= self.retries or self.closed or not may_retry:
+            raise exc
+        delay = self.backoff(attempt, exc)
+        log.info("retrying after %s (attempt %d/%d, in %.2fs)", exc, attempt + 1, self.retries, delay)
+        return delay
 
     def backoff(self, attempt: int, exc: Exception) -> float:
         """Seconds to wait before retry ``attempt + 1``; at least the service's ``Retry-After``."""

@@ -17,16 +17,15 @@ from __future__ import annotations
 import atexit
 import logging
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import anyio
 
-from sandboxkit._lease import CLOSE_TIMEOUT_S, LeaseCore, keeps_sandbox
+from sandboxkit._lease import CLOSE_TIMEOUT_S, LeaseCore
 from sandboxkit._request import make_request, positive_timeout
 from sandboxkit._signals import install_sigterm_to_exit
-from sandboxkit._slots import CallSlot, Entry
-from sandboxkit.base import Backend, Sandbox
+from sandboxkit.base import Backend
 from sandboxkit.errors import InvalidRequest, PoolClosed, SandboxCrashed, SandboxError
 from sandboxkit.limiter import Limiter, LocalLimiter
 from sandboxkit.metrics import PoolMetrics
@@ -36,7 +35,6 @@ from sandboxkit.session import Session
 __all__ = ["SandboxPool"]
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 _live_pools: weakref.WeakSet[SandboxPool] = weakref.WeakSet()
@@ -216,23 +214,6 @@ class SandboxPool:
 
     # ----------------------------------------------------------------- calls
 
-    async def _call(self, fn: Callable[[Sandbox], Awaitable[T]], deadline_s: float | None) -> T:
-        """Run ``fn`` on a leased sandbox under the cap, with retries and the deadline."""
-        return await self._core.call(
-            fn, deadline_s=deadline_s, acquire=self._lease, release=self._release, retry_started=True
-        )
-
-    async def _lease(self, slot: CallSlot) -> Entry:
-        return await self._core.lease(slot=slot)
-
-    async def _release(self, entry: Entry, error: BaseException | None) -> None:
-        # A pooled sandbox is reset before its next (unrelated) run anyway; it is only closed when
-        # the error leaves its state unknown.
-        if error is None or keeps_sandbox(error):
-            await self._core.give_back(entry, dirty=True)
-        else:
-            await self._core.discard(entry)
-
     async def run(
         self,
         code: str | RunRequest | Mapping[str, Any],
@@ -279,7 +260,7 @@ class SandboxPool:
             default_limits=self.limits,
         )
         self._core.check_language(request.language)
-        return await self._call(lambda sandbox: sandbox.run(request), deadline_s)
+        return await self._core.call(lambda sandbox: sandbox.run(request), deadline_s=deadline_s)
 
     async def exec(
         self,
@@ -297,8 +278,8 @@ class SandboxPool:
         """
         if timeout is not None:
             positive_timeout(timeout)
-        return await self._call(
-            lambda sandbox: sandbox.exec(command, env=env, stdin=stdin, timeout=timeout), deadline_s
+        return await self._core.call(
+            lambda sandbox: sandbox.exec(command, env=env, stdin=stdin, timeout=timeout), deadline_s=deadline_s
         )
 
     async def run_many(

@@ -27,32 +27,27 @@ class LearnedCapacity:
         ceiling: the pool's own ``max_sandboxes``; the learned cap never exceeds it.
     """
 
-    __slots__ = ("_value", "ceiling", "refusals")
+    __slots__ = ("_value", "cap", "ceiling", "refusals")
 
     def __init__(self, ceiling: int) -> None:
         self.ceiling = ceiling
         self._value = float(ceiling)
+        #: Sandboxes the pool may hold now (an integer, at least 1). An attribute, not a property:
+        #: the pool reads it on every give-back.
+        self.cap = ceiling
         self.refusals = 0
-
-    @property
-    def cap(self) -> int:
-        """Sandboxes the pool may hold now (an integer, at least 1)."""
-        return max(1, math.floor(self._value))
-
-    @property
-    def learned(self) -> bool:
-        """Whether a refusal has lowered the cap below the pool's own ceiling."""
-        return self._value < self.ceiling
 
     def refused(self, held: int) -> None:
         """The service refused one more sandbox while the pool held (or was opening) ``held``."""
         self.refusals += 1
         self._value = max(1.0, min(self._value, float(held)))
+        self.cap = max(1, math.floor(self._value))
 
     def succeeded(self) -> None:
         """A call finished on a sandbox the service let us have: grow by one per ``cap`` successes."""
         if self._value < self.ceiling:
             self._value = min(float(self.ceiling), self._value + 1.0 / max(1.0, self._value))
+            self.cap = max(1, math.floor(self._value))
 
     def __repr__(self) -> str:
         return f"LearnedCapacity(cap={self.cap}, ceiling={self.ceiling}, refusals={self.refusals})"

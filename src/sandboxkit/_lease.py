@@ -153,11 +153,25 @@ class LeaseCore:
                 while this pool holds sandboxes is not an error: the call waits for one of them).
         """
         while True:
-            self.check_open()
+            if self.closed:
+                self.check_open()
             seen = self._generation
-            entry = await self._take_idle(limits)
-            if entry is None:
-                entry = await self._open(limits)
+            # A warm idle sandbox first (LIFO: the most recently used is the warmest); for a session,
+            # one opened with its limits. A reset sandbox is as clean as a new one and far cheaper.
+            if limits is None:
+                entry = self.idle.pop() if self.idle else None
+            else:
+                entry = next((e for e in reversed(self.idle) if e.limits == limits), None)
+                if entry is not None:
+                    self.idle.remove(entry)
+            if entry is not None:
+                idle_for = time.monotonic() - entry.last_used
+                if idle_for < self.health_check_after_s or await entry.sandbox.alive():
+                    return entry
+                self.metrics.error("dead_on_lease")
+                await self.discard(entry)
+                continue
+            entry = await self._open(limits)
             if entry is not None:
                 return entry
             if self.idle:
@@ -185,23 +199,6 @@ class LeaseCore:
                 delay = self._retry_delay(attempt, exc, may_retry=True)
                 attempt += 1
             await anyio.sleep(delay)
-
-    async def _take_idle(self, limits: Limits | None) -> Entry | None:
-        """A healthy idle sandbox (LIFO: the most recently used is the warmest), or None."""
-        while True:
-            if limits is None:
-                entry = self.idle[-1] if self.idle else None
-            else:
-                entry = next((e for e in reversed(self.idle) if e.limits == limits), None)
-            if entry is None:
-                return None
-            self.idle.remove(entry)
-            idle_for = time.monotonic() - entry.last_used
-            if idle_for >= self.health_check_after_s and not await entry.sandbox.alive():
-                self.metrics.error("dead_on_lease")
-                await self.discard(entry)
-                continue
-            return entry
 
     async def _open(self, limits: Limits | None) -> Entry | None:
         """Open a sandbox if the caps allow; None if a cap (ours, the limiter's, the service's) is reached."""

@@ -369,7 +369,7 @@ async def test_learned_concurrency_and_a_429_penalty_work_under_the_ray_limiter(
     # The learned cap lives in the pool (per process), so it works with any Limiter; the 429 penalty
     # goes through Limiter.penalize_creation to the actor's bucket, which every process shares.
     from sandboxkit import RateLimited, RunResult
-    from support.fake_backend import FakeBackend
+    from sandboxkit.testing import FakeBackend
 
     name = "sandboxkit-limiter-learned"
     backend = FakeBackend(capacity=2, open_delay=0.002)

@@ -1,4 +1,4 @@
-"""SandboxPool semantics, proven against a failure-injecting backend (tests/support/fake_backend.py)."""
+"""SandboxPool semantics, proven against the scriptable failure-injecting backend (sandboxkit.testing.FakeBackend)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from sandboxkit import (
     Status,
     Transient,
 )
-from support.fake_backend import FakeBackend
+from sandboxkit.testing import FakeBackend
 
 FAST = {"backoff_base": 0.001, "backoff_max": 0.01}
 
@@ -258,7 +258,7 @@ _BATCH_SCRIPT = textwrap.dedent(
     """
     import asyncio, sys
     sys.path.insert(0, {tests!r})
-    from support.fake_backend import FakeBackend
+    from sandboxkit.testing import FakeBackend
     from sandboxkit import SandboxPool
 
     async def main():

@@ -1,6 +1,6 @@
 """Learned concurrency: a service limited below ``max_concurrency`` makes calls wait, never fail.
 
-The fake service (tests/support/fake_backend.py, ``capacity=N``) refuses an ``open`` beyond N
+The fake service (``sandboxkit.testing.FakeBackend(capacity=N)``) refuses an ``open`` beyond N
 live sandboxes with ``CapacityExceeded``, as Daytona's quota answer and E2B's concurrent-sandbox
 429 are mapped. The pool must learn the cap (AIMD), queue calls behind it, and grow back when
 the service allows more.
@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from sandboxkit import CapacityExceeded, DeadlineExceeded, Limits, RateLimited, RunResult, SandboxPool, Status
-from support.fake_backend import FakeBackend
+from sandboxkit.testing import FakeBackend
 
 FAST = {"backoff_base": 0.001, "backoff_max": 0.01}
 

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from sandboxkit import InvalidRequest, RunResult, SandboxPool, Session, Status, SyncSandboxPool, SyncSession
-from support.fake_backend import FakeBackend
+from sandboxkit.testing import FakeBackend
 
 
 def _public(cls: type) -> set[str]:

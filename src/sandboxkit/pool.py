@@ -30,6 +30,7 @@ import anyio
 from sandboxkit._request import make_request, positive_timeout
 from sandboxkit._slots import CallSlot, Entry
 from sandboxkit.base import Backend, Sandbox
+from sandboxkit.configs import BaseBackendConfig
 from sandboxkit.errors import (
     DeadlineExceeded,
     InvalidRequest,
@@ -73,7 +74,8 @@ class SandboxPool:
     For synchronous code, see :class:`sandboxkit.SyncSandboxPool`.
 
     Args:
-        backend: a registered backend name or a :class:`~sandboxkit.base.Backend` instance.
+        backend: a registered backend name, a :class:`~sandboxkit.base.Backend` instance, or a
+            backend config such as ``DockerConfig(image=...)`` (:mod:`sandboxkit.configs`).
         max_concurrency: calls (runs, execs) in flight at once.
         max_sandboxes: sandboxes open at once (default: ``max_concurrency``; sessions hold one each).
         creation_rate: sandbox creations per second (token bucket); ``None`` = unlimited.
@@ -99,7 +101,7 @@ class SandboxPool:
 
     def __init__(
         self,
-        backend: str | Backend = "subprocess",
+        backend: str | Backend | BaseBackendConfig = "subprocess",
         *,
         max_concurrency: int = 16,
         max_sandboxes: int | None = None,
@@ -119,7 +121,7 @@ class SandboxPool:
     ) -> None:
         from sandboxkit.registry import backend as make_backend
 
-        if isinstance(backend, str):
+        if not isinstance(backend, Backend):  # a name or a config (sandboxkit.configs)
             self.backend: Backend = make_backend(backend, **dict(backend_options or {}))
             self._owns_backend = True
         else:

@@ -1,0 +1,154 @@
+"""Typed backend configs: they match their constructors, refuse typos by name, and build real backends."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+import sandboxkit
+from sandboxkit import InvalidRequest, SandboxPool, Status
+from sandboxkit.configs import (
+    BUILTIN_CONFIGS,
+    BaseBackendConfig,
+    DaytonaConfig,
+    DockerConfig,
+    RayConfig,
+    SubprocessConfig,
+    parse_backend_config,
+)
+from sandboxkit.registry import available_backends, backend_config, parse_backend_options
+
+
+def _constructor_keywords(name: str) -> dict[str, Any]:
+    factory = available_backends()[name].load()
+    params = inspect.signature(factory).parameters.values()
+    return {
+        p.name: p.default for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self"
+    }
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_CONFIGS))
+def test_config_fields_and_defaults_match_the_backend_constructor(name: str) -> None:
+    """Guard against drift: a constructor option added or renamed without its config fails here."""
+    model = BUILTIN_CONFIGS[name]
+    keywords = _constructor_keywords(name)
+    assert model.option_names() == sorted(keywords), f"{model.__name__} and the {name} constructor disagree"
+    for option, default in keywords.items():
+        field_default = model.model_fields[option].default
+        assert field_default == default, f"{model.__name__}.{option} defaults to {field_default!r}, not {default!r}"
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_CONFIGS))
+def test_every_builtin_backend_declares_its_config(name: str) -> None:
+    spec = available_backends()[name]
+    assert spec.load_config() is BUILTIN_CONFIGS[name]
+    assert BUILTIN_CONFIGS[name]().kind == name
+
+
+def test_a_typo_is_an_invalid_request_naming_the_valid_keys() -> None:
+    with pytest.raises(InvalidRequest) as info:
+        sandboxkit.backend("subprocess", disk_mbb=64)
+    message = str(info.value)
+    assert "'disk_mbb'" in message and "did you mean 'disk_mb'" in message
+    assert "Valid options: disk_mb, path, root, tmp_mb, warm_python" in message
+    with pytest.raises(InvalidRequest, match=r"option 'tmp_mb'=0: Input should be greater than 0"):
+        SandboxPool("subprocess", backend_options={"tmp_mb": 0})
+
+
+async def test_a_config_builds_the_pool_and_its_options_reach_the_backend() -> None:
+    config = SubprocessConfig(warm_python=False, tmp_mb=32)
+    async with SandboxPool(config, max_concurrency=2) as pool:
+        result = await pool.run("print(6 * 7)")
+        assert pool.backend.name == "subprocess"
+        assert pool.backend.warm_python is False  # type: ignore[attr-defined]
+        assert pool.backend.tmp_mb == 32  # type: ignore[attr-defined]
+    assert result.status is Status.OK and result.stdout == "42\n"
+
+
+def test_only_the_options_set_are_passed_on() -> None:
+    # An unset option lets the constructor apply its own fallback (an environment variable, say).
+    assert DockerConfig(image="python:3.12").options() == {"image": "python:3.12"}
+    assert DockerConfig().options() == {}
+
+
+def test_backend_options_override_a_config() -> None:
+    merged = backend_config(SubprocessConfig(disk_mb=64), {"tmp_mb": 32})
+    assert merged == SubprocessConfig(disk_mb=64, tmp_mb=32)
+
+
+def test_a_mapping_with_a_kind_parses_to_its_config() -> None:
+    assert parse_backend_config({"kind": "docker", "image": "x"}) == DockerConfig(image="x")
+    assert backend_config({"kind": "daytona", "ttl_minutes": 5}) == DaytonaConfig(ttl_minutes=5)
+    with pytest.raises(ValidationError):
+        parse_backend_config({"kind": "dokcer"})
+    with pytest.raises(InvalidRequest, match="needs a 'kind'"):
+        backend_config({"image": "x"})
+    with pytest.raises(sandboxkit.BackendNotFound, match="dokcer"):
+        backend_config({"kind": "dokcer"})
+
+
+def test_secrets_never_show_in_reprs_or_dumps() -> None:
+    config = DaytonaConfig(api_key="sk-very-secret")
+    assert "sk-very-secret" not in repr(config) and "sk-very-secret" not in config.model_dump_json()
+    assert config.options()["api_key"].get_secret_value() == "sk-very-secret"
+
+
+def test_ray_checks_a_builtin_inner_backends_options_early() -> None:
+    assert RayConfig(inner="docker", inner_options={"image": "x"}).inner_options == {"image": "x"}
+    with pytest.raises(
+        InvalidRequest, match=r"inner_options of 'docker': unknown option 'imgae'.*did you mean 'image'"
+    ):
+        backend_config("ray", {"inner": "docker", "inner_options": {"imgae": "x"}})
+
+
+@pytest.mark.parametrize(
+    ("items", "expected"),
+    [
+        (["image=123"], {"image": "123"}),  # a string option keeps a number-like string
+        (["workdir_size_mb=64", "python_fast=false"], {"workdir_size_mb": 64, "python_fast": False}),
+        (['labels={"team": "rl"}'], {"labels": {"team": "rl"}}),
+        (["base_url=unix:///var/run/docker.sock"], {"base_url": "unix:///var/run/docker.sock"}),
+    ],
+)
+def test_command_line_options_are_typed_by_the_config(items: list[str], expected: dict[str, Any]) -> None:
+    assert parse_backend_options("docker", items) == expected
+
+
+def test_command_line_options_null_and_bad_shapes() -> None:
+    assert parse_backend_options("daytona", ["ttl_minutes=null"]) == {"ttl_minutes": None}
+    with pytest.raises(InvalidRequest, match="KEY=VALUE; valid keys of 'subprocess': disk_mb"):
+        parse_backend_options("subprocess", ["novalue"])
+    with pytest.raises(InvalidRequest, match="'languages'='python': Input should be a valid list"):
+        parse_backend_options("sandbox_fusion", ["languages=python"])
+
+
+class _EchoConfig(BaseBackendConfig):
+    kind: str = "echo_typed"
+    greeting: str = "hi"
+
+
+def test_a_plugin_may_declare_a_config_and_one_without_keeps_plain_options() -> None:
+    echo = available_backends()["echo"]
+    assert echo.load_config() is None
+    assert parse_backend_options("echo", ["anything=1"]) == {"anything": 1}  # passed through unchecked
+    sandboxkit.registry.register(sandboxkit.BackendSpec(name="echo_typed", factory=echo.factory, config=_EchoConfig))
+    with pytest.raises(InvalidRequest, match=r"unknown option 'greting' \(did you mean 'greeting'\?\)"):
+        parse_backend_options("echo_typed", ["greting=x"])
+    with pytest.raises(sandboxkit.BackendUnavailable, match="is not a BaseBackendConfig subclass"):
+        sandboxkit.registry.register(sandboxkit.BackendSpec(name="bad_cfg", factory=echo.factory, config="json:loads"))
+        sandboxkit.registry.config_model("bad_cfg")
+
+
+def test_configs_import_no_sdk() -> None:
+    code = (
+        "import sys, json; from sandboxkit.configs import DaytonaConfig, E2BConfig, DockerConfig, RayConfig;"
+        "DaytonaConfig(api_key='k'); E2BConfig(); DockerConfig(); RayConfig(inner='docker');"
+        "print(json.dumps([m for m in ('daytona', 'e2b', 'docker', 'ray') if m in sys.modules]))"
+    )
+    assert json.loads(subprocess.check_output([sys.executable, "-c", code], text=True)) == []

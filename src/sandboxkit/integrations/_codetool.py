@@ -30,7 +30,7 @@ from sandboxkit.languages import resolve_language
 from sandboxkit.models import RunResult
 from sandboxkit.pool import SandboxPool
 
-__all__ = ["CODE_INTERPRETER_SCHEMA", "MIN_MODEL_TIMEOUT_S", "CodeRequest", "CodeTool"]
+__all__ = ["CODE_INTERPRETER_SCHEMA", "MIN_MODEL_TIMEOUT_S", "CodeRequest", "CodeToolBase"]
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +67,12 @@ class CodeRequest:
     note: str = ""
 
 
-@dataclass(frozen=True)
-class CodeTool:
-    """How the code tool treats a call; see the module docstring.
+class CodeToolBase:
+    """The code tool's checks and answers, mixed into every adapter that offers ``code_interpreter``.
+
+    A subclass sets these attributes (from its own arguments or config) and supplies ``handle``;
+    :meth:`run_request` takes the function that runs a checked request on the pool, the one
+    thing the adapters do differently (see the module docstring).
 
     Attributes:
         language: language programs run in (canonical name).
@@ -79,30 +82,32 @@ class CodeTool:
         max_timeout: upper bound of a model-supplied timeout.
         max_output_chars: longest text handed back (head and tail kept).
         deadline_s: wall-clock bound on one call, queue wait included.
-        name: the function name the tool answers to.
+        tool_name: the function name the tool answers to.
+        handle: where calls run.
     """
 
-    language: str = "python"
-    timeout: float = 10.0
-    allow_language: bool = False
-    allow_timeout: bool = False
-    max_timeout: float = 60.0
-    max_output_chars: int = 8000
-    deadline_s: float = 120.0
-    name: str = "code_interpreter"
+    language: str
+    timeout: float
+    allow_language: bool
+    allow_timeout: bool
+    max_timeout: float
+    max_output_chars: int
+    deadline_s: float
+    tool_name: str
+    handle: PoolHandle
 
     def check_call(self, call: ToolCall | ToolCallError) -> CodeRequest | str:
         """A parsed call as a request, or the error text to answer it with."""
         if isinstance(call, ToolCallError):
-            return f"Error: {call.message}. {_USAGE.format(name=self.name)}"
-        if call.name != self.name:
-            return f"Error: unknown tool {call.name!r}; the available tool is {self.name!r}."
-        return self.check(call.arguments)
+            return f"Error: {call.message}. {_USAGE.format(name=self.tool_name)}"
+        if call.name != self.tool_name:
+            return f"Error: unknown tool {call.name!r}; the available tool is {self.tool_name!r}."
+        return self.check_arguments(call.arguments)
 
-    def check(self, arguments: Any) -> CodeRequest | str:
+    def check_arguments(self, arguments: Any) -> CodeRequest | str:
         """The call's arguments as a request, or the error text to answer it with."""
         if not isinstance(arguments, Mapping):
-            return f"Error: the arguments must be a JSON object. {_USAGE.format(name=self.name)}"
+            return f"Error: the arguments must be a JSON object. {_USAGE.format(name=self.tool_name)}"
         code = arguments.get("code")
         if not isinstance(code, str) or not code.strip():
             return "Error: the 'code' argument is required and must be a non-empty string."
@@ -127,28 +132,19 @@ class CodeTool:
                 note = f"[note: the requested timeout of {wanted:g}s was clamped to the {bound} of {timeout:g}s]"
         return CodeRequest(code, language, timeout, note)
 
-    def bound(self, request: CodeRequest) -> float:
-        """How long the caller waits for one call before giving up on it."""
-        return max(self.deadline_s, request.timeout) + GRACE_S
-
-    def answer(self, result: RunResult, request: CodeRequest) -> str:
-        """The text handed back for a program that ran."""
-        text = format_result(result, max_chars=self.max_output_chars)
-        return f"{text}\n{request.note}" if request.note else text
-
-    async def run(
-        self,
-        handle: PoolHandle,
-        request: CodeRequest,
-        run: Callable[[SandboxPool, CodeRequest], Awaitable[RunResult]],
+    async def run_request(
+        self, request: CodeRequest, run: Callable[[SandboxPool, CodeRequest], Awaitable[RunResult]]
     ) -> tuple[str, RunResult | None]:
         """Run ``run(pool, request)`` on the handle's pool; the answer text, and the result when there is one.
 
         Never raises: an infrastructure failure is answered with :func:`format_error` text.
         """
         try:
-            result = await handle.acall(lambda pool: run(pool, request), self.bound(request))
+            result = await self.handle.acall(
+                lambda pool: run(pool, request), max(self.deadline_s, request.timeout) + GRACE_S
+            )
         except Exception as exc:
-            log.info("%s call failed: %s", self.name, exc)
+            log.info("%s call failed: %s", self.tool_name, exc)
             return format_error(exc), None
-        return self.answer(result, request), result
+        text = format_result(result, max_chars=self.max_output_chars)
+        return (f"{text}\n{request.note}" if request.note else text), result

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sandboxkit.integrations._codetool import CODE_INTERPRETER_SCHEMA, CodeRequest, CodeTool
+from sandboxkit.integrations._codetool import CODE_INTERPRETER_SCHEMA, CodeRequest, CodeToolBase
 from sandboxkit.integrations._runtime import BackendLike, PoolHandle, run_blocking
 from sandboxkit.integrations._toolcalls import (
     ToolCall,
@@ -44,7 +44,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class CodeInterpreter:
+class CodeInterpreter(CodeToolBase):
     """Executes ``code_interpreter`` calls in one session sandbox and answers with ``tool`` messages.
 
     One instance serves one conversation: files persist across turns until :meth:`close`.
@@ -82,17 +82,15 @@ class CodeInterpreter:
         tool_name: str = "code_interpreter",
         pool_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self.tool = CodeTool(
-            language=resolve_language(language).name,
-            timeout=timeout,
-            allow_language=allow_language,
-            allow_timeout=allow_timeout,
-            max_timeout=max_timeout,
-            max_output_chars=max_output_chars,
-            deadline_s=deadline_s,
-            name=tool_name,
-        )
+        self.language = resolve_language(language).name
+        self.timeout = timeout
+        self.allow_language = allow_language
+        self.allow_timeout = allow_timeout
+        self.max_timeout = max_timeout
+        self.max_output_chars = max_output_chars
         self.limits = limits or Limits()
+        self.deadline_s = deadline_s
+        self.tool_name = tool_name
         self.handle = PoolHandle(backend, **dict(pool_options or {}))
         self._session: Session | None = None
 
@@ -106,11 +104,11 @@ class CodeInterpreter:
         """Run each call in order in the session sandbox; one ``tool`` message per call. Never raises."""
         messages = []
         for call in calls:
-            checked = self.tool.check_call(call)
+            checked = self.check_call(call)
             if isinstance(checked, str):
-                text, name = checked, call.name or self.tool.name
+                text, name = checked, call.name or self.tool_name
             else:
-                text, _ = await self.tool.run(self.handle, checked, self._session_run)
+                text, _ = await self.run_request(checked, self._session_run)
                 name = call.name
             messages.append({"role": "tool", "tool_call_id": call.id, "name": name, "content": text})
         return messages
@@ -132,7 +130,7 @@ class CodeInterpreter:
         session, self._session = self._session, None
         if session is not None and self.handle.created:
             try:
-                self.handle.call(lambda _p: session.close(), self.tool.deadline_s)
+                self.handle.call(lambda _p: session.close(), self.deadline_s)
             except Exception:
                 log.warning("closing the code_interpreter session failed", exc_info=True)
         self.handle.close()

@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from sandboxkit.integrations._codetool import CODE_INTERPRETER_SCHEMA, CodeRequest, CodeTool
+from sandboxkit.integrations._codetool import CODE_INTERPRETER_SCHEMA, CodeRequest, CodeToolBase
 from sandboxkit.integrations._format import format_error, format_result
 from sandboxkit.integrations._runtime import GRACE_S, PoolHandle, env_settings, limits_with, shared_handle
 from sandboxkit.languages import resolve_language
@@ -251,18 +251,21 @@ class _Slot:
         self.busy = 0
 
 
-class SandboxTool(BaseTool):  # type: ignore[misc]
+class SandboxTool(BaseTool, CodeToolBase):  # type: ignore[misc]
     """A ``code_interpreter`` tool for verl's agent loop, backed by a sandbox pool.
 
     Config keys (all optional; the old ``SandboxFusionTool`` keys keep their meaning):
 
-    * ``backend`` (default ``subprocess``; in code also a Backend or SyncSandboxPool), ``backend_options``;
+    * ``backend`` (default ``subprocess``; a name, or a ``{kind: docker, image: ...}`` mapping; in code also
+      a ``DockerConfig(...)``, a Backend or a SyncSandboxPool), ``backend_options`` (checked against the
+      backend's config when the tool is built: a typo raises ``InvalidRequest`` naming the valid keys);
       ``sandbox_fusion_url`` selects the ``sandbox_fusion`` backend at that URL when ``backend`` is not given.
     * ``num_workers`` and ``rate_limit``: the cap on programs running at once is their minimum
       (per worker process; verl runs one tool instance per ``AgentLoopWorker``).
     * ``default_timeout`` (seconds per run, 30), ``default_language`` (python), ``memory_limit_mb`` (1024).
     * ``allow_model_timeout`` / ``allow_model_language`` (False): honour ``timeout`` / ``language``
-      arguments from the model; ``max_timeout`` caps the former (60).
+      arguments from the model; a model timeout is clamped into [1 s, ``max_timeout`` (60)] and the
+      answer says so (the same rule as SGLang's ``CodeInterpreter``).
     * ``stateful`` (True): one sandbox per trajectory, keyed on ``agent_data.request_id``;
       ``session_ttl_s`` (600) releases it after that long unused; ``max_sessions`` (256) bounds
       sandboxes held at once (the least recently used idle one is released past it).
@@ -283,8 +286,8 @@ class SandboxTool(BaseTool):  # type: ignore[misc]
         self.max_concurrency = min(caps) if caps else 16
         self.timeout = float(cfg.get("default_timeout", 30))
         self.language = resolve_language(str(cfg.get("default_language", "python"))).name
-        self.allow_model_timeout = bool(cfg.get("allow_model_timeout", False))
-        self.allow_model_language = bool(cfg.get("allow_model_language", False))
+        self.allow_timeout = bool(cfg.get("allow_model_timeout", False))
+        self.allow_language = bool(cfg.get("allow_model_language", False))
         self.max_timeout = float(cfg.get("max_timeout", 60))
         self.stateful = bool(cfg.get("stateful", True))
         self.session_ttl_s = float(cfg.get("session_ttl_s", 600))
@@ -292,16 +295,7 @@ class SandboxTool(BaseTool):  # type: ignore[misc]
         self.max_output_chars = int(cfg.get("max_output_chars", 8000))
         self.deadline_s = float(cfg.get("deadline_s", 120))
         self.limits: Limits = limits_with(None, timeout=self.timeout, memory_limit_mb=cfg.get("memory_limit_mb", 1024))
-        self.code_tool = CodeTool(
-            language=self.language,
-            timeout=self.timeout,
-            allow_language=self.allow_model_language,
-            allow_timeout=self.allow_model_timeout,
-            max_timeout=self.max_timeout,
-            max_output_chars=self.max_output_chars,
-            deadline_s=self.deadline_s,
-            name=str(getattr(self, "name", "code_interpreter")),
-        )
+        self.tool_name = str(getattr(self, "name", "code_interpreter"))
         pool_options: dict[str, Any] = {
             "max_concurrency": self.max_concurrency,
             "max_sandboxes": max(self.max_sessions, self.max_concurrency) + self.max_concurrency,
@@ -333,12 +327,12 @@ class SandboxTool(BaseTool):  # type: ignore[misc]
     ) -> tuple[Any, float, dict[str, Any]]:
         """Run the model's code in the trajectory's sandbox. Never raises: errors come back as text."""
         started = time.monotonic()
-        checked = self.code_tool.check(parameters)
+        checked = self.check_arguments(parameters)
         if isinstance(checked, str):
             return ToolResponse(text=checked), 0.0, {"status": "invalid_call", "exit_code": None, "duration_s": 0.0}
         key = self._key(instance_id, kwargs.get("agent_data"))
         await self._sweep()
-        text, result = await self.code_tool.run(self.handle, checked, lambda pool, req: self._run(pool, key, req))
+        text, result = await self.run_request(checked, lambda pool, req: self._run(pool, key, req))
         if result is None:
             metrics = {"status": "infra_error", "exit_code": None, "duration_s": round(time.monotonic() - started, 6)}
         else:

@@ -56,7 +56,7 @@ class BaseBackendConfig(BaseModel):
     name as the default, and declare one field per keyword of the backend's constructor.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: str
 

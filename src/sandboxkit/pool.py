@@ -23,14 +23,13 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
 from sandboxkit._request import make_request, positive_timeout
 from sandboxkit._slots import CallSlot, Entry
 from sandboxkit.base import Backend, Sandbox
-from sandboxkit.configs import BaseBackendConfig
 from sandboxkit.errors import (
     DeadlineExceeded,
     InvalidRequest,
@@ -44,6 +43,9 @@ from sandboxkit.limiter import Limiter, LocalLimiter
 from sandboxkit.metrics import PoolMetrics
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
 from sandboxkit.session import Session
+
+if TYPE_CHECKING:
+    from sandboxkit.configs import BaseBackendConfig
 
 __all__ = ["SandboxPool", "Session", "make_request"]
 

@@ -17,15 +17,17 @@ import threading
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pluggy
 from pydantic import ValidationError
 
 from sandboxkit import hookspecs
 from sandboxkit.base import Availability, Backend
-from sandboxkit.configs import BaseBackendConfig, explain_errors
 from sandboxkit.errors import BackendNotFound, BackendUnavailable, InvalidRequest
+
+if TYPE_CHECKING:  # configs are imported when options are first checked, not at `import sandboxkit`
+    from sandboxkit.configs import BaseBackendConfig
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -102,6 +104,8 @@ class BackendSpec:
         Raises:
             BackendUnavailable: the named model cannot be imported (a broken plugin).
         """
+        from sandboxkit.configs import BaseBackendConfig
+
         if self.config is None or not isinstance(self.config, str):
             return self.config
         module_name, _, attr = self.config.partition(":")
@@ -254,6 +258,8 @@ def backend_config(
         BackendNotFound: no backend has that name.
         InvalidRequest: an option is unknown (the message lists the valid ones) or has a bad value.
     """
+    from sandboxkit.configs import BaseBackendConfig
+
     extra = dict(options or {})
     if isinstance(name, BaseBackendConfig):
         if not extra:
@@ -280,6 +286,8 @@ def backend_config(
 
 
 def _invalid_options(name: str, model: type[BaseBackendConfig], exc: ValidationError) -> InvalidRequest:
+    from sandboxkit.configs import explain_errors
+
     return InvalidRequest(
         f"backend {name!r} rejected its options: {explain_errors(model, exc)}. "
         f"Valid options: {', '.join(model.option_names())}",

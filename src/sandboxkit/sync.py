@@ -19,13 +19,15 @@ import signal
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sandboxkit.base import Backend
-from sandboxkit.configs import BaseBackendConfig
 from sandboxkit.errors import PoolClosed, SandboxError
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
 from sandboxkit.pool import SandboxPool, Session
+
+if TYPE_CHECKING:
+    from sandboxkit.configs import BaseBackendConfig
 
 __all__ = ["EventLoopThread", "SyncSandboxPool", "SyncSession"]
 

@@ -88,3 +88,10 @@ def test_backends_json_lists_each_backends_options() -> None:
     rows = {r["name"]: r for r in json.loads(sk("backends", "--json").stdout)}
     assert "image" in rows["docker"]["options"] and "url" in rows["sandbox_fusion"]["options"]
     assert rows["echo"]["options"] is None  # a plugin without a config model
+
+
+def test_serve_checks_backend_options_before_serving() -> None:
+    out = sk("serve", "--port", "0", "-b", "sandbox_fusion", "-o", "urll=http://127.0.0.1:1")
+    assert out.returncode == 2
+    message = " ".join(out.stderr.split())
+    assert "unknown option 'urll' (did you mean 'url'?)" in message and "Valid options:" in message

@@ -9,6 +9,8 @@ import sys
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import sandboxkit
@@ -152,3 +154,28 @@ def test_configs_import_no_sdk() -> None:
         "print(json.dumps([m for m in ('daytona', 'e2b', 'docker', 'ray') if m in sys.modules]))"
     )
     assert json.loads(subprocess.check_output([sys.executable, "-c", code], text=True)) == []
+
+
+_text = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    image=_text, workdir_size_mb=st.integers(1, 10**6), python_fast=st.booleans(), labels=st.dictionaries(_text, _text)
+)
+def test_command_line_values_round_trip_through_the_config(
+    image: str, workdir_size_mb: int, python_fast: bool, labels: dict[str, str]
+) -> None:
+    """A string option keeps exactly the text typed (even '123' or 'null'); others parse to their type."""
+    items = [
+        f"image={image}",
+        f"workdir_size_mb={workdir_size_mb}",
+        f"python_fast={str(python_fast).lower()}",
+        f"labels={json.dumps(labels)}",
+    ]
+    assert parse_backend_options("docker", items) == {
+        "image": image,
+        "workdir_size_mb": workdir_size_mb,
+        "python_fast": python_fast,
+        "labels": labels,
+    }

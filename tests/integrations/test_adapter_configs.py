@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -158,3 +159,29 @@ async def test_a_call_cancelled_on_the_pools_side_is_pool_closed_not_a_cancelled
             await asyncio.to_thread(handle.call, _cancelled_on_the_pool, 30)
     finally:
         handle.close()
+
+
+# ------------------------------------------------------------------ blocking forms run the async ones
+
+
+async def test_blocking_forms_work_inside_a_running_loop() -> None:
+    # A notebook cell or an async trainer calling the sync form: the coroutine runs on a helper thread.
+    with CodeInterpreter("subprocess") as tool:
+        (message,) = tool.respond_sync(
+            '<tool_call>{"name": "code_interpreter", "arguments": {"code": "print(7)"}}</tool_call>'
+        )
+        assert message["content"] == "7"
+    with SandboxReward("subprocess") as reward:
+        assert reward.grade_sync(prompts=["p"], completions=[RIGHT], tests=[SUM_TESTS]) == [1.0]
+
+
+def test_blocking_forms_match_the_async_ones() -> None:
+    for sync, coro in (
+        (CodeInterpreter.execute_sync, CodeInterpreter.execute),
+        (CodeInterpreter.respond_sync, CodeInterpreter.respond),
+    ):
+        assert list(inspect.signature(sync).parameters) == list(inspect.signature(coro).parameters)
+    reward_params = list(inspect.signature(SandboxReward.__call__).parameters)
+    assert list(inspect.signature(SandboxReward.grade_sync).parameters) == [
+        p for p in reward_params if p != "completion_ids"
+    ]

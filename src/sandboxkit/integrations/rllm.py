@@ -216,7 +216,7 @@ class SandboxEnv(BaseEnv):
             info: dict[str, Any] = {
                 "workdir": self.workspace.workdir,
                 "backend": self.handle.backend_name,
-                "extra_info": self.task,  # as LLM-in-Sandbox's env gives it (its agent reads it)
+                "extra_info": dict(self.task),  # as LLM-in-Sandbox's env gives it (its agent reads it)
             }
             try:
                 self._session = self._call(lambda p: open_session(p, self.limits))

@@ -20,7 +20,7 @@ from sandboxkit.integrations.verl import SandboxTool, compute_score
 
 SUM_TESTS = json.dumps({"inputs": ["1 2\n"], "outputs": ["3\n"]})
 RIGHT = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
-TYPO = "unknown option 'tmp_mbb' (did you mean 'tmp_mb'?). Valid options: disk_mb, path, root, tmp_mb, warm_python"
+TYPO = f"unknown option 'tmp_mbb' (did you mean 'tmp_mb'?). Valid options: {', '.join(SubprocessConfig.option_names())}"
 
 
 def test_a_typo_in_backend_options_fails_when_the_adapter_is_built() -> None:

@@ -89,7 +89,7 @@ def test_backend_options_are_checked_against_the_config() -> None:
 def test_backends_json_lists_each_backends_options() -> None:
     rows = {r["name"]: r for r in json.loads(sk("backends", "--json").stdout)}
     assert "image" in rows["docker"]["options"] and "url" in rows["sandbox_fusion"]["options"]
-    assert rows["echo"]["options"] is None  # a plugin without a config model
+    assert rows["subprocess"]["options"] == SubprocessConfig.option_names()
 
 
 def test_serve_checks_backend_options_before_serving() -> None:

@@ -24,7 +24,7 @@ from sandboxkit.configs import (
     SubprocessConfig,
     parse_backend_config,
 )
-from sandboxkit.registry import available_backends, backend_config, parse_backend_options
+from sandboxkit.registry import BackendSpec, available_backends, backend_config, parse_backend_options
 
 
 def _constructor_keywords(name: str) -> dict[str, Any]:
@@ -131,20 +131,38 @@ def test_command_line_options_null_and_bad_shapes() -> None:
         parse_backend_options("sandbox_fusion", ["languages=python"])
 
 
-class _EchoConfig(BaseBackendConfig):
-    kind: str = "echo_typed"
+class _PluginBackend:
+    """Stands in for a third-party backend class: the registry only calls it with the options."""
+
+    def __init__(self, greeting: str = "hi") -> None:
+        self.greeting = greeting
+
+
+class _PluginConfig(BaseBackendConfig):
+    kind: str = "typed_plugin"
     greeting: str = "hi"
 
 
-def test_a_plugin_may_declare_a_config_and_one_without_keeps_plain_options() -> None:
-    echo = available_backends()["echo"]
-    assert echo.load_config() is None
-    assert parse_backend_options("echo", ["anything=1"]) == {"anything": 1}  # passed through unchecked
-    sandboxkit.registry.register(sandboxkit.BackendSpec(name="echo_typed", factory=echo.factory, config=_EchoConfig))
+def test_a_plugin_may_declare_a_config() -> None:
+    sandboxkit.registry.register(BackendSpec(name="typed_plugin", factory=_PluginBackend, config=_PluginConfig))  # type: ignore[arg-type]
+    built = sandboxkit.backend("typed_plugin", greeting="yo")
+    assert isinstance(built, _PluginBackend) and built.greeting == "yo"
+    assert isinstance(sandboxkit.backend(_PluginConfig(greeting="hey")), _PluginBackend)
     with pytest.raises(InvalidRequest, match=r"unknown option 'greting' \(did you mean 'greeting'\?\)"):
-        parse_backend_options("echo_typed", ["greting=x"])
+        parse_backend_options("typed_plugin", ["greting=x"])
+
+
+def test_a_plugin_without_a_config_keeps_plain_keyword_options() -> None:
+    sandboxkit.registry.register(BackendSpec(name="plain_plugin", factory=_PluginBackend))  # type: ignore[arg-type]
+    assert parse_backend_options("plain_plugin", ["greeting=1"]) == {"greeting": 1}  # JSON where it parses, unchecked
+    assert sandboxkit.backend("plain_plugin", greeting="yo").greeting == "yo"  # type: ignore[attr-defined]
+    with pytest.raises(InvalidRequest, match="rejected its options"):  # the constructor's TypeError, as before
+        sandboxkit.backend("plain_plugin", greting="yo")
+
+
+def test_a_plugin_naming_a_wrong_config_is_unavailable() -> None:
+    sandboxkit.registry.register(BackendSpec(name="bad_cfg", factory=_PluginBackend, config="json:loads"))  # type: ignore[arg-type]
     with pytest.raises(sandboxkit.BackendUnavailable, match="is not a BaseBackendConfig subclass"):
-        sandboxkit.registry.register(sandboxkit.BackendSpec(name="bad_cfg", factory=echo.factory, config="json:loads"))
         sandboxkit.registry.config_model("bad_cfg")
 
 

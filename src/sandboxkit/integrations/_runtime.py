@@ -28,7 +28,8 @@ from sandboxkit.base import Backend
 from sandboxkit.configs import BaseBackendConfig
 from sandboxkit.errors import DeadlineExceeded, InvalidRequest, PoolClosed, SandboxError
 from sandboxkit.models import Limits
-from sandboxkit.pool import SandboxPool, Session
+from sandboxkit.pool import SandboxPool
+from sandboxkit.session import Session
 from sandboxkit.sync import SyncSandboxPool
 
 __all__ = [

@@ -38,7 +38,7 @@ from sandboxkit.integrations._runtime import GRACE_S, BackendLike, PoolHandle, o
 from sandboxkit.integrations._toolcalls import ToolCall, ToolCallError, calls_in_action
 from sandboxkit.integrations._workspace import WorkspaceMap
 from sandboxkit.models import ExecResult, Limits
-from sandboxkit.pool import Session
+from sandboxkit.session import Session
 
 __all__ = ["TOOLS", "BaseEnv", "RLLMSandbox", "SandboxEnv"]
 

@@ -29,7 +29,8 @@ from sandboxkit.integrations._toolcalls import (
 )
 from sandboxkit.languages import resolve_language
 from sandboxkit.models import Limits, RunResult
-from sandboxkit.pool import SandboxPool, Session
+from sandboxkit.pool import SandboxPool
+from sandboxkit.session import Session
 
 __all__ = [
     "CODE_INTERPRETER_SCHEMA",

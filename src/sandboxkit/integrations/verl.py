@@ -38,7 +38,8 @@ from sandboxkit.integrations._format import format_error, format_result
 from sandboxkit.integrations._runtime import GRACE_S, PoolHandle, env_settings, limits_with, shared_handle
 from sandboxkit.languages import resolve_language
 from sandboxkit.models import Limits, RunResult
-from sandboxkit.pool import SandboxPool, Session
+from sandboxkit.pool import SandboxPool
+from sandboxkit.session import Session
 
 __all__ = ["SCORE_KEYS", "SandboxTool", "code_interpreter", "compute_score", "compute_score_sync"]
 

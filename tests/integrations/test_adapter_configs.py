@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,6 +161,21 @@ async def test_a_call_cancelled_on_the_pools_side_is_pool_closed_not_a_cancelled
             await asyncio.to_thread(handle.call, _cancelled_on_the_pool, 30)
     finally:
         handle.close()
+
+
+async def test_a_pool_closed_under_a_batch_gives_none_at_once() -> None:
+    slow = "```python\nimport time; time.sleep(20)\n```"
+    reward = SandboxReward("subprocess", deadline_s=60)
+    reward.handle.pool  # build it now, so the close below lands during the batch  # noqa: B018
+    timer = threading.Timer(1.0, reward.handle.close)
+    timer.start()
+    started = time.monotonic()
+    try:
+        rewards = await asyncio.wait_for(reward(prompts=["p"], completions=[slow], tests=[SUM_TESTS]), 30)
+    finally:
+        timer.cancel()
+        reward.close()
+    assert rewards == [None] and time.monotonic() - started < 15  # not the 20 s program, not the 60 s deadline
 
 
 # ------------------------------------------------------------------ blocking forms run the async ones

@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
@@ -107,6 +108,8 @@ class PoolHandle:
         self._owned = not isinstance(spec, SyncSandboxPool)
         self._pid = os.getpid()
         self._lock = threading.Lock()
+        # Calls in flight, so close() can end them: a stopped loop would leave their callers waiting.
+        self._inflight: weakref.WeakSet[concurrent.futures.Future[Any]] = weakref.WeakSet()
 
     @property
     def backend_name(self) -> str:
@@ -147,7 +150,10 @@ class PoolHandle:
         Raises:
             SandboxError: the pool could not be built or is closed.
         """
-        return self.pool.submit(fn)
+        future = self.pool.submit(fn)
+        with self._lock:
+            self._inflight.add(future)
+        return future
 
     async def acall(self, fn: Callable[[SandboxPool], Awaitable[T]], timeout: float | None) -> T:
         """Await ``fn(async_pool)`` from any event loop, for at most ``timeout`` seconds.
@@ -201,6 +207,9 @@ class PoolHandle:
             return
         with self._lock:
             pool, self._pool = self._pool, None
+            inflight, self._inflight = list(self._inflight), weakref.WeakSet()
+        for future in inflight:  # their callers get PoolClosed now, not a wait until their deadline
+            future.cancel()
         if pool is not None:
             try:
                 pool.close()

@@ -151,14 +151,25 @@ class SandboxFusionConfig(BaseBackendConfig):
     """Extra HTTP headers sent with every request (e.g. an auth token)."""
 
 
-class DaytonaConfig(BaseBackendConfig):
+class _CloudConfig(BaseBackendConfig):
+    """Options every cloud backend takes (its constructor's shared keywords)."""
+
+    api_key: SecretStr | None = None
+    """API key (default: the service's ``*_API_KEY`` variable); never shown in reprs or errors."""
+    api_url: str | None = None
+    """API URL (default: the service's ``*_API_URL`` variable, else its cloud)."""
+    create_timeout_s: float = Field(60.0, gt=0)
+    """How long one creation may take before it is abandoned and cleaned up."""
+    grace_s: float = Field(15.0, gt=0)
+    """How much longer than a run's limit the host waits for the service."""
+    languages: list[str] | None = None
+    """Languages the image or template can run (default: all of sandboxkit's)."""
+
+
+class DaytonaConfig(_CloudConfig):
     """Options of the ``daytona`` backend (Daytona cloud sandboxes)."""
 
     kind: Literal["daytona"] = "daytona"
-    api_key: SecretStr | None = None
-    """API key (default: ``$DAYTONA_API_KEY``); never shown in reprs or errors."""
-    api_url: str | None = None
-    """API URL (default: ``$DAYTONA_API_URL``, else Daytona Cloud)."""
     target: str | None = None
     """Region (default: ``$DAYTONA_TARGET``, else the organisation's default)."""
     snapshot: str | None = None
@@ -175,44 +186,28 @@ class DaytonaConfig(BaseBackendConfig):
     """An idle sandbox stops (and is deleted) after this long; the backstop against leaks."""
     ttl_minutes: int | None = Field(None, gt=0)
     """Hard wall-clock lifetime of a sandbox (None = no limit)."""
-    create_timeout_s: float = Field(60.0, gt=0)
-    """How long one creation may take before it is abandoned and cleaned up."""
-    grace_s: float = Field(15.0, gt=0)
-    """How much longer than a run's limit the host waits for the service."""
     labels: dict[str, str] | None = None
     """Extra labels put on every sandbox."""
-    languages: list[str] | None = None
-    """Languages the image can run (default: all of sandboxkit's)."""
     connection_pool_maxsize: int | None = Field(None, gt=0)
     """HTTP pool size of the SDK (None = the SDK's default)."""
 
 
-class E2BConfig(BaseBackendConfig):
+class E2BConfig(_CloudConfig):
     """Options of the ``e2b`` backend (E2B cloud sandboxes)."""
 
     kind: Literal["e2b"] = "e2b"
-    api_key: SecretStr | None = None
-    """API key (default: ``$E2B_API_KEY``); never shown in reprs or errors."""
     domain: str | None = None
     """E2B domain (default: ``$E2B_DOMAIN``, else ``e2b.app``)."""
-    api_url: str | None = None
-    """Control-plane URL override (default: ``$E2B_API_URL``)."""
     sandbox_url: str | None = None
     """envd URL override for every sandbox (default: ``$E2B_SANDBOX_URL``)."""
     template: str | None = None
     """Template to create sandboxes from (default: E2B's ``base``)."""
     sandbox_timeout_s: int = Field(600, gt=0)
     """Sandbox lifetime, renewed while in use; bounds how long a leaked sandbox bills."""
-    create_timeout_s: float = Field(60.0, gt=0)
-    """How long one creation may take before it is abandoned and cleaned up."""
     request_timeout_s: float = Field(30.0, gt=0)
     """Timeout of one control-plane or envd request."""
-    grace_s: float = Field(15.0, gt=0)
-    """How much longer than a run's limit the host waits for the service."""
     metadata: dict[str, str] | None = None
     """Extra metadata put on every sandbox."""
-    languages: list[str] | None = None
-    """Languages the template can run (default: all of sandboxkit's)."""
     user: str | None = None
     """Sandbox user commands run as (default: the template's)."""
     http_version: Literal["1.1", "2"] | None = None

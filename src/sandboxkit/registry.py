@@ -87,14 +87,20 @@ class BackendSpec:
             )
         if not isinstance(self.factory, str):
             return self.factory
-        module_name, _, attr = self.factory.partition(":")
+        return self._import(self.factory, "could not be loaded from")  # type: ignore[no-any-return]
+
+    def _import(self, ref: str, what: str) -> Any:
+        """The object a ``"module:attr"`` reference names.
+
+        Raises:
+            BackendUnavailable: it cannot be imported (the message names the backend and the reference).
+        """
+        module_name, _, attr = ref.partition(":")
         try:
-            module = importlib.import_module(module_name)
-            return getattr(module, attr)  # type: ignore[no-any-return]
+            return getattr(importlib.import_module(module_name), attr)
         except (ImportError, AttributeError) as exc:
             raise BackendUnavailable(
-                f"backend {self.name!r} could not be loaded from {self.factory!r}: {exc}; "
-                "reinstall the package that provides it",
+                f"backend {self.name!r} {what} {ref!r}: {exc}; reinstall the package that provides it",
                 backend=self.name,
             ) from exc
 
@@ -108,15 +114,7 @@ class BackendSpec:
 
         if self.config is None or not isinstance(self.config, str):
             return self.config
-        module_name, _, attr = self.config.partition(":")
-        try:
-            model = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
-            raise BackendUnavailable(
-                f"backend {self.name!r} names its config {self.config!r}, which could not be loaded: {exc}; "
-                "reinstall the package that provides it",
-                backend=self.name,
-            ) from exc
+        model = self._import(self.config, "could not load its config")
         if not (isinstance(model, type) and issubclass(model, BaseBackendConfig)):
             raise BackendUnavailable(
                 f"backend {self.name!r} names config {self.config!r}, which is not a BaseBackendConfig subclass; "

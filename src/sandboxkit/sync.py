@@ -18,7 +18,7 @@ import concurrent.futures
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sandboxkit._signals import install_sigterm_to_exit
 from sandboxkit.base import Backend
@@ -27,6 +27,9 @@ from sandboxkit.limiter import Limiter
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
 from sandboxkit.pool import SandboxPool
 from sandboxkit.session import Session
+
+if TYPE_CHECKING:
+    from sandboxkit.configs import BaseBackendConfig
 
 __all__ = ["EventLoopThread", "SyncSandboxPool", "SyncSession"]
 
@@ -95,7 +98,7 @@ class SyncSandboxPool:
 
     def __init__(
         self,
-        backend: str | Backend = "subprocess",
+        backend: str | Backend | BaseBackendConfig = "subprocess",
         *,
         max_concurrency: int = 16,
         max_sandboxes: int | None = None,
@@ -313,7 +316,7 @@ class SyncSession:
             self._owner._call(self.session.close())
 
 
-async def _construct(backend: str | Backend, options: dict[str, Any]) -> SandboxPool:
+async def _construct(backend: str | Backend | BaseBackendConfig, options: dict[str, Any]) -> SandboxPool:
     # Constructed on the loop thread so every loop-bound object belongs to that loop.
     return SandboxPool(backend, **options)
 

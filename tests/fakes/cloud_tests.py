@@ -271,7 +271,6 @@ class CloudBackendBehaviour:
                 await sb.close()
         assert (await backend.open(SHORT)).id  # room again once ours closed
 
-    @pytest.mark.xfail(strict=True, reason="needs the pool's learned cap (issue 19, core)")
     async def test_a_batch_larger_than_the_service_limit_waits_instead_of_failing(
         self, fake: FakeService, make_backend: MakeBackend
     ) -> None:

@@ -43,11 +43,12 @@ SERVER_PIDS = 4
 START_ATTEMPTS = 3
 #: Modules the fork server imports before its first command (``preload_modules``): what test
 #: harnesses and competitive-programming solutions import, so a warm run finds them loaded.
+#: Kept to modules that cost little memory: every preloaded page makes each fork (every run)
+#: a little dearer, so heavier ones (``dataclasses`` ~2.5 MB, ``tempfile``, ``fractions``,
+#: ``hashlib``) are for callers that import them in every run (``preload_modules=[...]``).
 DEFAULT_PRELOAD = (
-    "abc", "array", "base64", "bisect", "collections", "contextlib", "copy", "dataclasses", "datetime",
-    "decimal", "enum", "fractions", "functools", "hashlib", "heapq", "io", "itertools", "json", "math",
-    "operator", "random", "re", "shutil", "signal", "string", "struct", "tempfile", "textwrap", "time",
-    "traceback", "typing",
+    "bisect", "collections", "copy", "functools", "heapq", "io", "itertools", "json", "math", "operator",
+    "random", "re", "string", "traceback", "typing",
 )  # fmt: skip
 #: Largest value an rlimit or a cgroup byte count can hold (a signed 64-bit integer).
 _MAX_BYTES = (1 << 63) - 1
@@ -149,9 +150,11 @@ class SubprocessSandbox(Sandbox):
         return isolation.INNER_WORKDIR if self._iso.bwrap is not None else self.workspace.path
 
     def _inner(self, host_path: str) -> str:
-        """``host_path`` (inside the workspace) as the program sees it."""
-        rel = os.path.relpath(host_path, self.workspace.path)
-        return self.inner_path if rel == "." else os.path.join(self.inner_path, rel)
+        """``host_path`` (the workspace or a path inside it) as the program sees it."""
+        ws = self.workspace.path
+        if self._iso.bwrap is None or host_path == ws:
+            return self.inner_path if host_path == ws else host_path
+        return isolation.INNER_WORKDIR + host_path[len(ws) :] if host_path.startswith(ws + "/") else host_path
 
     def _prefix(self, network: bool, cwd: str | None = None) -> tuple[list[str], list[int]]:
         """The namespace wrapper of this sandbox's processes (empty without bubblewrap).

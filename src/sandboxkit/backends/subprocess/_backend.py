@@ -43,12 +43,13 @@ SERVER_PIDS = 4
 START_ATTEMPTS = 3
 #: Modules the fork server imports before its first command (``preload_modules``): what test
 #: harnesses and competitive-programming solutions import, so a warm run finds them loaded.
-#: Kept to modules that cost little memory: every preloaded page makes each fork (every run)
-#: a little dearer, so heavier ones (``dataclasses`` ~2.5 MB, ``tempfile``, ``fractions``,
-#: ``hashlib``) are for callers that import them in every run (``preload_modules=[...]``).
+#: Kept to modules that cost little: every preloaded page makes each fork (every run) a little
+#: dearer, so heavier ones (``dataclasses`` ~2.5 MB, ``tempfile``, ``fractions``, ``hashlib``) are
+#: for callers that import them in every run (``preload_modules=[...]``). ``random`` is left out
+#: on purpose: once loaded, every forked child re-seeds it (an at-fork hook), ~15 copied pages a run.
 DEFAULT_PRELOAD = (
     "bisect", "collections", "copy", "functools", "heapq", "io", "itertools", "json", "math", "operator",
-    "random", "re", "string", "traceback", "typing",
+    "re", "string", "traceback", "typing",
 )  # fmt: skip
 #: Largest value an rlimit or a cgroup byte count can hold (a signed 64-bit integer).
 _MAX_BYTES = (1 << 63) - 1

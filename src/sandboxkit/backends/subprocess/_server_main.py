@@ -112,11 +112,18 @@ def _unshadow(directory: str) -> None:
 
 
 def _frames_below() -> int:
+    # Walking f_back makes a frame object per frame: done once in the server, not per child
+    # (in a child each would cost copied pages).
     frame, depth = sys._getframe(), 0
     while frame is not None:
         depth += 1
         frame = frame.f_back  # type: ignore[assignment]
     return depth
+
+
+#: Frames under the program's ``<module>``: the server's module, ``main``, ``_serve_one``,
+#: ``_child`` and ``_run_python`` (set in ``main``).
+SERVER_FRAMES = 5
 
 
 def _run_python(path: str, args: list[str]) -> int:
@@ -129,7 +136,7 @@ def _run_python(path: str, args: list[str]) -> int:
     sys.path.insert(0, directory)  # isolated mode put no script directory first; python3 main.py does
     _unshadow(directory)
     # The server's own frames are below the program's: give it the recursion depth it would have.
-    sys.setrecursionlimit(sys.getrecursionlimit() + _frames_below())
+    sys.setrecursionlimit(sys.getrecursionlimit() + SERVER_FRAMES)
     code = 0
     try:
         with open(path, "rb") as f:
@@ -396,7 +403,8 @@ def _recv(ctl: _socket.socket) -> tuple[bytes, list[int]]:
 def main() -> None:
     _no_ptrace()
     ctl = _socket.socket(-1, -1, -1, CTL_FD)  # family/type detected from the descriptor
-    global SYSV
+    global SYSV, SERVER_FRAMES
+    SERVER_FRAMES = _frames_below() + 3  # main's depth, then _serve_one, _child, _run_python
     if PRIVATE:
         SYSV = _SysV()
     _preload()

@@ -21,7 +21,6 @@ from collections.abc import Iterator
 
 import anyio
 import pytest
-from sbx_helpers import RecordingBackend
 
 from sandboxkit.backends.subprocess import SubprocessSandbox
 from sandboxkit.backends.subprocess._isolation import probe
@@ -29,14 +28,11 @@ from sandboxkit.errors import InvalidRequest, SandboxCrashed, SandboxError
 from sandboxkit.judge import grade
 from sandboxkit.models import Limits, RunRequest, Status
 from sandboxkit.pool import SandboxPool
+from support.marks import requires
+from support.subprocess_sandboxes import RecordingBackend
 
 ISO = probe()
 LIMITS = Limits(timeout_s=5.0, memory_mb=256, pids=64, output_bytes=64 * 1024)
-
-
-def requires(available: bool, reason: str) -> pytest.MarkDecorator:
-    """Skip locally when a mechanism is missing; under CI=true run anyway so the test fails loudly."""
-    return pytest.mark.skipif(not available and os.environ.get("CI") != "true", reason=reason)
 
 
 needs_root = requires(ISO.is_root, "needs root (reads the fork server's memory from the host)")

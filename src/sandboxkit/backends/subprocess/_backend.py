@@ -572,7 +572,7 @@ class SubprocessBackend(Backend):
         disk_mb: size of each workspace's tmpfs (where mounting one is allowed).
         tmp_mb: size of each sandbox's private ``/tmp`` and ``/dev/shm``.
         preload_modules: modules the fork server imports before its first command, so warm
-            Python runs find them loaded (default :data:`DEFAULT_PRELOAD`). Only the server's own
+            Python runs find them loaded (``None``: :data:`DEFAULT_PRELOAD`; ``()``: none). Only the server's own
             imports happen before untrusted code exists, which is why this is a backend option
             and not something a run can ask for. A workspace file with the same name still wins.
         seccomp: refuse dangerous system calls with a seccomp filter (needs bubblewrap).
@@ -591,9 +591,11 @@ class SubprocessBackend(Backend):
         warm_python: bool = True,
         disk_mb: int = 1024,
         tmp_mb: int = 256,
-        preload_modules: Sequence[str] = DEFAULT_PRELOAD,
+        preload_modules: Sequence[str] | None = None,
         seccomp: bool = True,
     ) -> None:
+        if preload_modules is None:
+            preload_modules = DEFAULT_PRELOAD
         bad = [m for m in preload_modules if not isinstance(m, str) or not all(p.isidentifier() for p in m.split("."))]
         if bad or isinstance(preload_modules, str):
             raise InvalidRequest(

@@ -13,12 +13,16 @@ built-in backend passes and a plugin author runs against a new one.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
 
-__all__ = ["Availability", "Backend", "Capabilities", "Sandbox"]
+__all__ = ["Availability", "Backend", "Capabilities", "OutputCallback", "Sandbox"]
+
+#: An ``on_stdout`` / ``on_stderr`` callback: called with each chunk of the program's raw output
+#: bytes as it arrives (see :mod:`sandboxkit.streaming` for the rules).
+OutputCallback = Callable[[bytes], object]
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,9 @@ class Capabilities:
             for unrelated runs; when False the pool closes a sandbox after each pooled run.
         missing_protections: human-readable protections this backend would normally apply
             but cannot on this machine (``"network namespace: kernel refused unshare"``).
+        streaming: ``on_stdout`` / ``on_stderr`` callbacks get output chunks while the program
+            runs. When False they are called once each with the final output after it ends
+            (so callers need no special case; they just see it late).
     """
 
     languages: frozenset[str]
@@ -43,6 +50,7 @@ class Capabilities:
     resettable: bool = True
     missing_protections: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    streaming: bool = False
 
 
 @dataclass(frozen=True)
@@ -65,8 +73,18 @@ class Sandbox(abc.ABC):
     backend_name: str
 
     @abc.abstractmethod
-    async def run(self, request: RunRequest) -> RunResult:
+    async def run(
+        self,
+        request: RunRequest,
+        *,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> RunResult:
         """Write ``request.code`` and ``request.files``, compile if needed, run with stdin, fetch files.
+
+        ``on_stdout`` / ``on_stderr`` get the program's output as it is written (not the
+        compiler's), under the rules of :mod:`sandboxkit.streaming`; the result is the same
+        with or without them. A backend that cannot stream calls them once after the run.
 
         Returns:
             A result whose ``status`` says how the *program* ended.
@@ -89,11 +107,15 @@ class Sandbox(abc.ABC):
         env: Mapping[str, str] | None = None,
         stdin: str | None = None,
         timeout: float | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
     ) -> ExecResult:
         """Run a shell command (a string, run by ``bash -c``) or an argv list in the workspace.
 
         ``cwd`` is relative to the workspace. ``timeout`` overrides the sandbox's
         ``limits.timeout_s`` for this call. Other limits are those the sandbox was opened with.
+        ``on_stdout`` / ``on_stderr`` get the output while the command runs (rules in
+        :mod:`sandboxkit.streaming`; once at the end when ``capabilities.streaming`` is False).
 
         Raises:
             InvalidRequest: ``cwd`` escapes the workspace (absolute, or with ``..``) or the

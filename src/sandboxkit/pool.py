@@ -25,12 +25,13 @@ import anyio
 from sandboxkit._lease import CLOSE_TIMEOUT_S, LeaseCore
 from sandboxkit._request import make_request, positive_timeout
 from sandboxkit._signals import install_sigterm_to_exit
-from sandboxkit.base import Backend
+from sandboxkit.base import Backend, OutputCallback
 from sandboxkit.errors import InvalidRequest, PoolClosed, SandboxCrashed, SandboxError
 from sandboxkit.limiter import Limiter, LocalLimiter
 from sandboxkit.metrics import PoolMetrics
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
 from sandboxkit.session import Session
+from sandboxkit.streaming import check_callbacks, exec_streaming, run_streaming
 
 if TYPE_CHECKING:
     from sandboxkit.configs import BaseBackendConfig
@@ -229,6 +230,8 @@ class SandboxPool:
         limits: Limits | None = None,
         timeout: float | None = None,
         deadline_s: float | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
     ) -> RunResult:
         """Run a program in a fresh-state sandbox.
 
@@ -241,6 +244,9 @@ class SandboxPool:
             limits: limits of this run (default: the pool's).
             timeout: shorthand for ``limits.timeout_s``.
             deadline_s: deadline of the whole call, queue wait and retries included.
+            on_stdout / on_stderr: called with the program's output bytes as they are written
+                (rules in :mod:`sandboxkit.streaming`); the result is the same without them.
+                A call retried after a passing fault streams the new attempt's output again.
 
         Returns:
             The result; ``result.status`` says how the program ended.
@@ -264,7 +270,13 @@ class SandboxPool:
             default_limits=self.limits,
         )
         self._core.check_language(request.language)
-        return await self._core.call(lambda sandbox: sandbox.run(request), deadline_s=deadline_s)
+        if on_stdout is None and on_stderr is None:
+            return await self._core.call(lambda sandbox: sandbox.run(request), deadline_s=deadline_s)
+        check_callbacks(on_stdout, on_stderr, self.backend.name)
+        streams = self.backend.capabilities.streaming
+        return await self._core.call(
+            lambda sandbox: run_streaming(sandbox, streams, request, on_stdout, on_stderr), deadline_s=deadline_s
+        )
 
     async def exec(
         self,
@@ -274,16 +286,36 @@ class SandboxPool:
         stdin: str | None = None,
         timeout: float | None = None,
         deadline_s: float | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
     ) -> ExecResult:
         """Run a command (``bash -c`` string or argv list) in a fresh-state sandbox.
+
+        ``on_stdout`` / ``on_stderr``: as in :meth:`run`.
 
         Raises:
             Same as :meth:`run`.
         """
         if timeout is not None:
             positive_timeout(timeout)
+        if on_stdout is None and on_stderr is None:
+            return await self._core.call(
+                lambda sandbox: sandbox.exec(command, env=env, stdin=stdin, timeout=timeout), deadline_s=deadline_s
+            )
+        check_callbacks(on_stdout, on_stderr, self.backend.name)
+        streams = self.backend.capabilities.streaming
         return await self._core.call(
-            lambda sandbox: sandbox.exec(command, env=env, stdin=stdin, timeout=timeout), deadline_s=deadline_s
+            lambda sandbox: exec_streaming(
+                sandbox,
+                streams,
+                command,
+                env=env,
+                stdin=stdin,
+                timeout=timeout,
+                on_stdout=on_stdout,
+                on_stderr=on_stderr,
+            ),
+            deadline_s=deadline_s,
         )
 
     async def run_many(

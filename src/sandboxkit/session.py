@@ -16,9 +16,10 @@ import anyio
 from sandboxkit._lease import LeaseCore, keeps_sandbox
 from sandboxkit._request import make_request, positive_timeout
 from sandboxkit._slots import CallSlot, Entry
-from sandboxkit.base import Sandbox
+from sandboxkit.base import OutputCallback, Sandbox
 from sandboxkit.errors import PoolClosed
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
+from sandboxkit.streaming import check_callbacks, exec_streaming, run_streaming
 
 __all__ = ["Session"]
 
@@ -117,6 +118,8 @@ class Session:
         limits: Limits | None = None,
         timeout: float | None = None,
         deadline_s: float | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
     ) -> RunResult:
         """Like :meth:`SandboxPool.run`, in this session's sandbox (files persist)."""
         request = make_request(
@@ -130,7 +133,11 @@ class Session:
             default_limits=self.limits,
         )
         self._core.check_language(request.language)
-        return await self._call(lambda s: s.run(request), deadline_s)
+        if on_stdout is None and on_stderr is None:
+            return await self._call(lambda s: s.run(request), deadline_s)
+        check_callbacks(on_stdout, on_stderr, self._core.backend.name)
+        streams = self._core.backend.capabilities.streaming
+        return await self._call(lambda s: run_streaming(s, streams, request, on_stdout, on_stderr), deadline_s)
 
     async def exec(
         self,
@@ -141,11 +148,36 @@ class Session:
         stdin: str | None = None,
         timeout: float | None = None,
         deadline_s: float | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
     ) -> ExecResult:
-        """Run a command in this session's sandbox (cwd relative to the workspace)."""
+        """Run a command in this session's sandbox (cwd relative to the workspace).
+
+        ``on_stdout`` / ``on_stderr`` get the output as it is written (see
+        :mod:`sandboxkit.streaming`); the result is the same with or without them.
+        """
         if timeout is not None:
             positive_timeout(timeout)
-        return await self._call(lambda s: s.exec(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout), deadline_s)
+        if on_stdout is None and on_stderr is None:
+            return await self._call(
+                lambda s: s.exec(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout), deadline_s
+            )
+        check_callbacks(on_stdout, on_stderr, self._core.backend.name)
+        streams = self._core.backend.capabilities.streaming
+        return await self._call(
+            lambda s: exec_streaming(
+                s,
+                streams,
+                command,
+                cwd=cwd,
+                env=env,
+                stdin=stdin,
+                timeout=timeout,
+                on_stdout=on_stdout,
+                on_stderr=on_stderr,
+            ),
+            deadline_s,
+        )
 
     async def write_files(self, files: Mapping[str, bytes | str], *, deadline_s: float | None = None) -> None:
         """Write files into this session's workspace."""

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sandboxkit._signals import install_sigterm_to_exit
-from sandboxkit.base import Backend
+from sandboxkit.base import Backend, OutputCallback
 from sandboxkit.errors import PoolClosed, SandboxError
 from sandboxkit.limiter import Limiter
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
@@ -183,8 +183,10 @@ class SyncSandboxPool:
         limits: Limits | None = None,
         timeout: float | None = None,
         deadline_s: float | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
     ) -> RunResult:
-        """See :meth:`SandboxPool.run`."""
+        """See :meth:`SandboxPool.run`. The callbacks run on the pool's loop thread, not the caller's."""
         return self._call(
             self.pool.run(
                 code,
@@ -195,6 +197,8 @@ class SyncSandboxPool:
                 limits=limits,
                 timeout=timeout,
                 deadline_s=deadline_s,
+                on_stdout=on_stdout,
+                on_stderr=on_stderr,
             )
         )
 
@@ -206,9 +210,21 @@ class SyncSandboxPool:
         stdin: str | None = None,
         timeout: float | None = None,
         deadline_s: float | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
     ) -> ExecResult:
-        """See :meth:`SandboxPool.exec`."""
-        return self._call(self.pool.exec(command, env=env, stdin=stdin, timeout=timeout, deadline_s=deadline_s))
+        """See :meth:`SandboxPool.exec`. The callbacks run on the pool's loop thread, not the caller's."""
+        return self._call(
+            self.pool.exec(
+                command,
+                env=env,
+                stdin=stdin,
+                timeout=timeout,
+                deadline_s=deadline_s,
+                on_stdout=on_stdout,
+                on_stderr=on_stderr,
+            )
+        )
 
     def run_many(
         self, requests: Iterable[RunRequest | Mapping[str, Any]], *, deadline_s: float | None = None
@@ -272,8 +288,10 @@ class SyncSession:
         limits: Limits | None = None,
         timeout: float | None = None,
         deadline_s: float | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
     ) -> RunResult:
-        """See :meth:`Session.run`."""
+        """See :meth:`Session.run`. The callbacks run on the pool's loop thread, not the caller's."""
         return self._owner._call(
             self.session.run(
                 code,
@@ -284,6 +302,8 @@ class SyncSession:
                 limits=limits,
                 timeout=timeout,
                 deadline_s=deadline_s,
+                on_stdout=on_stdout,
+                on_stderr=on_stderr,
             )
         )
 
@@ -296,10 +316,21 @@ class SyncSession:
         stdin: str | None = None,
         timeout: float | None = None,
         deadline_s: float | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
     ) -> ExecResult:
-        """See :meth:`Session.exec`."""
+        """See :meth:`Session.exec`. The callbacks run on the pool's loop thread, not the caller's."""
         return self._owner._call(
-            self.session.exec(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout, deadline_s=deadline_s)
+            self.session.exec(
+                command,
+                cwd=cwd,
+                env=env,
+                stdin=stdin,
+                timeout=timeout,
+                deadline_s=deadline_s,
+                on_stdout=on_stdout,
+                on_stderr=on_stderr,
+            )
         )
 
     def write_files(self, files: Mapping[str, bytes | str], *, deadline_s: float | None = None) -> None:

@@ -46,10 +46,11 @@ from sandboxkit.backends._wrapper import (
     parse_result,
     reset_script,
 )
-from sandboxkit.base import Sandbox
+from sandboxkit.base import OutputCallback, Sandbox
 from sandboxkit.errors import InvalidRequest, SandboxCrashed, SandboxError, Transient
 from sandboxkit.languages import Language, resolve_language
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status, check_relative_path
+from sandboxkit.streaming import replay
 
 if TYPE_CHECKING:
     from sandboxkit.backends._cloud_backend import CloudBackend
@@ -225,7 +226,17 @@ class CloudSandbox(Sandbox):
             return ExecResult(status=Status.TIMEOUT, duration_s=time.monotonic() - started)
         return parse_result(raw, step, backend=self.backend_name, sandbox_id=self.id)
 
-    async def run(self, request: RunRequest) -> RunResult:
+    async def run(
+        self,
+        request: RunRequest,
+        *,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> RunResult:
+        """See :meth:`_run_buffered`. This backend does not stream: the callbacks get the final output once."""
+        return replay(await self._run_buffered(request), on_stdout, on_stderr)
+
+    async def _run_buffered(self, request: RunRequest) -> RunResult:
         """See :meth:`Sandbox.run`; code, files and stdin go through the file API."""
         lang: Language = resolve_language(request.language)
         limits = request.limits
@@ -296,6 +307,21 @@ class CloudSandbox(Sandbox):
         )
 
     async def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | None = None,
+        timeout: float | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> ExecResult:
+        """See :meth:`_exec_buffered`. This backend does not stream: the callbacks get the final output once."""
+        result = await self._exec_buffered(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout)
+        return replay(result, on_stdout, on_stderr)
+
+    async def _exec_buffered(
         self,
         command: str | Sequence[str],
         *,

@@ -38,9 +38,10 @@ from pathlib import Path
 
 import anyio
 
-from sandboxkit.base import Backend, Capabilities, Sandbox
+from sandboxkit.base import Backend, Capabilities, OutputCallback, Sandbox
 from sandboxkit.errors import CapacityExceeded, InvalidRequest, RateLimited, SandboxCrashed, Transient
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status, check_relative_path
+from sandboxkit.streaming import replay
 
 __all__ = ["FakeBackend", "FakeSandbox", "Response"]
 
@@ -76,7 +77,17 @@ class FakeSandbox(Sandbox):
         except ValueError as exc:
             raise InvalidRequest(str(exc), backend=self.backend_name, sandbox_id=self.id) from exc
 
-    async def run(self, request: RunRequest) -> RunResult:
+    async def run(
+        self,
+        request: RunRequest,
+        *,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> RunResult:
+        """See :meth:`_run_buffered`. This backend does not stream: the callbacks get the final output once."""
+        return replay(await self._run_buffered(request), on_stdout, on_stderr)
+
+    async def _run_buffered(self, request: RunRequest) -> RunResult:
         self._check_open()
         if request.language not in self.backend.capabilities.languages:
             raise InvalidRequest(
@@ -135,6 +146,21 @@ class FakeSandbox(Sandbox):
         return await got if isinstance(got, Awaitable) else got
 
     async def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | None = None,
+        timeout: float | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> ExecResult:
+        """See :meth:`_exec_buffered`. This backend does not stream: the callbacks get the final output once."""
+        result = await self._exec_buffered(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout)
+        return replay(result, on_stdout, on_stderr)
+
+    async def _exec_buffered(
         self,
         command: str | Sequence[str],
         *,

@@ -20,10 +20,11 @@ import anyio.to_thread
 from sandboxkit.backends.docker import _engine
 from sandboxkit.backends.docker._channel import ChannelClosed, RunnerChannel
 from sandboxkit.backends.docker._results import base_env, classify, make_step, split_outputs
-from sandboxkit.base import Sandbox
+from sandboxkit.base import OutputCallback, Sandbox
 from sandboxkit.errors import InvalidRequest, SandboxCrashed, SandboxError, ToolchainMissing, Transient
 from sandboxkit.languages import Language, resolve_language
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status, check_relative_path
+from sandboxkit.streaming import replay
 
 if TYPE_CHECKING:
     from sandboxkit.backends.docker.backend import DockerBackend
@@ -156,7 +157,17 @@ class DockerSandbox(Sandbox):
 
     # ----------------------------------------------------------------- the contract
 
-    async def run(self, request: RunRequest) -> RunResult:
+    async def run(
+        self,
+        request: RunRequest,
+        *,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> RunResult:
+        """See :meth:`_run_buffered`. This backend does not stream: the callbacks get the final output once."""
+        return replay(await self._run_buffered(request), on_stdout, on_stderr)
+
+    async def _run_buffered(self, request: RunRequest) -> RunResult:
         """Write the source, compile if needed, run with stdin, fetch files (see :class:`Sandbox`).
 
         Raises:
@@ -225,6 +236,21 @@ class DockerSandbox(Sandbox):
                 )
 
     async def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | None = None,
+        timeout: float | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> ExecResult:
+        """See :meth:`_exec_buffered`. This backend does not stream: the callbacks get the final output once."""
+        result = await self._exec_buffered(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout)
+        return replay(result, on_stdout, on_stderr)
+
+    async def _exec_buffered(
         self,
         command: str | Sequence[str],
         *,

@@ -26,10 +26,11 @@ from sandboxkit.backends.subprocess._forkserver import ForkServer, ServerStartEr
 from sandboxkit.backends.subprocess._output import OutputLimits
 from sandboxkit.backends.subprocess._status import Outcome, classify, rlimits_for
 from sandboxkit.backends.subprocess._workspace import SANDBOX_PATH, Workspace, program_env
-from sandboxkit.base import Availability, Backend, Capabilities, Sandbox
+from sandboxkit.base import Availability, Backend, Capabilities, OutputCallback, Sandbox
 from sandboxkit.errors import BackendUnavailable, InvalidRequest, SandboxCrashed, ToolchainMissing
 from sandboxkit.languages import LANGUAGES, Language, resolve_language
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status
+from sandboxkit.streaming import Sink, sink
 
 __all__ = ["SubprocessBackend", "SubprocessSandbox"]
 
@@ -312,6 +313,7 @@ class SubprocessSandbox(Sandbox):
         limits: Limits,
         lang: Language | None,
         python_file: str | None = None,
+        sinks: tuple[Sink | None, Sink | None] = (None, None),
     ) -> Outcome:
         """Run one command through the fork server (or the cold path when there is none).
 
@@ -320,7 +322,7 @@ class SubprocessSandbox(Sandbox):
         """
         rlimits = self._rlimits(limits, timeout_s, lang)
         server = await self._server_for(limits.network)
-        output = OutputLimits.of(limits)
+        output = OutputLimits.of(limits, sinks)
         if server is None:
             prefix, fds = self._prefix(limits.network, cwd)
             cmd = Command(
@@ -338,7 +340,10 @@ class SubprocessSandbox(Sandbox):
             try:
                 return await run_cold(cmd)
             except FileNotFoundError:
-                return Outcome(127, None, b"", f"{argv[0]}: command not found\n".encode(), False, False, 0.0)
+                missing = f"{argv[0]}: command not found\n".encode()
+                if sinks[1] is not None:
+                    sinks[1](missing)
+                return Outcome(127, None, b"", missing, False, False, 0.0)
         self._apply_cgroup(limits)
         request: dict[str, object] = {"cwd": self._inner(cwd), "env": dict(env), "rlimits": rlimits}
         if python_file is not None:
@@ -365,8 +370,16 @@ class SubprocessSandbox(Sandbox):
 
     # ------------------------------------------------------------------ contract
 
-    async def run(self, request: RunRequest) -> RunResult:
+    async def run(
+        self,
+        request: RunRequest,
+        *,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> RunResult:
         """Write the code and files, compile if needed, run with stdin, fetch files.
+
+        ``on_stdout`` / ``on_stderr`` get the program's output chunks as the pipes are read.
 
         Raises:
             ToolchainMissing: the language's compiler or interpreter is not installed here.
@@ -383,6 +396,7 @@ class SubprocessSandbox(Sandbox):
                 sandbox_id=self.id,
             )
         limits = request.limits
+        sinks = (sink(on_stdout, "on_stdout", backend=NAME), sink(on_stderr, "on_stderr", backend=NAME))
         stdin = self._text(request.stdin or "", "stdin")
         self._check_texts(request.env, request.argv)
         async with self._lock:
@@ -424,6 +438,7 @@ class SubprocessSandbox(Sandbox):
                     limits=limits,
                     lang=lang,
                     python_file=os.path.join(self.workspace.path, src),
+                    sinks=sinks,
                 )
             else:
                 outcome = await self._spawn(
@@ -434,6 +449,7 @@ class SubprocessSandbox(Sandbox):
                     timeout_s=limits.timeout_s,
                     limits=limits,
                     lang=lang,
+                    sinks=sinks,
                 )
             fetched = self.workspace.read(request.fetch_files) if request.fetch_files else {}
         return classify(
@@ -454,8 +470,12 @@ class SubprocessSandbox(Sandbox):
         env: Mapping[str, str] | None = None,
         stdin: str | None = None,
         timeout: float | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
     ) -> ExecResult:
         """Run a shell command (``bash -c``) or an argv list in the workspace.
+
+        ``on_stdout`` / ``on_stderr`` get the output chunks as the pipes are read.
 
         Raises:
             InvalidRequest: ``cwd`` escapes the workspace or the timeout is not positive.
@@ -472,6 +492,7 @@ class SubprocessSandbox(Sandbox):
         stdin_data = self._text(stdin or "", "stdin")
         self._check_texts(env or {}, argv)
         timeout_s = float(timeout) if timeout is not None else self.limits.timeout_s
+        sinks = (sink(on_stdout, "on_stdout", backend=NAME), sink(on_stderr, "on_stderr", backend=NAME))
         async with self._lock:
             self._check_open()
             if not os.path.isdir(workdir):
@@ -484,6 +505,7 @@ class SubprocessSandbox(Sandbox):
                 timeout_s=timeout_s,
                 limits=self.limits,
                 lang=None,
+                sinks=sinks,
             )
         return classify(outcome)
 
@@ -639,6 +661,7 @@ class SubprocessBackend(Backend):
             if self.server_python is None:
                 missing.append("fork server: no python3 on the sandbox PATH; commands start cold, without the cgroup")
             self._caps = Capabilities(
+                streaming=True,
                 languages=langs,
                 stateful=True,
                 network_control=iso.bwrap is not None,

@@ -8,6 +8,9 @@ with ``loop.add_reader`` costs a few microseconds per chunk, never blocks, and k
 Long output keeps both ends (:class:`sandboxkit.output.HeadTail`): a program that prints a lot
 and then fails puts its traceback at the end, which is what a grader or a model needs to see.
 The program runs on past ``output_bytes``; only a stream passing ``stop_bytes`` stops it.
+
+Each chunk read is also handed to the caller's ``on_stdout`` / ``on_stderr`` sink as it arrives
+(streaming, :mod:`sandboxkit.streaming`), up to ``stop_bytes`` per stream.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 
 from sandboxkit.models import Limits
 from sandboxkit.output import HeadTail
+from sandboxkit.streaming import Sink
 
 __all__ = ["Drain", "OutputLimits"]
 
@@ -28,23 +32,26 @@ CHUNK = 1 << 16
 
 @dataclass(frozen=True)
 class OutputLimits:
-    """How much of each stream is kept, how it is split, and when the program is stopped."""
+    """How much of each stream is kept, how it is split, when the program is stopped, and
+    where the raw chunks also go as they arrive (``sinks``: stdout's and stderr's, or None)."""
 
     keep: int
     head_fraction: float = 0.5
     stop: int = 64 << 20
+    sinks: tuple[Sink | None, Sink | None] = (None, None)
 
     @classmethod
-    def of(cls, limits: Limits) -> OutputLimits:
-        return cls(limits.output_bytes, limits.output_head_fraction, limits.stop_bytes())
+    def of(cls, limits: Limits, sinks: tuple[Sink | None, Sink | None] = (None, None)) -> OutputLimits:
+        return cls(limits.output_bytes, limits.output_head_fraction, limits.stop_bytes(), sinks)
 
 
 class _Reader:
-    __slots__ = ("done", "fd", "kept")
+    __slots__ = ("done", "fd", "kept", "sink")
 
-    def __init__(self, fd: int, output: OutputLimits) -> None:
+    def __init__(self, fd: int, output: OutputLimits, sink: Sink | None) -> None:
         self.fd = fd
         self.kept = HeadTail(output.keep, output.head_fraction)
+        self.sink = sink
         self.done = False
 
 
@@ -69,7 +76,7 @@ class Drain:
         on_stop: Callable[[], None],
     ) -> None:
         self._loop = asyncio.get_running_loop()
-        self._readers = [_Reader(stdout_fd, output), _Reader(stderr_fd, output)]
+        self._readers = [_Reader(stdout_fd, output, output.sinks[0]), _Reader(stderr_fd, output, output.sinks[1])]
         self._stop_at = output.stop
         self._on_stop = on_stop
         #: A stream passed the stop threshold and the program was stopped (status ``output_limit``).
@@ -114,7 +121,10 @@ class Drain:
         if not data:
             self._finish_reader(reader)
             return
+        before = reader.kept.total
         reader.kept.feed(data)
+        if reader.sink is not None and before < self._stop_at:
+            reader.sink(data[: self._stop_at - before])
         if reader.kept.total > self._stop_at and not self.stopped:
             self.stopped = True
             self._on_stop()

@@ -1,0 +1,154 @@
+"""Live output callbacks (``on_stdout`` / ``on_stderr``) for long commands.
+
+A long command (a test suite, a training script an agent started) is opaque until it ends
+unless its output can be watched as it is written. ``exec`` and ``run`` take two optional
+callbacks that receive the program's raw output bytes as they arrive; the returned result is
+the same as without them (the same head + tail text and ``*_truncated`` flags), so streaming is
+purely an observation and can never change a reward.
+
+Why plain callbacks rather than an async iterator: a backend's read loop calls them directly
+(no queue, no extra task, no back-pressure to get wrong), they work unchanged from the
+blocking ``SyncSandboxPool``, and an iterator is a few lines on top when a caller wants one.
+
+Rules every backend follows (pinned by the conformance suite):
+
+* A callback is called on the event loop, with non-empty ``bytes`` chunks in the order they
+  were written, up to ``limits.stop_bytes()`` per stream (the raw bytes, before the head +
+  tail cut; a chunk may end inside a multi-byte character).
+* A callback that raises is logged once and keeps being called; the result keeps everything
+  (a user's callback bug must not lose the result of a training step).
+* A backend that cannot stream (``Capabilities.streaming`` is False) calls each callback
+  once, after the command ends, with the final (cut) output, so callers need no special case.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TypeVar
+
+from sandboxkit.base import OutputCallback, Sandbox
+from sandboxkit.errors import InvalidRequest
+from sandboxkit.models import ExecResult, RunRequest, RunResult
+
+__all__ = ["OutputCallback", "Sink", "check_callbacks", "exec_streaming", "replay", "run_streaming", "sink"]
+
+logger = logging.getLogger("sandboxkit.streaming")
+
+R = TypeVar("R", bound=ExecResult)
+
+
+class Sink:
+    """A user's output callback made safe to call from a backend's read loop.
+
+    Attributes:
+        delivered: bytes handed to the callback so far.
+        failures: how many calls raised (the first is logged with its traceback).
+    """
+
+    __slots__ = ("_fn", "_what", "delivered", "failures")
+
+    def __init__(self, fn: OutputCallback, what: str) -> None:
+        self._fn = fn
+        self._what = what
+        self.delivered = 0
+        self.failures = 0
+
+    def __call__(self, data: bytes) -> None:
+        """Hand ``data`` to the callback; never raises (a failing callback is logged)."""
+        if not data:
+            return
+        self.delivered += len(data)
+        try:
+            self._fn(data)
+        except Exception:
+            self.failures += 1
+            if self.failures == 1:
+                logger.exception(
+                    "the %s callback %r raised; the output is still kept in the result and later chunks are "
+                    "still passed to it (fix the callback)",
+                    self._what,
+                    self._fn,
+                )
+
+
+def sink(fn: OutputCallback | None, what: str, *, backend: str | None = None) -> Sink | None:
+    """Wrap a callback (``None`` stays ``None``; a :class:`Sink` is returned as is).
+
+    Raises:
+        InvalidRequest: ``fn`` is not callable.
+    """
+    if fn is None or isinstance(fn, Sink):
+        return fn
+    if not callable(fn):
+        raise InvalidRequest(
+            f"{what} must be a callable taking bytes (or None), got {fn!r}; pass e.g. sys.stdout.buffer.write",
+            backend=backend,
+        )
+    return Sink(fn, what)
+
+
+def check_callbacks(on_stdout: OutputCallback | None, on_stderr: OutputCallback | None, backend: str) -> None:
+    """Reject a non-callable callback before anything runs.
+
+    Raises:
+        InvalidRequest: a callback is not callable.
+    """
+    sink(on_stdout, "on_stdout", backend=backend)
+    sink(on_stderr, "on_stderr", backend=backend)
+
+
+def replay(result: R, on_stdout: OutputCallback | None, on_stderr: OutputCallback | None) -> R:
+    """Give a finished result's output to the callbacks, once each (the non-streaming fallback).
+
+    The callbacks get the result's text (head + cut marker + tail when it was cut) encoded as
+    UTF-8; an empty stream is not delivered. Returns ``result`` unchanged.
+    """
+    for fn, text, what in ((on_stdout, result.stdout, "on_stdout"), (on_stderr, result.stderr, "on_stderr")):
+        wrapped = sink(fn, what)
+        if wrapped is not None and text:
+            wrapped(text.encode("utf-8", "surrogateescape"))
+    return result
+
+
+async def exec_streaming(
+    sandbox: Sandbox,
+    streams: bool,
+    command: str | Sequence[str],
+    *,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    stdin: str | None = None,
+    timeout: float | None = None,
+    on_stdout: OutputCallback | None = None,
+    on_stderr: OutputCallback | None = None,
+) -> ExecResult:
+    """``sandbox.exec`` with callbacks, for the pool and sessions.
+
+    The callbacks are passed to the sandbox only when its backend says it streams
+    (``streams``); otherwise they are replayed after the command. So a plugin backend written
+    before streaming existed (whose ``exec`` takes no callbacks) keeps working.
+    """
+    if on_stdout is None and on_stderr is None:
+        return await sandbox.exec(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout)
+    if streams:
+        return await sandbox.exec(
+            command, cwd=cwd, env=env, stdin=stdin, timeout=timeout, on_stdout=on_stdout, on_stderr=on_stderr
+        )
+    result = await sandbox.exec(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout)
+    return replay(result, on_stdout, on_stderr)
+
+
+async def run_streaming(
+    sandbox: Sandbox,
+    streams: bool,
+    request: RunRequest,
+    on_stdout: OutputCallback | None = None,
+    on_stderr: OutputCallback | None = None,
+) -> RunResult:
+    """``sandbox.run`` with callbacks, for the pool and sessions (see :func:`exec_streaming`)."""
+    if on_stdout is None and on_stderr is None:
+        return await sandbox.run(request)
+    if streams:
+        return await sandbox.run(request, on_stdout=on_stdout, on_stderr=on_stderr)
+    return replay(await sandbox.run(request), on_stdout, on_stderr)

@@ -107,7 +107,7 @@ def replay(result: R, on_stdout: OutputCallback | None, on_stderr: OutputCallbac
     for fn, text, what in ((on_stdout, result.stdout, "on_stdout"), (on_stderr, result.stderr, "on_stderr")):
         wrapped = sink(fn, what)
         if wrapped is not None and text:
-            wrapped(text.encode("utf-8", "surrogateescape"))
+            wrapped(text.encode("utf-8", "replace"))
     return result
 
 

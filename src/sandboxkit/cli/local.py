@@ -6,7 +6,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, BinaryIO
 
 import typer
 from rich.console import Console
@@ -34,10 +34,21 @@ def run(
     language: Annotated[str, typer.Option("--language", "-l", help="Language name or alias.")] = "python",
     stdin: Annotated[str | None, typer.Option("--stdin", help="Text fed to the program ('-' reads ours).")] = None,
     timeout: Annotated[float, typer.Option("--timeout", "-t", help="Wall-clock limit in seconds.")] = 10.0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the RunResult as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the RunResult as JSON (never streams).")] = False,
+    stream: Annotated[
+        bool,
+        typer.Option(
+            "--stream/--no-stream",
+            help="Print output as the program writes it (default), or all at once when it ends.",
+        ),
+    ] = True,
     backend_option: BackendOptionArg = None,
 ) -> None:
-    """Run one program and print its output; exit with its exit code."""
+    """Run one program and print its output; exit with its exit code.
+
+    Output is streamed to the terminal as the program writes it (on a backend that streams;
+    others print it when the program ends), so a long program can be watched.
+    """
     from sandboxkit.pool import SandboxPool
 
     if (file is None) == (code is None):
@@ -53,10 +64,14 @@ def run(
         stdin = sys.stdin.read()
     assert code is not None
     options = backend_options(backend, backend_option)
+    live = stream and not as_json
+    out, err = _Echo(sys.stdout), _Echo(sys.stderr)
 
     async def go() -> object:
         async with SandboxPool(backend, max_concurrency=1, backend_options=options) as pool:
-            return await pool.run(code, language=language, stdin=stdin, timeout=timeout)
+            if not live:
+                return await pool.run(code, language=language, stdin=stdin, timeout=timeout)
+            return await pool.run(code, language=language, stdin=stdin, timeout=timeout, on_stdout=out, on_stderr=err)
 
     try:
         result = asyncio.run(go())
@@ -71,12 +86,40 @@ def run(
     if result.compile is not None and result.status is Status.COMPILE_ERROR:
         sys.stderr.write(result.compile.stderr or result.compile.stdout)
         raise typer.Exit(1)
-    sys.stdout.write(result.stdout)
-    sys.stderr.write(result.stderr)
+    if not live:
+        sys.stdout.write(result.stdout)
+        sys.stderr.write(result.stderr)
     if result.status is not Status.OK and result.status is not Status.FAILED:
         err_console.print(f"[{result.status.value}]", highlight=False)
     code_out = result.exit_code if result.exit_code is not None else 1
     raise typer.Exit(code_out if result.status is not Status.TIMEOUT else 124)
+
+
+class _Echo:
+    """Writes streamed chunks straight to one of our own streams, flushed, as raw bytes.
+
+    Raw bytes (not text) because a chunk may end inside a multi-byte character; the terminal
+    joins them. A closed pipe (``sandboxkit run ... | head``) stops the echo quietly; the
+    program's result and exit code are unaffected.
+    """
+
+    def __init__(self, stream: object) -> None:
+        self._stream: BinaryIO | None = getattr(stream, "buffer", None)
+        self._text = stream
+
+    def __call__(self, data: bytes) -> None:
+        target = self._stream
+        if target is None:  # a text-only stream (captured by a test harness)
+            write = getattr(self._text, "write", None)
+            if write is not None:
+                write(data.decode("utf-8", "replace"))
+            return
+        try:
+            target.write(data)
+            target.flush()
+        except (BrokenPipeError, ValueError):  # reader gone, or stream closed
+            self._stream = None
+            self._text = None
 
 
 def backends(

@@ -16,8 +16,8 @@ when the backend needs a fixture (a server URL, a fake service) and
 fake of a cloud service): the tests whose programs attack the sandbox then skip.
 
 The suite is split by concern: run/exec/file semantics (``_semantics``), the documented errors
-(``_contract``), the limits a backend declares (``_limits``) and programs that attack sandboxkit's
-own machinery (``_attacks``). A behaviour added to the contract is added here first; each built-in
+(``_contract``), the limits a backend declares (``_limits``), programs that attack sandboxkit's
+own machinery (``_attacks``) and live output callbacks (``_streaming``). A behaviour added to the contract is added here first; each built-in
 backend runs this suite in sandboxkit's own tests, with a reasoned ``xfail`` entry for anything it
 cannot do.
 """
@@ -29,6 +29,7 @@ from sandboxkit.testing.conformance._base import TIMEOUT_GRACE_S, ConformanceBas
 from sandboxkit.testing.conformance._contract import ContractTests
 from sandboxkit.testing.conformance._limits import LimitTests
 from sandboxkit.testing.conformance._semantics import SemanticsTests
+from sandboxkit.testing.conformance._streaming import StreamingTests
 
 __all__ = [
     "TIMEOUT_GRACE_S",
@@ -38,8 +39,9 @@ __all__ = [
     "ContractTests",
     "LimitTests",
     "SemanticsTests",
+    "StreamingTests",
 ]
 
 
-class BackendConformance(SemanticsTests, ContractTests, LimitTests, AttackTests):
+class BackendConformance(SemanticsTests, ContractTests, LimitTests, AttackTests, StreamingTests):
     """Subclass as ``Test<Name>`` and set ``backend_name``; pytest collects the inherited tests."""

@@ -43,7 +43,13 @@ from sandboxkit.judge.cases import (
 )
 from sandboxkit.judge.compare import compare_stdout, compare_values
 from sandboxkit.judge.extract import Extraction, extract_code
-from sandboxkit.judge.harness import VALUE_CAP, build_python_harness, canonical_hash, parse_harness_output
+from sandboxkit.judge.harness import (
+    VALUE_CAP,
+    build_python_harness,
+    canonical_hash,
+    parse_harness_output,
+    wall_limit,
+)
 from sandboxkit.judge.shaping import Shaping, parse_shaping
 from sandboxkit.judge.verdict import CaseResult, Verdict, VerdictStatus, status_from_cases, trim_message
 from sandboxkit.languages import Language, resolve_language
@@ -315,7 +321,8 @@ async def _run_harness(job: _Job, group: list[tuple[int, StdioCase | AssertCase 
         job.code, cases, timeout_s=job.limits.timeout_s, output_bytes=job.limits.output_bytes, stop_on_error=job.stop
     )
     n = len(group)
-    budget = min(_MAX_RUN_S, n * (job.limits.timeout_s + 0.5) + 5.0)
+    # Worst case: every case runs alone to its wall limit (CPU-bound cases stop at their CPU limit sooner).
+    budget = min(_MAX_RUN_S, n * (wall_limit(job.limits.timeout_s) + 0.5) + 5.0)
     # Room for every case's report: a return value (up to VALUE_CAP) or a stdio case's output, JSON-escaped.
     per_case = (
         max(VALUE_CAP, 2 * job.limits.output_bytes) if any(isinstance(c, StdioCase) for c in cases) else VALUE_CAP
@@ -363,7 +370,10 @@ def _judge_harness_item(
     elapsed = float(item.get("t", 0.0))
     status = item.get("status")
     if status == "timeout":
-        message = f"time limit of {time_limit:g}s exceeded"
+        if item.get("why") == "wall":
+            message = f"wall-clock limit of {wall_limit(time_limit):g}s exceeded (the program slept or blocked)"
+        else:
+            message = f"time limit of {time_limit:g}s (CPU time) exceeded"
         return CaseResult(index=index, type=case.type, status="timeout", time_s=elapsed, message=message)
     if status == "output_limit":
         return CaseResult(index=index, type=case.type, status="output_limit", time_s=elapsed, message="output limit")

@@ -41,6 +41,7 @@ from sandboxkit.judge.cases import (
     parse_compare,
     parse_tests,
 )
+from sandboxkit.judge.checkers import Checker, apply_checker, parse_checker
 from sandboxkit.judge.compare import compare_stdout, compare_values
 from sandboxkit.judge.extract import Extraction, extract_code
 from sandboxkit.judge.harness import (
@@ -61,7 +62,7 @@ __all__ = ["ROW_OPTIONS", "grade", "grade_many", "grade_row"]
 log = logging.getLogger(__name__)
 
 #: Keys of a grade row that override the call's defaults.
-ROW_OPTIONS = ("language", "shaping", "banned_patterns", "compare", "timeout_s")
+ROW_OPTIONS = ("language", "shaping", "banned_patterns", "compare", "timeout_s", "checker")
 
 _MAX_RUN_S = 24 * 3600.0
 _session_slots: weakref.WeakKeyDictionary[SandboxPool, anyio.Semaphore] = weakref.WeakKeyDictionary()
@@ -71,6 +72,8 @@ _session_slots: weakref.WeakKeyDictionary[SandboxPool, anyio.Semaphore] = weakre
 class _Outcome:
     cases: dict[int, CaseResult] = field(default_factory=dict)
     compile_error: str | None = None
+    #: stdout of the stdio cases that ran cleanly, kept for a sandboxed checker.
+    outputs: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ class _Job:
     limits: Limits
     options: CompareOptions
     stop: bool
+    checker: Checker | None = None
 
 
 async def grade(
@@ -94,6 +98,7 @@ async def grade(
     limits: Limits | None = None,
     compare: CompareOptions | Mapping[str, Any] | str | None = None,
     timeout_s: float | None = None,
+    checker: Checker | Mapping[str, Any] | str | None = None,
 ) -> Verdict:
     """Grade one completion against its tests.
 
@@ -107,6 +112,8 @@ async def grade(
         limits: limits of each case's run (default: the pool's); ``timeout_s`` is per case.
         compare: output comparison options (default: the tests' own, else trailing-whitespace-insensitive).
         timeout_s: shorthand for ``limits.timeout_s``.
+        checker: a special judge for the stdio cases (default: the tests' own ``checker``, else
+            comparison); see :mod:`sandboxkit.judge.checkers`.
 
     Returns:
         The verdict. Never raises for bad input or a failing sandbox: those are ``invalid`` and
@@ -120,6 +127,9 @@ async def grade(
         language_name = lang.name
         suite = parse_tests(tests)
         options = parse_compare(compare) or suite.compare or CompareOptions()
+        special = parse_checker(checker if checker is not None else suite.checker)
+        if special is not None and not special.sandboxed:
+            options = special.compare_options(options)
         patterns = compile_patterns(banned_patterns)
         _check_supported(suite, lang)
         run_limits = limits or pool.limits
@@ -137,7 +147,8 @@ async def grade(
     if hit is not None:
         return _early(started, "banned", lang.name, error=hit, total=total, shape=shape, extraction=extraction)
 
-    job = _Job(pool, extraction.code, lang, run_limits, options, shape.stop_on_first_failure)
+    sandboxed = special if special is not None and special.sandboxed else None
+    job = _Job(pool, extraction.code, lang, run_limits, options, shape.stop_on_first_failure, sandboxed)
     try:
         outcome = await _execute(job, suite)
     except InvalidRequest as exc:
@@ -257,6 +268,8 @@ def _finish(
         for i, case in enumerate(suite.cases)
     ]
     passed = sum(1 for c in cases if c.passed)
+    # A checker may give partial credit (a score in [0, 1]) to a case it did not accept.
+    credit = sum(1.0 if c.passed else (c.score or 0.0) for c in cases)
     status: VerdictStatus = "compile_error" if outcome.compile_error is not None else status_from_cases(cases)
     if outcome.compile_error is not None:
         error: str | None = f"compile error: {outcome.compile_error}"
@@ -267,8 +280,8 @@ def _finish(
         status=status,
         passed=passed,
         total=total,
-        pass_rate=passed / total if total else 0.0,
-        reward=shape.reward(status, passed, total),
+        pass_rate=credit / total if total else 0.0,
+        reward=shape.reward(status, credit, total),
         cases=cases,
         error=trim_message(error) if error else None,
         extraction=extraction.method,
@@ -300,8 +313,11 @@ async def _execute(job: _Job, suite: TestSuite) -> _Outcome:
         if part.compile_error is not None:
             outcome.compile_error = part.compile_error
             break
+        outcome.outputs.update(part.outputs)
         if job.stop and any(not c.passed for c in part.cases.values()):
             break
+    if job.checker is not None and outcome.outputs and outcome.compile_error is None:
+        await apply_checker(job.pool, job.checker, job.limits, suite, outcome.cases, outcome.outputs)
     return outcome
 
 
@@ -342,7 +358,7 @@ async def _run_harness(job: _Job, group: list[tuple[int, StdioCase | AssertCase 
                 continue  # skipped: an earlier case failed and the shaping stops there
             outcome.cases[index] = _harness_lost(index, case, result)
             continue
-        outcome.cases[index] = _judge_harness_item(index, case, item, job.options, job.limits.timeout_s)
+        outcome.cases[index] = _judge_harness_item(index, case, item, job, outcome)
         if job.stop and item.get("status") != "ok":
             stopped = True
     return outcome
@@ -361,12 +377,9 @@ def _harness_lost(index: int, case: StdioCase | AssertCase | CallCase, result: R
 
 
 def _judge_harness_item(
-    index: int,
-    case: StdioCase | AssertCase | CallCase,
-    item: Mapping[str, Any],
-    options: CompareOptions,
-    time_limit: float,
+    index: int, case: StdioCase | AssertCase | CallCase, item: Mapping[str, Any], job: _Job, outcome: _Outcome
 ) -> CaseResult:
+    options, time_limit = job.options, job.limits.timeout_s
     elapsed = float(item.get("t", 0.0))
     status = item.get("status")
     if status == "timeout":
@@ -389,7 +402,7 @@ def _judge_harness_item(
             stderr=str(item.get("stderr") or ""),
             duration_s=elapsed,
         )
-        return _judge_run(index, case, result, options, time_limit)
+        return _judge_run(index, case, result, job, outcome)
     if status != "ok":
         return CaseResult(
             index=index, type=case.type, status="error", time_s=elapsed, message=trim_message(str(item.get("error")))
@@ -425,8 +438,9 @@ def _compare_returned(value: Any, case: CallCase, options: CompareOptions) -> tu
 
 
 def _judge_run(
-    index: int, case: StdioCase | AssertCase, result: ExecResult, options: CompareOptions, time_limit: float
+    index: int, case: StdioCase | AssertCase, result: ExecResult, job: _Job, outcome: _Outcome
 ) -> CaseResult:
+    options, time_limit = job.options, job.limits.timeout_s
     kind, elapsed = case.type, result.duration_s
     if isinstance(result, RunResult) and result.status is Status.COMPILE_ERROR:
         return CaseResult(index=index, type=kind, status="compile_error", message=_compile_message(result))
@@ -442,6 +456,10 @@ def _judge_run(
         return CaseResult(index=index, type=kind, status="error", time_s=elapsed, message=_failure_message(result))
     if isinstance(case, AssertCase) or case.expected_stdout is None:
         return CaseResult(index=index, type=kind, status="passed", time_s=elapsed)
+    if job.checker is not None:
+        # The checker decides once every case has run (and may run in a sandbox of its own).
+        outcome.outputs[index] = result.stdout
+        return CaseResult(index=index, type=kind, status="passed", time_s=elapsed, message="awaiting the checker")
     matched, message = compare_stdout(result.stdout, case.expected_stdout, options)
     status = "passed" if matched else "wrong_answer"
     return CaseResult(index=index, type=kind, status=status, time_s=elapsed, message=message)
@@ -500,7 +518,7 @@ async def _one_run_per_case(
             verdict = _first_run_verdict(job, group, result)
             if verdict is not None:
                 return verdict
-            outcome.cases[index] = _judge_run(index, case, result, job.options, job.limits.timeout_s)
+            outcome.cases[index] = _judge_run(index, case, result, job, outcome)
             if job.stop and not outcome.cases[index].passed:
                 return outcome
             if not job.stop:
@@ -515,7 +533,7 @@ async def _one_run_per_case(
             verdict = _first_run_verdict(job, group, item)
             if verdict is not None:
                 return verdict
-            outcome.cases[index] = _judge_run(index, case, item, job.options, job.limits.timeout_s)
+            outcome.cases[index] = _judge_run(index, case, item, job, outcome)
     return outcome
 
 
@@ -534,12 +552,12 @@ async def _stdio_in_session(job: _Job, group: list[tuple[int, StdioCase]]) -> _O
         verdict = _first_run_verdict(job, group, first)
         if verdict is not None:
             return verdict
-        outcome.cases[first_index] = _judge_run(first_index, first_case, first, job.options, job.limits.timeout_s)
+        outcome.cases[first_index] = _judge_run(first_index, first_case, first, job, outcome)
         if job.stop and not outcome.cases[first_index].passed:
             return outcome
         for index, case in rest:
             result = await _run_compiled(session, job, case.stdin)
-            outcome.cases[index] = _judge_run(index, case, result, job.options, job.limits.timeout_s)
+            outcome.cases[index] = _judge_run(index, case, result, job, outcome)
             if job.stop and not outcome.cases[index].passed:
                 break
     return outcome

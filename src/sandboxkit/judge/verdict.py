@@ -80,6 +80,7 @@ class CaseResult(BaseModel):
             (not run: an earlier case failed and the shaping did not need the rest).
         time_s: wall time of the case (0 when it did not run on its own).
         message: short description of the failure (a diff, an exception); empty when passed.
+        score: a checker's score in [0, 1] (partial credit counts in ``pass_rate``); ``None`` without one.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -89,6 +90,7 @@ class CaseResult(BaseModel):
     status: CaseStatus
     time_s: float = 0.0
     message: str = ""
+    score: float | None = None
 
     @property
     def passed(self) -> bool:

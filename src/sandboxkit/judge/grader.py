@@ -85,6 +85,23 @@ class _Job:
     options: CompareOptions
     stop: bool
     checker: Checker | None = None
+    #: Where the time went (seconds summed over this completion's sandbox calls): ``compile_s``,
+    #: ``run_s``, and ``queue_s`` (waiting for a call slot or a sandbox, plus the backend's overhead).
+    timing: dict[str, float] = field(default_factory=lambda: {"queue_s": 0.0, "compile_s": 0.0, "run_s": 0.0})
+
+
+def _account(job: _Job, result: RunResult, waited: float) -> None:
+    compile_s = result.compile.duration_s if result.compile is not None else 0.0
+    job.timing["compile_s"] += compile_s
+    job.timing["run_s"] += result.duration_s
+    job.timing["queue_s"] += max(0.0, waited - compile_s - result.duration_s)
+
+
+async def _timed_run(job: _Job, runner: Awaitable[RunResult]) -> RunResult:
+    started = time.perf_counter()
+    result = await runner
+    _account(job, result, time.perf_counter() - started)
+    return result
 
 
 async def grade(
@@ -156,7 +173,9 @@ async def grade(
     except SandboxError as exc:
         log.info("grading hit an infrastructure error: %s", exc)
         return _early(started, "infra_error", lang.name, error=f"{exc.kind}: {exc}", total=total, extraction=extraction)
-    return _finish(started, outcome, suite, shape, extraction, lang.name)
+    return _finish(started, outcome, suite, shape, extraction, lang.name).model_copy(
+        update={"timing": {k: round(v, 6) for k, v in job.timing.items()}}
+    )
 
 
 async def grade_row(pool: SandboxPool, row: Any, **defaults: Any) -> Verdict:
@@ -345,7 +364,7 @@ async def _run_harness(job: _Job, group: list[tuple[int, StdioCase | AssertCase 
     )
     output = min(64 << 20, max(job.limits.output_bytes, n * (per_case + 1024) + 65536))
     limits = job.limits.merged(timeout_s=budget, output_bytes=output)
-    result = await job.pool.run(script, language="python", limits=limits)
+    result = await _timed_run(job, job.pool.run(script, language="python", limits=limits))
     report = parse_harness_output(result.stdout)
     if report.syntax_error is not None:
         return _all_compile_error(group, trim_message(report.syntax_error.splitlines()[-1]))
@@ -514,7 +533,7 @@ async def _one_run_per_case(
         # from the first run instead of compiling the same broken code N times.
         while pending:
             index, case = pending.pop(0)
-            result = await job.pool.run(request(case))
+            result = await _timed_run(job, job.pool.run(request(case)))
             verdict = _first_run_verdict(job, group, result)
             if verdict is not None:
                 return verdict
@@ -524,7 +543,12 @@ async def _one_run_per_case(
             if not job.stop:
                 break
     if pending:
+        started = time.perf_counter()
         results = await job.pool.run_many([request(case) for _, case in pending])
+        waited = time.perf_counter() - started  # the runs overlapped: each waited about this long
+        for item in results:
+            if isinstance(item, RunResult):
+                _account(job, item, waited)
         errors = [r for r in results if isinstance(r, SandboxError)]
         if errors:
             raise errors[0]
@@ -548,7 +572,9 @@ async def _stdio_in_session(job: _Job, group: list[tuple[int, StdioCase]]) -> _O
     # The pool's own limits let the session take a warm idle sandbox; each run carries the case limits.
     async with _session_slot(job.pool), job.pool.session() as session:
         (first_index, first_case), rest = group[0], group[1:]
-        first = await session.run(job.code, language=job.lang.name, stdin=first_case.stdin, limits=job.limits)
+        first = await _timed_run(
+            job, session.run(job.code, language=job.lang.name, stdin=first_case.stdin, limits=job.limits)
+        )
         verdict = _first_run_verdict(job, group, first)
         if verdict is not None:
             return verdict
@@ -556,7 +582,7 @@ async def _stdio_in_session(job: _Job, group: list[tuple[int, StdioCase]]) -> _O
         if job.stop and not outcome.cases[first_index].passed:
             return outcome
         for index, case in rest:
-            result = await _run_compiled(session, job, case.stdin)
+            result = await _timed_run(job, _run_compiled(session, job, case.stdin))
             outcome.cases[index] = _judge_run(index, case, result, job, outcome)
             if job.stop and not outcome.cases[index].passed:
                 break

@@ -122,6 +122,9 @@ class Verdict(BaseModel):
         infra_error: the sandbox infrastructure failed (the reward is ``None``).
         language: the language the code was graded as.
         duration_s: wall time of the grading, queueing included.
+        timing: where the sandbox time went, summed over the completion's runs: ``queue_s`` (waiting
+            for a slot or a sandbox, plus backend overhead), ``compile_s``, ``run_s``; empty when
+            nothing ran. Not in :meth:`to_dict` (its keys are fixed); ``sandboxkit grade`` writes it.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -137,6 +140,7 @@ class Verdict(BaseModel):
     infra_error: bool = False
     language: str = ""
     duration_s: float = 0.0
+    timing: dict[str, float] = Field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

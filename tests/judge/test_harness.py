@@ -9,7 +9,14 @@ import tempfile
 import time
 
 from sandboxkit.judge import AssertCase, CallCase, StdioCase
-from sandboxkit.judge.harness import MARK, build_python_harness, canonical_hash, parse_harness_output
+from sandboxkit.judge.harness import (
+    MARK,
+    build_python_harness,
+    canonical_hash,
+    parse_harness_output,
+    prelude_for,
+    python_literal,
+)
 
 SOLUTION = """
 import os, sys
@@ -119,10 +126,32 @@ def test_large_values_come_back_as_a_hash() -> None:
 
 
 def test_report_parser_ignores_noise() -> None:
-    text = f'hello\n{MARK}not json\n{MARK}{json.dumps({"i": 0, "status": "ok"})}\n{MARK}[1]\n{MARK}{{"done": true}}\n'
-    report = parse_harness_output(text)
+    text = f"hello\n{MARK}not a literal\n{MARK}{{'i': 0, 'status': 'ok'}}\n{MARK}[1]\n{MARK}__import__('os')\n"
+    report = parse_harness_output(text + f"{MARK}{{'done': True}}\n")
     assert report.finished and report.results == {0: {"i": 0, "status": "ok"}}
     assert not parse_harness_output("").finished
+
+
+def test_only_the_prelude_names_the_code_mentions_are_imported() -> None:
+    assert prelude_for(["def f(xs: List[int]):\n    return Counter(xs)\n"]) == (
+        "from typing import *\nfrom collections import Counter\n"
+    )
+    assert prelude_for(["def f(x):\n    return x + 1\n"]) == ""
+    # The test code counts too: it runs in the solution's namespace.
+    assert "import heapq" in prelude_for(["def f(): pass", "assert heapq.nlargest(1, [f()]) == [None]"])
+    # And the harness still finds them at run time.
+    results = run_harness(
+        "def f(xs: List[int]) -> int:\n    return max(Counter(xs).values())\n",
+        [CallCase(fn_name="f", args=[[1, 1, 2]], expected=2), AssertCase(code="assert gcd(4, 6) == 2")],
+    )
+    assert [results[i]["status"] for i in range(2)] == ["ok", "ok"]
+
+
+def test_data_travels_as_a_python_literal() -> None:
+    value = {"a": [1, 2.5, float("inf"), float("-inf"), None, True, "x'\"y\n"], "b": {}}
+    assert eval(python_literal(value)) == value
+    results = run_harness("def f(x):\n    return x\n", [CallCase(fn_name="f", args=["é\u2028\x00"], expected=None)])
+    assert json.loads(str(results[0]["value"]["json"])) == "é\u2028\x00"  # type: ignore[index]
 
 
 def test_time_is_cpu_time_and_the_wall_limit_catches_sleepers() -> None:

@@ -3,8 +3,10 @@
 The harness is compiled by the sandbox's own interpreter on every run, so its size is paid on every
 graded program: only the parts a problem needs are sent (the stdio child only when there are stdio
 cases, the value encoder only when there are call cases). Every module it imports at the top is one a
-warm fork server preloads (``sandboxkit.judge.harness.HARNESS_MODULES``), so importing costs nothing
-there; the rest (``traceback``, ``hashlib``) is imported only on the paths that need it.
+warm fork server keeps loaded anyway (``os``, ``resource``, ``select``, ``signal``, ``sys``, ``time``);
+``json`` only when there are call cases (return values are JSON-normalised), ``traceback`` only for
+a stdio case's crash, ``hashlib`` only for a huge return value. Reports are ``repr`` lines the host
+reads with ``ast.literal_eval``.
 
 These strings are standalone Python (stdlib only): the sandbox cannot see sandboxkit's installation.
 """
@@ -15,7 +17,7 @@ __all__ = ["CALL", "CORE", "FUNCTION", "MAIN", "STDIO"]
 
 #: Set-up: data, report channel, prelude, compile once, limits, the scheduler. ``_D`` is prepended.
 CORE = r"""
-import builtins, json, os, resource, select, signal, sys, time
+import builtins, os, resource, select, signal, sys, time
 _OUT = os.dup(1)
 _MARK = _D["mark"]
 _SRC = "main.py"
@@ -24,9 +26,24 @@ _WALL = _D["wall"]
 
 
 def _report(obj):
-    data = (_MARK + json.dumps(obj) + "\n").encode("utf-8")
+    # repr, not json: importing json (and re with it) would cost every run milliseconds; the host
+    # reads these lines with ast.literal_eval.
+    data = (_MARK + repr(obj) + "\n").encode("utf-8")
     while data:
         data = data[os.write(_OUT, data):]
+
+
+def _exc_line(e):
+    # The last line of traceback.format_exception_only, without importing traceback.
+    name = type(e).__qualname__
+    module = getattr(type(e), "__module__", "builtins")
+    if module not in ("__main__", "builtins"):
+        name = "%s.%s" % (module, name)
+    try:
+        text = str(e)
+    except BaseException:
+        text = "<exception str() failed>"
+    return "%s: %s" % (name, text) if text else name
 
 
 _BASE = {"__name__": "__solution__", "__builtins__": builtins}
@@ -35,8 +52,7 @@ if _D["prelude"]:
 try:
     _CODE = compile(_D["source"], _SRC, "exec")
 except (SyntaxError, ValueError) as _e:
-    import traceback
-    _report({"syntax_error": "".join(traceback.format_exception_only(type(_e), _e)).strip()})
+    _report({"syntax_error": _exc_line(_e)})
     sys.exit(0)
 
 
@@ -227,32 +243,38 @@ def _verdict(c, elapsed):
 
 
 def _function_verdict(c, base, code, signum):
-    try:
-        result = json.loads(b"".join(c.data["res"]).decode("utf-8"))
-        if not isinstance(result, dict) or "ok" not in result:
-            raise ValueError
-    except ValueError:
-        if signum is not None:
-            why = "the program was killed by signal %d before the case finished" % signum
-        else:
-            why = "the program exited (code %d) before the case finished" % code
-        return dict(base, status="error", error=why, signal=signum)
-    if result["ok"]:
-        return dict(base, status="ok", value=result.get("value"))
-    state = "memory_exceeded" if result.get("oom") else "error"
-    return dict(base, status=state, error=str(result.get("error", ""))[:500])
+    # The child's payload: "ok", "ok\nJ<json>", "ok\nH<sha256> <size>", "err\n<message>" or "oom\n<message>".
+    kind, _, body = b"".join(c.data["res"]).decode("utf-8", "replace").partition("\n")
+    if kind == "ok" and code == 0:
+        if body.startswith("J"):
+            return dict(base, status="ok", value={"json": body[1:]})
+        if body.startswith("H"):
+            digest, _, size = body[1:].partition(" ")
+            return dict(base, status="ok", value={"sha256": digest, "size": int(size or 0)})
+        return dict(base, status="ok", value=None)
+    if kind in ("err", "oom") and code == 0:
+        return dict(base, status="memory_exceeded" if kind == "oom" else "error", error=body[:500])
+    if signum is not None:
+        why = "the program was killed by signal %d before the case finished" % signum
+    else:
+        why = "the program exited (code %d) before the case finished" % code
+    return dict(base, status="error", error=why, signal=signum)
 
 
 def _where(exc, case):
-    import traceback
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename in (_SRC, "<test>")]
-    if not frames:
+    last = None
+    tb = exc.__traceback__
+    while tb is not None:  # the innermost frame of the solution or the test code
+        if tb.tb_frame.f_code.co_filename in (_SRC, "<test>"):
+            last = (tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+        tb = tb.tb_next
+    if last is None:
         return ""
-    where = " (%s line %d)" % (frames[-1].filename, frames[-1].lineno)
-    if frames[-1].filename == "<test>":
+    where = " (%s line %d)" % last
+    if last[0] == "<test>":
         lines = case.get("code", "").splitlines()
-        if 0 < frames[-1].lineno <= len(lines):
-            where += ": " + lines[frames[-1].lineno - 1].strip()[:120]
+        if 0 < last[1] <= len(lines):
+            where += ": " + lines[last[1] - 1].strip()[:120]
     return where
 
 
@@ -262,19 +284,18 @@ def _child_function(case, w):
         ns = dict(_BASE)
         exec(_CODE, ns)
         if case["kind"] == "call":
-            result = {"ok": True, "value": _call(ns, case)}
+            result = "ok\n" + _call(ns, case)
         else:
             exec(compile(case["code"], "<test>", "exec"), ns)
-            result = {"ok": True}
+            result = "ok"
     except SystemExit as e:
-        result = {"ok": False, "error": "the program called sys.exit(%r) before the case finished" % (e.code,)}
+        result = "err\nthe program called sys.exit(%r) before the case finished" % (e.code,)
     except MemoryError as e:
-        result = {"ok": False, "oom": True, "error": "MemoryError" + _where(e, case)}
+        result = "oom\nMemoryError" + _where(e, case)
     except BaseException as e:
-        import traceback
-        text = "".join(traceback.format_exception_only(type(e), e)).strip().splitlines()
-        result = {"ok": False, "error": (text[-1] if text else type(e).__name__) + _where(e, case)}
-    _write_all(w, json.dumps(result).encode("utf-8"))
+        lines = _exc_line(e).strip().splitlines() or [type(e).__name__]
+        result = "err\n" + lines[-1] + _where(e, case)
+    _write_all(w, result.encode("utf-8", "backslashreplace"))
     os._exit(0)
 
 
@@ -296,6 +317,9 @@ def _default(o):
     return {"__unserializable__": type(o).__name__, "repr": repr(o)[:200]}
 
 
+import json
+
+
 def _call(ns, case):
     name = case["fn"]
     if "." in name:
@@ -310,13 +334,13 @@ def _call(ns, case):
     value = target(*case["args"], **case["kwargs"])
     text = json.dumps(value, default=_default)
     if len(text) <= _D["value_cap"]:
-        return {"json": text}
+        return "J" + text
     import hashlib
     try:
         canon = json.dumps(value, default=_default, sort_keys=True, separators=(",", ":"))
     except TypeError:
         canon = json.dumps(value, default=_default, separators=(",", ":"))
-    return {"sha256": hashlib.sha256(canon.encode("utf-8")).hexdigest(), "size": len(text)}
+    return "H%s %d" % (hashlib.sha256(canon.encode("utf-8")).hexdigest(), len(text))
 """
 
 #: Assert-only problems: no call encoder needed.

@@ -36,8 +36,12 @@ larger than :data:`VALUE_CAP` bytes is sent as a SHA-256 of its canonical JSON a
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
+import math
+import re
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +58,8 @@ __all__ = [
     "build_python_harness",
     "canonical_hash",
     "parse_harness_output",
+    "prelude_for",
+    "python_literal",
     "wall_limit",
 ]
 
@@ -72,6 +78,41 @@ from itertools import accumulate, combinations, count, groupby, permutations, pr
 from bisect import bisect, bisect_left, bisect_right, insort
 from math import ceil, comb, factorial, floor, gcd, inf, isqrt, log, log2, sqrt
 """
+
+_LITERAL_MAX = 64 * 1024
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _prelude_parts() -> list[tuple[str, frozenset[str]]]:
+    """Each prelude statement with the names it binds, parsed from :data:`PRELUDE`."""
+    parts: list[tuple[str, frozenset[str]]] = []
+    for line in PRELUDE.splitlines():
+        if line == "from typing import *":
+            parts.append((line, frozenset(typing.__all__)))
+        elif line.startswith("import "):
+            parts.extend((f"import {m.strip()}", frozenset({m.strip()})) for m in line[7:].split(","))
+        elif line.startswith("from "):
+            module, _, names = line[5:].partition(" import ")
+            parts.extend((f"from {module} import {n.strip()}", frozenset({n.strip()})) for n in names.split(","))
+    return parts
+
+
+_PRELUDE_PARTS = _prelude_parts()
+
+
+def prelude_for(sources: Sequence[str]) -> str:
+    """The prelude statements that bind a name the solution or its tests mention.
+
+    Importing the whole prelude (typing, re, random...) costs a run ~10 ms of CPU when the sandbox's
+    interpreter has not preloaded them; most solutions use none of it, or import what they use
+    themselves. A name the code never spells cannot be looked up, so leaving its import out
+    changes nothing the program can observe short of listing ``globals()``.
+    """
+    words = set()
+    for text in sources:
+        words.update(_IDENTIFIER.findall(text))
+    return "".join(stmt + "\n" for stmt, names in _PRELUDE_PARTS if names & words)
+
 
 #: Modules the harness and the prelude import. A warm fork server that preloads them (the subprocess
 #: backend's default ``preload_modules`` should include them) makes the harness cost no import at all;
@@ -157,12 +198,16 @@ def build_python_harness(
         "output_bytes": int(output_bytes),
         "stop_on_error": stop_on_error,
         "parallel": max(1, int(parallel)),
-        "prelude": PRELUDE if prelude and kinds - {"stdio"} else "",
+        "prelude": prelude_for([source, *(i.get("code", "") for i in items)]) if prelude and kinds - {"stdio"} else "",
         "mark": MARK,
         "value_cap": VALUE_CAP,
     }
+    literal = python_literal(data)
+    if len(literal) > _LITERAL_MAX:
+        # Compiling a huge literal costs more than parsing JSON: big inputs pay the json import instead.
+        literal = "__import__('json').loads(" + repr(json.dumps(data)) + ")"
     parts = [
-        "import json\n_D = json.loads(" + repr(json.dumps(data)) + ")\n",
+        "_D = " + literal + "\n",
         _source.CORE,
         _source.CALL if "call" in kinds else _source.FUNCTION,
         _source.STDIO if "stdio" in kinds else _source.NO_STDIO,
@@ -189,6 +234,25 @@ class HarnessReport:
     finished: bool = False
 
 
+def python_literal(value: Any) -> str:
+    """``value`` (JSON-like data) as Python source the harness evaluates without importing ``json``.
+
+    ``repr`` is a literal for every JSON type but non-finite floats, which become ``float('inf')``.
+
+    Raises:
+        TypeError: a value that is not JSON-like (the test parser never produces one).
+    """
+    if value is None or isinstance(value, (bool, int, str)):
+        return repr(value)
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else f"float({str(value)!r})"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(python_literal(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{python_literal(str(k))}: {python_literal(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"the harness cannot carry a {type(value).__name__}: {value!r:.60}")
+
+
 def parse_harness_output(stdout: str) -> HarnessReport:
     """Read the harness's report lines; anything else on stdout is ignored."""
     report = HarnessReport()
@@ -196,8 +260,8 @@ def parse_harness_output(stdout: str) -> HarnessReport:
         if not line.startswith(MARK):
             continue
         try:
-            item = json.loads(line[len(MARK) :])
-        except json.JSONDecodeError:
+            item = ast.literal_eval(line[len(MARK) :])
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             continue
         if not isinstance(item, dict):
             continue

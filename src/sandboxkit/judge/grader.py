@@ -18,18 +18,18 @@ language it cannot run) gives ``invalid``. ``grade`` itself does not raise for b
 
 from __future__ import annotations
 
-import json
 import logging
 import shlex
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 
 from sandboxkit.errors import InvalidRequest, SandboxError
+from sandboxkit.judge._job import Job, Outcome, account, all_compile_error, compile_message, judge_run, timed_run
+from sandboxkit.judge._python import run_harness
 from sandboxkit.judge.banned import compile_patterns, find_banned
 from sandboxkit.judge.cases import (
     AssertCase,
@@ -42,19 +42,11 @@ from sandboxkit.judge.cases import (
     parse_tests,
 )
 from sandboxkit.judge.checkers import Checker, apply_checker, parse_checker
-from sandboxkit.judge.compare import compare_stdout, compare_values
 from sandboxkit.judge.extract import Extraction, extract_code
-from sandboxkit.judge.harness import (
-    VALUE_CAP,
-    build_python_harness,
-    canonical_hash,
-    parse_harness_output,
-    wall_limit,
-)
 from sandboxkit.judge.shaping import Shaping, parse_shaping
 from sandboxkit.judge.verdict import CaseResult, Verdict, VerdictStatus, status_from_cases, trim_message
 from sandboxkit.languages import Language, resolve_language
-from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status
+from sandboxkit.models import Limits, RunRequest, RunResult, Status
 from sandboxkit.pool import SandboxPool, Session
 
 __all__ = ["ROW_OPTIONS", "grade", "grade_many", "grade_row"]
@@ -64,44 +56,7 @@ log = logging.getLogger(__name__)
 #: Keys of a grade row that override the call's defaults.
 ROW_OPTIONS = ("language", "shaping", "banned_patterns", "compare", "timeout_s", "checker")
 
-_MAX_RUN_S = 24 * 3600.0
 _session_slots: weakref.WeakKeyDictionary[SandboxPool, anyio.Semaphore] = weakref.WeakKeyDictionary()
-
-
-@dataclass
-class _Outcome:
-    cases: dict[int, CaseResult] = field(default_factory=dict)
-    compile_error: str | None = None
-    #: stdout of the stdio cases that ran cleanly, kept for a sandboxed checker.
-    outputs: dict[int, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class _Job:
-    pool: SandboxPool
-    code: str
-    lang: Language
-    limits: Limits
-    options: CompareOptions
-    stop: bool
-    checker: Checker | None = None
-    #: Where the time went (seconds summed over this completion's sandbox calls): ``compile_s``,
-    #: ``run_s``, and ``queue_s`` (waiting for a call slot or a sandbox, plus the backend's overhead).
-    timing: dict[str, float] = field(default_factory=lambda: {"queue_s": 0.0, "compile_s": 0.0, "run_s": 0.0})
-
-
-def _account(job: _Job, result: RunResult, waited: float) -> None:
-    compile_s = result.compile.duration_s if result.compile is not None else 0.0
-    job.timing["compile_s"] += compile_s
-    job.timing["run_s"] += result.duration_s
-    job.timing["queue_s"] += max(0.0, waited - compile_s - result.duration_s)
-
-
-async def _timed_run(job: _Job, runner: Awaitable[RunResult]) -> RunResult:
-    started = time.perf_counter()
-    result = await runner
-    _account(job, result, time.perf_counter() - started)
-    return result
 
 
 async def grade(
@@ -165,7 +120,7 @@ async def grade(
         return _early(started, "banned", lang.name, error=hit, total=total, shape=shape, extraction=extraction)
 
     sandboxed = special if special is not None and special.sandboxed else None
-    job = _Job(pool, extraction.code, lang, run_limits, options, shape.stop_on_first_failure, sandboxed)
+    job = Job(pool, extraction.code, lang, run_limits, options, shape.stop_on_first_failure, sandboxed)
     try:
         outcome = await _execute(job, suite)
     except InvalidRequest as exc:
@@ -279,7 +234,7 @@ def _early(
 
 
 def _finish(
-    started: float, outcome: _Outcome, suite: TestSuite, shape: Shaping, extraction: Extraction, language: str
+    started: float, outcome: Outcome, suite: TestSuite, shape: Shaping, extraction: Extraction, language: str
 ) -> Verdict:
     total = len(suite.cases)
     cases = [
@@ -312,20 +267,20 @@ def _finish(
 # --------------------------------------------------------------------------- execution plan
 
 
-async def _execute(job: _Job, suite: TestSuite) -> _Outcome:
+async def _execute(job: Job, suite: TestSuite) -> Outcome:
     cases = list(enumerate(suite.cases))
-    groups: list[tuple[Callable[[_Job, list[Any]], Awaitable[_Outcome]], list[Any]]] = []
+    groups: list[tuple[Callable[[Job, list[Any]], Awaitable[Outcome]], list[Any]]] = []
     python = job.lang.name == "python"
     harnessed = [(i, c) for i, c in cases if python]
     programs = [(i, c) for i, c in cases if isinstance(c, AssertCase) and not python]
     stdio = [(i, c) for i, c in cases if isinstance(c, StdioCase) and not python]
     if harnessed:
-        groups.append((_run_harness, harnessed))
+        groups.append((run_harness, harnessed))
     if stdio:
         groups.append((_run_stdio, stdio))
     if programs:
         groups.append((_run_programs, programs))
-    outcome = _Outcome()
+    outcome = Outcome()
     for runner, group in groups:
         part = await runner(job, group)
         outcome.cases.update(part.cases)
@@ -340,165 +295,10 @@ async def _execute(job: _Job, suite: TestSuite) -> _Outcome:
     return outcome
 
 
-def _all_compile_error(group: list[tuple[int, Any]], message: str) -> _Outcome:
-    return _Outcome(
-        cases={i: CaseResult(index=i, type=c.type, status="compile_error", message=message) for i, c in group},
-        compile_error=message,
-    )
-
-
-# --------------------------------------------------------------------------- python harness
-
-
-async def _run_harness(job: _Job, group: list[tuple[int, StdioCase | AssertCase | CallCase]]) -> _Outcome:
-    cases = [c for _, c in group]
-    script = build_python_harness(
-        job.code, cases, timeout_s=job.limits.timeout_s, output_bytes=job.limits.output_bytes, stop_on_error=job.stop
-    )
-    n = len(group)
-    # Worst case: every case runs alone to its wall limit (CPU-bound cases stop at their CPU limit sooner).
-    budget = min(_MAX_RUN_S, n * (wall_limit(job.limits.timeout_s) + 0.5) + 5.0)
-    # Room for every case's report: a return value (up to VALUE_CAP) or a stdio case's output, JSON-escaped.
-    per_case = (
-        max(VALUE_CAP, 2 * job.limits.output_bytes) if any(isinstance(c, StdioCase) for c in cases) else VALUE_CAP
-    )
-    output = min(64 << 20, max(job.limits.output_bytes, n * (per_case + 1024) + 65536))
-    limits = job.limits.merged(timeout_s=budget, output_bytes=output)
-    result = await _timed_run(job, job.pool.run(script, language="python", limits=limits))
-    report = parse_harness_output(result.stdout)
-    if report.syntax_error is not None:
-        return _all_compile_error(group, trim_message(report.syntax_error.splitlines()[-1]))
-    outcome = _Outcome()
-    stopped = False
-    for k, (index, case) in enumerate(group):
-        item = report.results.get(k)
-        if item is None:
-            if stopped:
-                continue  # skipped: an earlier case failed and the shaping stops there
-            outcome.cases[index] = _harness_lost(index, case, result)
-            continue
-        outcome.cases[index] = _judge_harness_item(index, case, item, job, outcome)
-        if job.stop and item.get("status") != "ok":
-            stopped = True
-    return outcome
-
-
-def _harness_lost(index: int, case: StdioCase | AssertCase | CallCase, result: RunResult) -> CaseResult:
-    # The harness died before reporting this case: the run's own status says why.
-    status = {
-        Status.TIMEOUT: "timeout",
-        Status.MEMORY_EXCEEDED: "memory_exceeded",
-        Status.OUTPUT_LIMIT: "output_limit",
-    }.get(result.status, "error")
-    tail = trim_message(result.stderr.strip().splitlines()[-1]) if result.stderr.strip() else ""
-    message = f"the harness stopped before this case ({result.status.value}{': ' + tail if tail else ''})"
-    return CaseResult(index=index, type=case.type, status=status, message=trim_message(message))  # type: ignore[arg-type]
-
-
-def _judge_harness_item(
-    index: int, case: StdioCase | AssertCase | CallCase, item: Mapping[str, Any], job: _Job, outcome: _Outcome
-) -> CaseResult:
-    options, time_limit = job.options, job.limits.timeout_s
-    elapsed = float(item.get("t", 0.0))
-    status = item.get("status")
-    if status == "timeout":
-        if item.get("why") == "wall":
-            message = f"wall-clock limit of {wall_limit(time_limit):g}s exceeded (the program slept or blocked)"
-        else:
-            message = f"time limit of {time_limit:g}s (CPU time) exceeded"
-        return CaseResult(index=index, type=case.type, status="timeout", time_s=elapsed, message=message)
-    if status == "output_limit":
-        return CaseResult(index=index, type=case.type, status="output_limit", time_s=elapsed, message="output limit")
-    if status == "memory_exceeded":
-        message = trim_message(str(item.get("error") or "memory limit"))
-        return CaseResult(index=index, type=case.type, status="memory_exceeded", time_s=elapsed, message=message)
-    if isinstance(case, StdioCase):
-        result = ExecResult(
-            status=Status.OK if status == "ok" else Status.FAILED,
-            exit_code=item.get("code"),
-            signal=item.get("signal"),
-            stdout=str(item.get("stdout") or ""),
-            stderr=str(item.get("stderr") or ""),
-            duration_s=elapsed,
-        )
-        return _judge_run(index, case, result, job, outcome)
-    if status != "ok":
-        return CaseResult(
-            index=index, type=case.type, status="error", time_s=elapsed, message=trim_message(str(item.get("error")))
-        )
-    if isinstance(case, AssertCase):
-        return CaseResult(index=index, type=case.type, status="passed", time_s=elapsed)
-    matched, message = _compare_returned(item.get("value"), case, options)
-    return CaseResult(
-        index=index, type=case.type, status="passed" if matched else "wrong_answer", time_s=elapsed, message=message
-    )
-
-
-def _compare_returned(value: Any, case: CallCase, options: CompareOptions) -> tuple[bool, str]:
-    if not isinstance(value, Mapping):
-        return False, "the harness returned no value"
-    if "sha256" in value:  # too large to ship back: compared exactly by canonical hash
-        wanted = [case.expected]
-        if case.unwrap_expected and isinstance(case.expected, list) and case.expected:
-            wanted.append(case.expected[0])
-        if value["sha256"] in {canonical_hash(w) for w in wanted}:
-            return True, ""
-        return False, f"return value ({value.get('size')} bytes of JSON) differs from the expected value"
-    try:
-        got = json.loads(str(value.get("json")))
-    except json.JSONDecodeError:
-        return False, "the return value could not be decoded"
-    if isinstance(got, dict) and "__unserializable__" in got:
-        return False, f"returned a {got['__unserializable__']} (not JSON-serialisable): {got.get('repr', '')}"[:200]
-    return compare_values(got, case.expected, options, unwrap_expected=case.unwrap_expected)
-
-
 # --------------------------------------------------------------------------- stdio
 
 
-def _judge_run(
-    index: int, case: StdioCase | AssertCase, result: ExecResult, job: _Job, outcome: _Outcome
-) -> CaseResult:
-    options, time_limit = job.options, job.limits.timeout_s
-    kind, elapsed = case.type, result.duration_s
-    if isinstance(result, RunResult) and result.status is Status.COMPILE_ERROR:
-        return CaseResult(index=index, type=kind, status="compile_error", message=_compile_message(result))
-    if result.status is Status.TIMEOUT:
-        return CaseResult(
-            index=index, type=kind, status="timeout", time_s=elapsed, message=f"time limit of {time_limit:g}s exceeded"
-        )
-    if result.status is Status.MEMORY_EXCEEDED:
-        return CaseResult(index=index, type=kind, status="memory_exceeded", time_s=elapsed, message="memory limit")
-    if result.status is Status.OUTPUT_LIMIT:
-        return CaseResult(index=index, type=kind, status="output_limit", time_s=elapsed, message="output limit")
-    if result.status is not Status.OK:
-        return CaseResult(index=index, type=kind, status="error", time_s=elapsed, message=_failure_message(result))
-    if isinstance(case, AssertCase) or case.expected_stdout is None:
-        return CaseResult(index=index, type=kind, status="passed", time_s=elapsed)
-    if job.checker is not None:
-        # The checker decides once every case has run (and may run in a sandbox of its own).
-        outcome.outputs[index] = result.stdout
-        return CaseResult(index=index, type=kind, status="passed", time_s=elapsed, message="awaiting the checker")
-    matched, message = compare_stdout(result.stdout, case.expected_stdout, options)
-    status = "passed" if matched else "wrong_answer"
-    return CaseResult(index=index, type=kind, status=status, time_s=elapsed, message=message)
-
-
-def _failure_message(result: ExecResult) -> str:
-    why = f"killed by signal {result.signal}" if result.signal else f"exit code {result.exit_code}"
-    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
-    return trim_message(f"{why}: {lines[-1]}" if lines else why)
-
-
-def _compile_message(result: RunResult) -> str:
-    step = result.compile
-    text = (step.stderr or step.stdout) if step is not None else ""
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    first_error = next((line for line in lines if "error" in line.lower()), lines[0] if lines else "")
-    return trim_message(first_error or "the compiler failed")
-
-
-async def _run_stdio(job: _Job, group: list[tuple[int, StdioCase]]) -> _Outcome:
+async def _run_stdio(job: Job, group: list[tuple[int, StdioCase]]) -> Outcome:
     caps = job.pool.backend.capabilities
     if (
         job.lang.compile is not None
@@ -512,20 +312,20 @@ async def _run_stdio(job: _Job, group: list[tuple[int, StdioCase]]) -> _Outcome:
     return await _one_run_per_case(job, group, lambda case: job.code, job.lang.name)
 
 
-async def _run_programs(job: _Job, group: list[tuple[int, AssertCase]]) -> _Outcome:
+async def _run_programs(job: Job, group: list[tuple[int, AssertCase]]) -> Outcome:
     return await _one_run_per_case(
         job, group, lambda case: job.code.rstrip("\n") + "\n\n" + case.code + "\n", job.lang.name
     )
 
 
 async def _one_run_per_case(
-    job: _Job, group: list[tuple[int, Any]], program: Callable[[Any], str], language: str
-) -> _Outcome:
+    job: Job, group: list[tuple[int, Any]], program: Callable[[Any], str], language: str
+) -> Outcome:
     def request(case: Any) -> RunRequest:
         stdin = case.stdin if isinstance(case, StdioCase) else None
         return RunRequest(code=program(case), language=language, stdin=stdin, limits=job.limits)
 
-    outcome = _Outcome()
+    outcome = Outcome()
     compiled = job.lang.compile is not None
     pending = list(group)
     if job.stop or compiled:
@@ -533,11 +333,11 @@ async def _one_run_per_case(
         # from the first run instead of compiling the same broken code N times.
         while pending:
             index, case = pending.pop(0)
-            result = await _timed_run(job, job.pool.run(request(case)))
+            result = await timed_run(job, job.pool.run(request(case)))
             verdict = _first_run_verdict(job, group, result)
             if verdict is not None:
                 return verdict
-            outcome.cases[index] = _judge_run(index, case, result, job, outcome)
+            outcome.cases[index] = judge_run(index, case, result, job, outcome)
             if job.stop and not outcome.cases[index].passed:
                 return outcome
             if not job.stop:
@@ -548,7 +348,7 @@ async def _one_run_per_case(
         waited = time.perf_counter() - started  # the runs overlapped: each waited about this long
         for item in results:
             if isinstance(item, RunResult):
-                _account(job, item, waited)
+                account(job, item, waited)
         errors = [r for r in results if isinstance(r, SandboxError)]
         if errors:
             raise errors[0]
@@ -557,39 +357,39 @@ async def _one_run_per_case(
             verdict = _first_run_verdict(job, group, item)
             if verdict is not None:
                 return verdict
-            outcome.cases[index] = _judge_run(index, case, item, job, outcome)
+            outcome.cases[index] = judge_run(index, case, item, job, outcome)
     return outcome
 
 
-def _first_run_verdict(job: _Job, group: list[tuple[int, Any]], result: RunResult) -> _Outcome | None:
+def _first_run_verdict(job: Job, group: list[tuple[int, Any]], result: RunResult) -> Outcome | None:
     if result.status is Status.COMPILE_ERROR:
-        return _all_compile_error(group, _compile_message(result))
+        return all_compile_error(group, compile_message(result))
     return None
 
 
-async def _stdio_in_session(job: _Job, group: list[tuple[int, StdioCase]]) -> _Outcome:
-    outcome = _Outcome()
+async def _stdio_in_session(job: Job, group: list[tuple[int, StdioCase]]) -> Outcome:
+    outcome = Outcome()
     # The pool's own limits let the session take a warm idle sandbox; each run carries the case limits.
     async with _session_slot(job.pool), job.pool.session() as session:
         (first_index, first_case), rest = group[0], group[1:]
-        first = await _timed_run(
+        first = await timed_run(
             job, session.run(job.code, language=job.lang.name, stdin=first_case.stdin, limits=job.limits)
         )
         verdict = _first_run_verdict(job, group, first)
         if verdict is not None:
             return verdict
-        outcome.cases[first_index] = _judge_run(first_index, first_case, first, job, outcome)
+        outcome.cases[first_index] = judge_run(first_index, first_case, first, job, outcome)
         if job.stop and not outcome.cases[first_index].passed:
             return outcome
         for index, case in rest:
-            result = await _timed_run(job, _run_compiled(session, job, case.stdin))
-            outcome.cases[index] = _judge_run(index, case, result, job, outcome)
+            result = await timed_run(job, _run_compiled(session, job, case.stdin))
+            outcome.cases[index] = judge_run(index, case, result, job, outcome)
             if job.stop and not outcome.cases[index].passed:
                 break
     return outcome
 
 
-async def _run_compiled(session: Session, job: _Job, stdin: str) -> RunResult:
+async def _run_compiled(session: Session, job: Job, stdin: str) -> RunResult:
     """Run the binary the session's first run compiled, under the same limits as a normal run.
 
     A bash ``exec`` of the binary gets exactly the limits (address space included) of the language's own

@@ -89,6 +89,10 @@ async def test_cpp_checker_accepts_every_valid_answer(pool: SandboxPool) -> None
     assert (crash.status, crash.reward, crash.cases[0].status) == ("failed", 0.0, "error")
     # Without the checker only the one answer written in the tests passes.
     assert (await grade(pool, HALVES, SUM_CASES)).passed == 0
+    # With no expected output at all, the checker judges from the input alone (an empty answer file).
+    no_answer = {"cases": [{"stdin": c["stdin"]} for c in SUM_CASES], "checker": tests["checker"]}
+    assert (await grade(pool, WRONG, no_answer, limits=Limits(timeout_s=5, memory_mb=1024))).status == "failed"
+    assert (await grade(pool, HALVES, no_answer, limits=Limits(timeout_s=5, memory_mb=1024))).status == "ok"
 
 
 async def test_python_function_checker_with_partial_credit(pool: SandboxPool) -> None:

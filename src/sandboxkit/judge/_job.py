@@ -97,12 +97,15 @@ def judge_run(index: int, case: StdioCase | AssertCase, result: ExecResult, job:
         return CaseResult(index=index, type=kind, status="output_limit", time_s=elapsed, message="output limit")
     if result.status is not Status.OK:
         return CaseResult(index=index, type=kind, status="error", time_s=elapsed, message=failure_message(result))
-    if isinstance(case, AssertCase) or case.expected_stdout is None:
+    if isinstance(case, AssertCase):
         return CaseResult(index=index, type=kind, status="passed", time_s=elapsed)
     if job.checker is not None:
-        # The checker decides once every case has run (and may run in a sandbox of its own).
+        # The checker decides once every case has run (and may run in a sandbox of its own); it gets an
+        # empty answer file when the tests give no expected output (it judges from the input alone).
         outcome.outputs[index] = result.stdout
         return CaseResult(index=index, type=kind, status="passed", time_s=elapsed, message="awaiting the checker")
+    if case.expected_stdout is None:
+        return CaseResult(index=index, type=kind, status="passed", time_s=elapsed)
     matched, message = compare_stdout(result.stdout, case.expected_stdout, options)
     status = "passed" if matched else "wrong_answer"
     return CaseResult(index=index, type=kind, status=status, time_s=elapsed, message=message)

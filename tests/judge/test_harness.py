@@ -197,3 +197,10 @@ def f(i):
     cases = [CallCase(fn_name="f", args=[i], expected=i) for i in range(2)]
     results = run_harness(source, cases, timeout_s=5.0, parallel=2)
     assert [results[i]["status"] for i in range(2)] == ["ok", "ok"]
+
+
+def test_non_finite_arguments_reach_the_function() -> None:
+    results = run_harness(
+        "def f(x):\n    return x > 1e308\n", [CallCase(fn_name="f", args=[float("inf")], expected=True)]
+    )
+    assert json.loads(str(results[0]["value"]["json"])) is True  # type: ignore[index]

@@ -202,7 +202,11 @@ def build_python_harness(
         "mark": MARK,
         "value_cap": VALUE_CAP,
     }
-    literal = python_literal(data)
+    try:
+        json.dumps(data, allow_nan=False)  # C speed: only non-finite floats need the slow path
+        literal = repr(data)  # JSON-like data without inf/nan: repr is a Python literal
+    except ValueError:
+        literal = python_literal(data)
     if len(literal) > _LITERAL_MAX:
         # Compiling a huge literal costs more than parsing JSON: big inputs pay the json import instead.
         literal = "__import__('json').loads(" + repr(json.dumps(data)) + ")"

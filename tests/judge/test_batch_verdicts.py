@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from judge_support import needs_subprocess
-
 from sandboxkit import SandboxPool
 from sandboxkit.judge import Verdict, grade_many
+from support.judge import needs_subprocess
 
 pytestmark = needs_subprocess
 

@@ -7,12 +7,12 @@ output matching would reject every valid answer but one; a checker accepts them 
 from __future__ import annotations
 
 import pytest
-from judge_support import FAST, needs_gpp, needs_subprocess
 
 from sandboxkit import Limits, SandboxPool
 from sandboxkit.judge import grade
 from sandboxkit.judge.cases import InvalidTests
 from sandboxkit.judge.checkers import parse_checker
+from support.judge import FAST, needs_gpp, needs_subprocess
 
 pytestmark = needs_subprocess
 

@@ -13,12 +13,12 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-from judge_support import FAST, needs_subprocess, requires
 
 from sandboxkit import SandboxPool
 from sandboxkit.judge import grade
 from sandboxkit.judge.cases import StdioCase
 from sandboxkit.judge.harness import build_python_harness, parse_harness_output
+from support.judge import FAST, needs_subprocess, requires
 
 #: Anything that would reveal sandboxkit's own code in a traceback.
 LEAKS = re.compile(r"sandboxkit|_run_python|_child_\w+|_server_main|<string>|_schedule|_start\b|exec\(_CODE")

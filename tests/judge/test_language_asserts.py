@@ -19,11 +19,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
-from judge_support import FAST, needs_subprocess, requires
 
 from sandboxkit import Limits, SandboxPool
 from sandboxkit.judge import grade
 from sandboxkit.languages import LANGUAGES
+from support.judge import FAST, needs_subprocess, requires
 
 
 @dataclass(frozen=True)

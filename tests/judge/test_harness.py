@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -204,3 +205,17 @@ def test_non_finite_arguments_reach_the_function() -> None:
         "def f(x):\n    return x > 1e308\n", [CallCase(fn_name="f", args=[float("inf")], expected=True)]
     )
     assert json.loads(str(results[0]["value"]["json"])) is True  # type: ignore[index]
+
+
+def test_waiting_for_a_cpu_does_not_count_against_the_wall_limit() -> None:
+    # Busy processes outnumber the CPUs many times, so each case (0.12 s of CPU, limit 0.2 s) waits
+    # far longer than its 1.4 s wall limit for its share: waiting is not sleeping, so it passes.
+    source = "def f():\n    import time\n    end = time.process_time() + 0.12\n    while time.process_time() < end:\n        pass\n    return 1\n"
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(12 * (os.cpu_count() or 1))]
+    try:
+        results = run_harness(source, [CallCase(fn_name="f", expected=1) for _ in range(4)], timeout_s=0.2)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert [results[i]["status"] for i in range(4)] == ["ok"] * 4, results

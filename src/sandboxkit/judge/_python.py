@@ -31,8 +31,10 @@ async def run_harness(job: Job, group: list[tuple[int, StdioCase | AssertCase | 
         job.code, cases, timeout_s=job.limits.timeout_s, output_bytes=job.limits.output_bytes, stop_on_error=job.stop
     )
     n = len(group)
-    # Worst case: every case runs alone to its wall limit (CPU-bound cases stop at their CPU limit sooner).
-    budget = min(_MAX_RUN_S, n * (wall_limit(job.limits.timeout_s) + 0.5) + 5.0)
+    # Every case may run alone to its wall limit, stretched (up to WALL_STRETCH times each) by time spent
+    # waiting for a CPU; the run as a whole gets three times the plain limits, so a program that stalls
+    # its own harness cannot hold a sandbox for long.
+    budget = min(_MAX_RUN_S, n * (3 * wall_limit(job.limits.timeout_s) + 0.5) + 5.0)
     # Room for every case's report: a return value (up to VALUE_CAP) or a stdio case's output, JSON-escaped.
     per_case = (
         max(VALUE_CAP, 2 * job.limits.output_bytes) if any(isinstance(c, StdioCase) for c in cases) else VALUE_CAP

@@ -54,6 +54,7 @@ __all__ = [
     "HARNESS_MODULES",
     "MARK",
     "VALUE_CAP",
+    "WALL_STRETCH",
     "HarnessReport",
     "build_python_harness",
     "canonical_hash",
@@ -147,11 +148,17 @@ HARNESS_MODULES = (
 DEFAULT_PARALLEL = 8
 
 
+#: Waiting for a CPU stretches a case's wall limit, up to this many times the limit.
+WALL_STRETCH = 10.0
+
+
 def wall_limit(timeout_s: float) -> float:
     """A case's wall-clock limit: generous, because its CPU time is what the time limit measures.
 
     A busy loop is stopped by its CPU time (``timeout_s``) however loaded the machine is; the wall
-    limit only catches a case that sleeps or blocks without using CPU.
+    limit only catches a case that sleeps or blocks without using CPU. Time the case spends waiting
+    for a CPU (the kernel's run-queue wait, ``/proc/PID/schedstat``) extends it, up to
+    :data:`WALL_STRETCH` times, so a busy machine cannot turn a slow-but-correct case into a timeout.
     """
     return 2.0 * timeout_s + 1.0
 
@@ -195,6 +202,7 @@ def build_python_harness(
         "cases": items,
         "cpu": float(timeout_s),
         "wall": wall_limit(float(timeout_s)),
+        "stretch": WALL_STRETCH,
         "output_bytes": int(output_bytes),
         "stop_on_error": stop_on_error,
         "parallel": max(1, int(parallel)),

@@ -34,14 +34,7 @@ def _docker_usable() -> bool:
     return bool(DockerBackend.availability().usable)
 
 
-#: Until the subprocess backend's own clean-traceback change (issue 13 item 2) is merged, its warm
-#: path shows one ``<string> _run_python`` frame; remove this mark once it is.
-PENDING_SUBPROCESS_FIX = pytest.mark.xfail(reason="subprocess warm path shows a _run_python frame", strict=False)
-
-
-@pytest.fixture(
-    params=[pytest.param("subprocess", marks=PENDING_SUBPROCESS_FIX), pytest.param("docker", marks=pytest.mark.docker)]
-)
+@pytest.fixture(params=["subprocess", pytest.param("docker", marks=pytest.mark.docker)])
 async def any_pool(request: pytest.FixtureRequest) -> AsyncIterator[SandboxPool]:
     if request.param == "docker":
         if not _docker_usable():

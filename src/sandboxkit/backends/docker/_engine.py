@@ -24,7 +24,7 @@ import posixpath
 import socket
 import tarfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -195,8 +195,11 @@ def remove_volume(client: Any, name: str, attempts: int = 20) -> None:
             time.sleep(0.1)
 
 
-def remove_labelled(client: Any, labels: Mapping[str, str]) -> int:
-    """Remove every container (any state) and volume carrying all ``labels``.
+def remove_labelled(
+    client: Any, labels: Mapping[str, str], keep: Callable[[Mapping[str, str]], bool] | None = None
+) -> int:
+    """Remove every container (any state) and volume carrying all ``labels``, except those ``keep``
+    says to keep (it is given each one's labels).
 
     Returns how many sandboxes were removed: containers, plus workspace volumes whose container
     had already gone (a runner whose host died removes its own container, not its volume).
@@ -207,9 +210,13 @@ def remove_labelled(client: Any, labels: Mapping[str, str]) -> int:
     removed = 0
     attached: set[str] = set()
     for item in client.api.containers(all=True, filters=filters):
+        if keep is not None and keep(item.get("Labels") or {}):
+            continue
         attached.update(m.get("Name", "") for m in item.get("Mounts") or [])
         removed += remove_container(client, item["Id"])
     for volume in (client.api.volumes(filters=filters) or {}).get("Volumes") or []:
+        if keep is not None and keep(volume.get("Labels") or {}):
+            continue
         try:
             remove_volume(client, volume["Name"])
             removed += volume["Name"] not in attached

@@ -191,6 +191,9 @@ async def test_fetch_does_not_follow_planted_symlinks(sandbox: Any) -> None:
     assert result.stdout == "False\n", result
     assert result.files == {"mine.txt": b"mine"}, sorted(result.files)
     assert await sandbox.read_files(["etc/passwd", "locked.txt", "mine.txt"]) == {"mine.txt": b"mine"}
+    await sandbox.exec("chmod 000 .")  # the program locks its own workspace: nothing to fetch, no crash
+    assert await sandbox.read_files(["mine.txt"]) == {}
+    assert await sandbox.alive()
 
 
 async def test_write_files_does_not_follow_planted_symlinks(sandbox: Any) -> None:

@@ -564,7 +564,10 @@ def open_in_workspace(rel: str) -> int | None:
     program itself could not read is not returned. ``O_NONBLOCK``: a FIFO cannot stall us.
     """
     parts = rel.split("/")
-    fd = os.open(WORKDIR, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fd = os.open(WORKDIR, os.O_RDONLY | os.O_DIRECTORY)  # the program may have made it unreadable
+    except OSError:
+        return None
     try:
         for part in parts[:-1]:
             inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
@@ -634,6 +637,9 @@ def main() -> None:
     if not IS_INIT:  # kill(-1) and wiping WORKDIR are only safe inside a container of our own
         sys.exit("sandboxkit runner: refusing to run outside a container (it must be PID 1)")
     global _LIBC, _STDIO, _OOM_SEEN
+    # `python3 -c` puts '' (the working directory: the workspace, which the program controls) first
+    # on sys.path; an import here after a run could load a module the program planted there.
+    sys.path[:] = BASE_SYS_PATH
     try:
         import ctypes
 

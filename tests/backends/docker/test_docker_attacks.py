@@ -151,7 +151,18 @@ async def test_earlier_env_and_argv_are_not_in_inherited_memory(sandbox: Any) ->
 
 
 @pytest.mark.parametrize(
-    "sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGALRM]
+    "sig",
+    [
+        signal.SIGTERM,
+        signal.SIGINT,
+        signal.SIGHUP,
+        signal.SIGQUIT,
+        signal.SIGUSR1,
+        signal.SIGALRM,
+        signal.SIGSTOP,
+        signal.SIGTSTP,
+        signal.SIGSEGV,
+    ],
 )
 async def test_the_program_cannot_signal_the_runner(sandbox: Any, sig: signal.Signals) -> None:
     code = f"import os, time\nos.kill(1, {int(sig)})\ntime.sleep(0.3)\nprint('still here')"

@@ -165,7 +165,11 @@ async def test_earlier_env_and_argv_are_not_in_inherited_memory(sandbox: Any) ->
     ],
 )
 async def test_the_program_cannot_signal_the_runner(sandbox: Any, sig: signal.Signals) -> None:
-    code = f"import os, time\nos.kill(1, {int(sig)})\ntime.sleep(0.3)\nprint('still here')"
+    # Refused outright (the runner is root) or delivered and ignored (init handles no signal).
+    code = (
+        f"import os, time\ntry:\n    os.kill(1, {int(sig)})\nexcept PermissionError:\n    pass\n"
+        "time.sleep(0.3)\nprint('still here')"
+    )
     result = await sandbox.run(RunRequest(code=code, limits=FAST))
     assert result.status is Status.OK and result.stdout == "still here\n", result
     assert await sandbox.alive()
@@ -173,11 +177,38 @@ async def test_the_program_cannot_signal_the_runner(sandbox: Any, sig: signal.Si
     assert again.stdout == "next run\n"
 
 
+async def test_the_program_cannot_change_the_runners_limits_or_priority(sandbox: Any) -> None:
+    # Same-uid rules would let a program prlimit (RLIMIT_NOFILE 4: the next run cannot open a
+    # pipe; RLIMIT_CPU: the kernel SIGKILLs even init), renice or pin the runner. It runs as root
+    # with only the capabilities it needs; the program, uid 1000, has none and cannot touch it.
+    code = (
+        "import os, resource\n"
+        "attacks = {\n"
+        "    'nofile': lambda: resource.prlimit(1, resource.RLIMIT_NOFILE, (4, 4)),\n"
+        "    'cpu': lambda: resource.prlimit(1, resource.RLIMIT_CPU, (1, 1)),\n"
+        "    'renice': lambda: os.setpriority(os.PRIO_PROCESS, 1, 19),\n"
+        "    'affinity': lambda: os.sched_setaffinity(1, {0}),\n"
+        "    'idle': lambda: os.sched_setscheduler(1, os.SCHED_IDLE, os.sched_param(0)),\n"
+        "}\n"
+        "for name, attack in attacks.items():\n"
+        "    try:\n        attack()\n        print('CHANGED', name)\n"
+        "    except OSError:\n        print('refused', name)\n"
+    )
+    result = await sandbox.run(RunRequest(code=code, limits=FAST))
+    assert "CHANGED" not in result.stdout and result.stdout.count("refused") == 5, result
+    for _ in range(3):
+        again = await sandbox.run(RunRequest(code="print('next run')", limits=FAST))
+        assert again.status is Status.OK and again.stdout == "next run\n", again
+    assert await sandbox.alive()
+
+
 async def test_programs_still_get_default_signal_dispositions(sandbox: Any) -> None:
     # The runner ignores what it must; its children must not inherit that (exec'd or in place).
     check = "grep -E '^Sig(Ign|Cgt)' /proc/self/status"
     shell = await sandbox.exec(check)
     assert "SigIgn:\t0000000000000000" in shell.stdout, shell
+    runner = await sandbox.exec("grep -E '^SigCgt' /proc/1/status")  # the runner catches no signal at all
+    assert runner.stdout == "SigCgt:\t0000000000000000\n", runner
     python = await sandbox.run(
         RunRequest(code="import signal\nprint(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
     )

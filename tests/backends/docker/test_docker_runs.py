@@ -173,12 +173,16 @@ async def test_container_is_hardened(sandbox: Any, docker_client: Any, test_labe
     assert host["ReadonlyRootfs"] is True and host["NetworkMode"] == "none" and host["Privileged"] is False
     assert host["Memory"] > 0 and host["MemorySwap"] == host["Memory"] and host["PidsLimit"] == FAST.pids + 1
     assert host["CpuQuota"] > 0 and host["AutoRemove"] is True and host["LogConfig"]["Type"] == "none"
-    assert info["Config"]["User"] == "1000:1000"
+    # The runner is root with only these capabilities; every program runs as 1000 with none.
+    assert info["Config"]["User"] == "0:0" and sorted(host["CapAdd"]) == ["KILL", "SETGID", "SETUID"]
     labels = info["Config"]["Labels"]
     assert labels["sandboxkit"] == "1" and labels["sandboxkit.test"] == test_labels["sandboxkit.test"]
     assert labels["sandboxkit.instance"] and labels["sandboxkit.backend"] == "docker"
-    status = await sandbox.exec("grep -E 'NoNewPrivs|CapEff' /proc/self/status")
-    assert status.stdout.split() == ["CapEff:", "0000000000000000", "NoNewPrivs:", "1"]
+    status = await sandbox.exec("grep -E '^(Uid|CapEff|CapPrm|NoNewPrivs)' /proc/self/status")
+    assert status.stdout.split() == [
+        *("Uid:", "1000", "1000", "1000", "1000"),
+        *("CapPrm:", "0000000000000000", "CapEff:", "0000000000000000", "NoNewPrivs:", "1"),
+    ]
 
 
 async def test_emergency_cleanup_removes_what_it_created(test_labels: dict[str, str], docker_client: Any) -> None:

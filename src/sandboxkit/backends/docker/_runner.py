@@ -55,6 +55,10 @@ INLINE_CALL_MAX = 4 << 20
 BASE_SYS_PATH = [p for p in sys.path if p]
 _SCRATCH = bytearray(65536)
 PR_SET_DUMPABLE = 4
+#: The uid and gid programs run as (the runner's own when it is not started as root).
+SANDBOX_ID = 1000  # set from argv by main()
+#: True when the runner is root with only the capabilities it needs (see :func:`supervise`).
+_SUPERVISOR = False
 CHILD_NICE = 10
 #: The environment programs get unless a request adds to it; the runner lives in it, so children inherit it.
 BASE_ENV_KEYS = ("PATH", "HOME", "LANG")
@@ -185,6 +189,12 @@ def child(step: dict[str, Any], blobs: memoryview, fds: tuple[int, int, int], re
         private = json.loads(bytes(blobs[off : off + size]).decode("utf-8"))
         argv0 = private["argv"][0]
         os.setsid()
+        if _SUPERVISOR:  # become the program's user for good: no capability survives this
+            os.setgroups([])
+            os.setresgid(SANDBOX_ID, SANDBOX_ID, SANDBOX_ID)
+            os.setresuid(SANDBOX_ID, SANDBOX_ID, SANDBOX_ID)
+        if _LIBC is not None:  # exec would do this; before it (and in place) /proc/self must be ours
+            _LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         try:
             fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
             os.write(fd, b"1000")  # the OOM killer takes the program, never the runner
@@ -211,8 +221,6 @@ def child(step: dict[str, Any], blobs: memoryview, fds: tuple[int, int, int], re
             # What ``python3`` sets up at start (the runner keeps SIGINT at its default: it is init).
             signal.signal(signal.SIGINT, signal.default_int_handler)
             os.close(report)
-            if _LIBC is not None:  # exec would do this; in place, a program may read its own /proc/self
-                _LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
             python_main(private)
         exe = resolve(argv0, private["env"].get("PATH", ""), private["cwd"])
         if exe is None:
@@ -526,6 +534,17 @@ def remove_ipc() -> list[str]:
     memory cgroup: left alone, they would carry one tenant's data (and memory use) into the next.
     Every process runs as the runner's uid, so the runner owns (and may remove) all of them.
     """
+    if _SUPERVISOR:  # IPC_RMID wants the owner's euid (or CAP_SYS_ADMIN, which we do not hold)
+        os.setresuid(-1, SANDBOX_ID, -1)  # nothing runs during a reset; the saved uid brings us back
+        try:
+            return _remove_ipc()
+        finally:
+            os.setresuid(-1, 0, -1)
+            _LIBC.setfsuid(SANDBOX_ID)  # a change of euid resets the fsuid
+    return _remove_ipc()
+
+
+def _remove_ipc() -> list[str]:
     left = []
     for kind in ("shm", "msg", "sem"):
         for ident in ipc_ids(kind):
@@ -633,10 +652,36 @@ def handle(header: dict[str, Any], blobs: memoryview) -> tuple[dict[str, Any], l
     return {"ok": False, "error": f"unknown op {op!r}"}, []
 
 
+def supervise() -> bool:
+    """Started as root: stay root, but touch files as the program's user. True if that holds.
+
+    Why not run as the program's uid: every process of one uid may ``prlimit``, renice, pin or
+    set the scheduling class of every other (no capability needed), so a program could set our
+    ``RLIMIT_NOFILE`` to 4 or our ``RLIMIT_CPU`` hard limit to 1 s (the kernel then SIGKILLs
+    even init), starve us with ``SCHED_IDLE``, or break every later run. As uid 0 we are out of
+    the program's reach; the container grants only SETUID/SETGID (to become the program's user
+    in each child, and to take its euid while removing its IPC objects on reset) and KILL
+    (``kill(-1)`` of its processes), never DAC_OVERRIDE: files are opened with fsuid = the
+    program's uid, so the runner reads and writes exactly what the program could. Without ctypes (no ``setfsuid``),
+    we fall back to being the program's user ourselves.
+    """
+    if _LIBC is not None:
+        _LIBC.setfsgid(SANDBOX_ID)
+        _LIBC.setfsuid(SANDBOX_ID)
+        if _LIBC.setfsuid(-1) == SANDBOX_ID:  # an invalid id changes nothing and returns the current one
+            return True
+    os.setgroups([])
+    os.setresgid(SANDBOX_ID, SANDBOX_ID, SANDBOX_ID)
+    os.setresuid(SANDBOX_ID, SANDBOX_ID, SANDBOX_ID)
+    return False
+
+
 def main() -> None:
     if not IS_INIT:  # kill(-1) and wiping WORKDIR are only safe inside a container of our own
         sys.exit("sandboxkit runner: refusing to run outside a container (it must be PID 1)")
-    global _LIBC, _STDIO, _OOM_SEEN
+    global _LIBC, _STDIO, _OOM_SEEN, _SUPERVISOR, SANDBOX_ID
+    if len(sys.argv) > 2:
+        SANDBOX_ID = int(sys.argv[2])
     # `python3 -c` puts '' (the working directory: the workspace, which the program controls) first
     # on sys.path; an import here after a run could load a module the program planted there.
     sys.path[:] = BASE_SYS_PATH
@@ -647,6 +692,8 @@ def main() -> None:
         _LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no ptrace, no /proc/1/mem, /proc/1/fd
     except Exception:
         pass
+    if os.getuid() == 0:
+        _SUPERVISOR = supervise()
     # Handle no signal at all: as init, we then receive none from the program (see the module
     # docstring). Python's SIGINT handler would let `kill(1, SIGINT)` end every later run.
     # SIGPIPE and SIGXFSZ stay ignored (a closed stdin pipe must not kill us); children reset them.

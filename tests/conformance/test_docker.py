@@ -38,11 +38,6 @@ _LABELS = {"sandboxkit.test": f"conformance-{uuid.uuid4().hex[:8]}"}
 class TestDockerConformance(BackendConformance):
     backend_name = "docker"
     backend_options: ClassVar[dict[str, Any]] = {"labels": _LABELS}
-    xfail: ClassVar[dict[str, str]] = {
-        # Issue 18 item 2: past output_bytes a stream keeps head + marker + tail and the program runs
-        # on to Limits.stop_bytes(); this pre-18 test still asserts at most output_bytes are returned.
-        "test_output_cap": "asserts the old kill-at-cap output semantics (issue 18 replaces them)",
-    }
 
     async def live_sandboxes(self, backend: Backend) -> int | None:
         import docker

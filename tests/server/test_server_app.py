@@ -11,7 +11,7 @@ import json
 import pytest
 
 from sandboxkit.models import Limits
-from server.serve_process import AppClient
+from support.serve import AppClient
 
 HELLO = {"code": "print('Hello, world!')", "language": "python"}
 

@@ -19,12 +19,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from dockertest_support import FAST, containers_of
 
 from sandboxkit.errors import InvalidRequest
 from sandboxkit.models import RunRequest, RunResult, Status
 from sandboxkit.output import cut_head_tail
 from sandboxkit.pool import SandboxPool
+from support.docker_engine import FAST, containers_of
 
 ATTACK = FAST.merged(timeout_s=5.0)
 

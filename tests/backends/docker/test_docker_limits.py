@@ -7,11 +7,11 @@ import socket
 from typing import Any
 
 import pytest
-from dockertest_support import FAST
 
 from sandboxkit.errors import InvalidRequest
 from sandboxkit.models import Limits, RunRequest, Status
 from sandboxkit.output import cut_head_tail
+from support.docker_engine import FAST
 
 MEMORY_HOG = "chunks = []\nwhile True:\n    chunks.append(b'x' * (1 << 20))"
 C_MEMORY_HOG = (

@@ -174,7 +174,9 @@ class DockerSandbox(Sandbox):
         """Write the source, compile if needed, run with stdin, fetch files (see :class:`Sandbox`).
 
         Raises:
-            InvalidRequest: the request needs a network setting this container was not opened with.
+            InvalidRequest: the request needs a network setting this container was not opened with,
+                or holds what no program can receive (a lone surrogate, a NUL in env/argv, a name
+                over 255 bytes, a limit Docker cannot apply).
             ToolchainMissing: the image lacks the language's compiler or interpreter.
             SandboxCrashed: the container or its runner died, or did not answer in time.
             Transient: the Docker engine could not be reached.
@@ -260,7 +262,8 @@ class DockerSandbox(Sandbox):
         """Run ``bash -c command`` or an argv list in the workspace (see :class:`Sandbox`).
 
         Raises:
-            InvalidRequest: ``cwd`` escapes the workspace, the argv is empty or the timeout is not positive.
+            InvalidRequest: ``cwd`` escapes the workspace, the argv is empty, the timeout is not positive,
+                or argv/env/stdin hold a lone surrogate or a NUL.
             SandboxCrashed: the container or its runner died, or did not answer in time.
         """
         if timeout is not None and not timeout > 0:

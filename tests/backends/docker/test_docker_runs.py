@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from typing import Any
 
@@ -240,3 +241,22 @@ async def test_an_image_without_python_is_unavailable(test_labels: dict[str, str
     finally:
         await backend.aclose()
         docker_client.api.remove_image(name, force=True)
+
+
+async def test_fetch_files_small_inline_large_through_the_engine(sandbox: Any) -> None:
+    # Up to 1 MiB per file and 4 MiB per call come back over the channel; the rest is checked by
+    # the runner and copied with get_archive. Both paths must return the same bytes.
+    code = (
+        "import os\nopen('big.bin', 'wb').write(os.urandom(3 << 20))\n"
+        "for i in range(6):\n    open(f'part{i}.bin', 'wb').write(bytes([i]) * (900 << 10))\n"
+        "open('empty', 'wb').close()\nprint('written')"
+    )
+    names = ["big.bin", *(f"part{i}.bin" for i in range(6)), "empty", "absent"]
+    result = await sandbox.run(RunRequest(code=code, fetch_files=names, limits=FAST))
+    assert result.stdout == "written\n", result
+    assert sorted(result.files) == sorted(n for n in names if n != "absent")
+    assert len(result.files["big.bin"]) == 3 << 20 and result.files["empty"] == b""
+    for i in range(6):
+        assert result.files[f"part{i}.bin"] == bytes([i]) * (900 << 10)
+    check = await sandbox.exec("sha256sum big.bin")
+    assert check.stdout.split()[0] == hashlib.sha256(result.files["big.bin"]).hexdigest()

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from sandboxkit.cli._common import EXIT_USAGE, err_console, fail
+from sandboxkit.cli._common import EXIT_USAGE, backend_options, err_console, fail
 from sandboxkit.errors import SandboxError
 
 
@@ -68,7 +68,7 @@ def serve(
             max_body_bytes=int(max_body_mb * 1024 * 1024),
             max_queue=max_queue,
             limits=limits,
-            backend_options=_parse_options(backend_option or []),
+            backend_options=backend_options(backend, backend_option),
         )
     except SandboxError as exc:
         fail(exc)

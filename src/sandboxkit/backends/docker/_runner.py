@@ -1,16 +1,21 @@
 """sandboxkit's in-container runner: PID 1 of every Docker sandbox (standard library only, Python >= 3.8).
 
-The host starts it once per container (``python3 -c <this file> WORKDIR``) and talks to it over
+The host starts it once per container (``python3 -c <this file> WORKDIR UID``) and talks to it over
 the container's attached stdin/stdout, so a run costs one round trip on an open socket instead of
 a ``docker exec`` (an API call, a runc invocation and a fresh process tree, ~60-200 ms).
 
 Why PID 1: the kernel delivers a signal sent to a namespace's init from inside it only if init
 handles that signal, and never SIGKILL/SIGSTOP. The runner handles none (every disposition is the
-default or "ignore"), so the program (same uid) cannot signal its supervisor at all; the host
-tears a container down with SIGKILL through the engine API. Every orphan is re-parented to us, so after each
-step ``kill(-1, SIGKILL)`` plus reaping until ``ECHILD`` proves the container holds nothing else
-(double-forked daemons included). The runner is marked non-dumpable, so a program cannot ptrace it
-or open ``/proc/1/mem`` / ``/proc/1/fd``.
+default or "ignore"), so the program cannot signal its supervisor at all; the host tears a
+container down with SIGKILL through the engine API. The runner is also root (with only the
+capabilities of ``supervise``) while every program runs as uid 1000 with none, so the same-uid
+rules that let a process ``prlimit``, renice or pin another do not reach it. Every orphan is
+re-parented to us, so after each step ``kill(-1, SIGKILL)`` plus reaping until ``ECHILD`` proves
+the container holds nothing else (double-forked daemons included). The runner is marked
+non-dumpable, so a program cannot ptrace it or open ``/proc/1/mem`` / ``/proc/1/fd``.
+
+This is one file on purpose (it is passed as ``python3 -c`` and imports nothing of sandboxkit),
+which is why it is longer than the project's other modules.
 
 Framing (both directions): ``>II`` = (json_len, blob_len), a UTF-8 JSON header, then a blob area.
 Bulky or private data (source code, stdin, each step's argv/env/cwd, program output, fetched

@@ -339,9 +339,13 @@ class Sink:
     Bytes go straight from the pipe into place (one ``readv`` into the head's free room and the
     ring's two halves), so keeping the end costs no copy. ``over`` turns true once more than
     ``stop`` bytes have arrived: the program is stopped then, and only then.
+
+    ``live`` (1 for stdout, 2 for stderr, 0 for off): each read is also sent to the host at once
+    as a ``{"chunk": live}`` frame whose blob is the bytes just read, up to ``stop`` (streaming).
+    The bytes are sent from where they were read into, so they are zeroed with the rest.
     """
 
-    def __init__(self, slot: int, head: int, tail: int, stop: int) -> None:
+    def __init__(self, slot: int, head: int, tail: int, stop: int, live: int = 0) -> None:
         view = memoryview(buffer(slot, head + tail))
         self.head, self.ring = view[:head], view[head : head + tail]
         self.n = 0  # bytes in the head
@@ -350,6 +354,7 @@ class Sink:
         self.total = 0
         self.stop = stop
         self.over = False
+        self.live = live
 
     def read(self, fd: int) -> bool:
         """Read what is there; True at EOF."""
@@ -363,6 +368,14 @@ class Sink:
             k = os.readv(fd, iov)
         except BlockingIOError:
             return False
+        if self.live and k and self.total < self.stop:
+            chunk, left = [], min(k, self.stop - self.total)
+            for part in iov:
+                if not left:
+                    break
+                chunk.append(part[:left])
+                left -= len(chunk[-1])
+            send({"chunk": self.live}, chunk)
         self.total += k
         into_head = min(k, room)
         self.n += into_head
@@ -398,7 +411,11 @@ def run_step(step: dict[str, Any], blobs: memoryview, slot: int) -> tuple[dict[s
     for fd in (in_r, out_w, err_w, report_w):
         os.close(fd)
     head, tail, stop = int(step["head"]), int(step["tail"]), int(step["stop"])
-    sinks = {out_r: Sink(slot, head, tail, stop), err_r: Sink(slot + 1, head, tail, stop)}
+    live = bool(step.get("live"))
+    sinks = {
+        out_r: Sink(slot, head, tail, stop, 1 if live else 0),
+        err_r: Sink(slot + 1, head, tail, stop, 2 if live else 0),
+    }
     try:
         pidfd = os.pidfd_open(pid)  # type: ignore[attr-defined]
     except (AttributeError, OSError):

@@ -130,6 +130,7 @@ class DockerBackend(Backend):
         self._client_lock = threading.Lock()
         self._created: dict[str, str] = {}  # container id -> its workspace volume
         self._caps = Capabilities(
+            streaming=True,
             languages=frozenset(LANGUAGES),
             stateful=True,
             network_control=True,

@@ -25,7 +25,7 @@ from sandboxkit.base import OutputCallback, Sandbox
 from sandboxkit.errors import InvalidRequest, SandboxCrashed, SandboxError, ToolchainMissing, Transient
 from sandboxkit.languages import Language, resolve_language
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status
-from sandboxkit.streaming import replay
+from sandboxkit.streaming import Sink, sink
 
 if TYPE_CHECKING:
     from sandboxkit.backends.docker.backend import DockerBackend
@@ -75,14 +75,26 @@ class DockerSandbox(Sandbox):
             log.info("docker sandbox %s is unusable: %s", self.id, why)
 
     async def _call(
-        self, header: dict[str, Any], blobs: Sequence[bytes], timeout_s: float
+        self,
+        header: dict[str, Any],
+        blobs: Sequence[bytes],
+        timeout_s: float,
+        sinks: tuple[Sink | None, Sink | None] | None = None,
     ) -> tuple[dict[str, Any], bytes]:
-        """One request to the runner, under the host-side deadline."""
+        """One request to the runner, under the host-side deadline.
+
+        ``sinks`` (stdout's, stderr's): where the ``{"chunk": 1|2}`` frames a step marked ``live``
+        sends before the reply go, as they arrive (streaming).
+        """
         async with self._lock:
-            return await self._call_locked(header, blobs, timeout_s)
+            return await self._call_locked(header, blobs, timeout_s, sinks)
 
     async def _call_locked(
-        self, header: dict[str, Any], blobs: Sequence[bytes], timeout_s: float
+        self,
+        header: dict[str, Any],
+        blobs: Sequence[bytes],
+        timeout_s: float,
+        sinks: tuple[Sink | None, Sink | None] | None = None,
     ) -> tuple[dict[str, Any], bytes]:
         """:meth:`_call` for a caller that holds the lock (and needs the container still between calls)."""
         if self._closed:
@@ -94,6 +106,11 @@ class DockerSandbox(Sandbox):
         try:
             with anyio.fail_after(timeout_s):
                 reply, blob = await self._channel.request(header, blobs)
+                while "chunk" in reply and sinks is not None:
+                    target = sinks[0] if reply["chunk"] == 1 else sinks[1]
+                    if target is not None:
+                        target(blob)
+                    reply, blob = await self._channel.receive()
         except TimeoutError as exc:
             self._break("runner did not answer")
             raise self._crashed(
@@ -178,11 +195,9 @@ class DockerSandbox(Sandbox):
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
     ) -> RunResult:
-        """See :meth:`_run_buffered`. This backend does not stream: the callbacks get the final output once."""
-        return replay(await self._run_buffered(request), on_stdout, on_stderr)
-
-    async def _run_buffered(self, request: RunRequest) -> RunResult:
         """Write the source, compile if needed, run with stdin, fetch files (see :class:`Sandbox`).
+
+        ``on_stdout`` / ``on_stderr`` get the program's output as the runner reads it (streaming).
 
         Raises:
             InvalidRequest: the request needs a network setting this container was not opened with,
@@ -194,6 +209,7 @@ class DockerSandbox(Sandbox):
         """
         lang = resolve_language(request.language)
         limits = request.limits
+        sinks = _sinks(on_stdout, on_stderr)
         source = utf8(request.code, "the code", self.id)
         stdin = utf8(request.stdin or "", "stdin", self.id)
         check_env(request.env, request.argv, self.id)
@@ -235,9 +251,11 @@ class DockerSandbox(Sandbox):
                 python={"script": src_name, "args": list(request.argv)} if fast else None,
             )
         )
+        if sinks is not None:
+            steps[-1]["live"] = True
         header = {"op": "run", "write": [[src_name, 0, len(source), 0o644]], "steps": steps}
         budget = sum(float(s["timeout"]) for s in steps) + self._grace()
-        reply, blob = await self._call(header, blobs.parts, budget)
+        reply, blob = await self._call(header, blobs.parts, budget, sinks)
         results = reply["steps"]
         self._step_failed(results)
         self._raise_if_missing(results, lang, [str(step_argv[0]) for step_argv in argvs])
@@ -272,20 +290,9 @@ class DockerSandbox(Sandbox):
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
     ) -> ExecResult:
-        """See :meth:`_exec_buffered`. This backend does not stream: the callbacks get the final output once."""
-        result = await self._exec_buffered(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout)
-        return replay(result, on_stdout, on_stderr)
-
-    async def _exec_buffered(
-        self,
-        command: str | Sequence[str],
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        stdin: str | None = None,
-        timeout: float | None = None,
-    ) -> ExecResult:
         """Run ``bash -c command`` or an argv list in the workspace (see :class:`Sandbox`).
+
+        ``on_stdout`` / ``on_stderr`` get the output as the runner reads it (streaming).
 
         Raises:
             InvalidRequest: ``cwd`` escapes the workspace, the argv is empty, the timeout is not positive,
@@ -312,12 +319,18 @@ class DockerSandbox(Sandbox):
             blobs=blobs,
             stdin=data,
         )
+        sinks = _sinks(on_stdout, on_stderr)
+        if sinks is not None:
+            step["live"] = True
         header = {"op": "run", "steps": [step]}
-        reply, blob = await self._call(header, blobs.parts, float(step["timeout"]) + self._grace())
+        reply, blob = await self._call(header, blobs.parts, float(step["timeout"]) + self._grace(), sinks)
         self._step_failed(reply["steps"])
         result = reply["steps"][0]
         if result.get("missing"):  # like a shell: a failed command, not an infrastructure error
-            return ExecResult(status=Status.FAILED, exit_code=127, stderr=f"{argv[0]}: command not found\n")
+            missing = f"{argv[0]}: command not found\n"
+            if sinks is not None and sinks[1] is not None:
+                sinks[1](missing.encode())
+            return ExecResult(status=Status.FAILED, exit_code=127, stderr=missing)
         return classify(result, *split_outputs(reply["steps"], blob)[0])
 
     async def write_files(self, files: Mapping[str, bytes | str]) -> None:
@@ -415,3 +428,12 @@ class DockerSandbox(Sandbox):
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("broken" if self._broken else "open")
         return f"<DockerSandbox {self.id} {state}>"
+
+
+def _sinks(
+    on_stdout: OutputCallback | None, on_stderr: OutputCallback | None
+) -> tuple[Sink | None, Sink | None] | None:
+    """The callbacks made safe, or ``None`` when there are none (the step is then not ``live``)."""
+    if on_stdout is None and on_stderr is None:
+        return None
+    return sink(on_stdout, "on_stdout", backend=_NAME), sink(on_stderr, "on_stderr", backend=_NAME)

@@ -12,8 +12,9 @@ blocking ``SyncSandboxPool``, and an iterator is a few lines on top when a calle
 
 Rules every backend follows (pinned by the conformance suite):
 
-* A callback is called on the event loop, with non-empty ``bytes`` chunks in the order they
-  were written, up to ``limits.stop_bytes()`` per stream (the raw bytes, before the head +
+* A callback is called on the event loop (keep it quick: a slow one delays every other call's
+  I/O on that loop; hand the bytes to a queue for heavy work), with non-empty ``bytes`` chunks
+  in the order they were written, up to ``limits.stop_bytes()`` per stream (the raw bytes, before the head +
   tail cut; a chunk may end inside a multi-byte character).
 * A callback that raises is logged once and keeps being called; the result keeps everything
   (a user's callback bug must not lose the result of a training step).

@@ -38,7 +38,7 @@ def test_run_streams_the_first_line_before_the_program_ends() -> None:
         proc.wait()
     assert (first, second) == (b"first\n", b"second\n")
     assert still_running, "the first line was only readable after the CLI exited: not streamed"
-    assert gap >= 1.5, f"the lines arrived {gap:.2f}s apart; the program slept 2 s between them: not streamed"
+    assert gap >= 1.0, f"the lines arrived {gap:.2f}s apart; the program slept 2 s between them: not streamed"
     assert rest == b"" and err == b"oops\n", "each chunk is printed once (no replay at the end)"
     assert proc.returncode == 3, "the CLI still exits with the program's exit code"
 

@@ -1,7 +1,7 @@
 """The Sandbox Fusion-compatible HTTP app: ``POST /run_code`` and ``GET /v1/ping`` over any backend.
 
 Behaviour that clients depend on, kept from Sandbox Fusion: field names and status strings
-(see :mod:`sandboxkit.server.models`), HTTP 200 for ``Success``, ``Failed`` *and*
+(see :mod:`sandboxkit.protocols.sandbox_fusion`), HTTP 200 for ``Success``, ``Failed`` *and*
 ``SandboxError``, HTTP 422 with FastAPI's ``{"detail": [...]}`` body for invalid input
 (malformed JSON, unknown language), ``"pong"`` on ``/v1/ping``, OpenAPI at ``/docs``.
 
@@ -35,10 +35,16 @@ from sandboxkit.errors import InvalidRequest, SandboxError
 from sandboxkit.languages import LANGUAGES, resolve_language
 from sandboxkit.models import Limits
 from sandboxkit.pool import SandboxPool
-from sandboxkit.server.convert import FieldError, request_from_sandbox_fusion, result_to_sandbox_fusion
+from sandboxkit.protocols.sandbox_fusion import (
+    FieldError,
+    RunCodeRequest,
+    RunCodeResponse,
+    RunStatus,
+    request_from_sandbox_fusion,
+    result_to_sandbox_fusion,
+)
 from sandboxkit.server.gate import Gate, QueueFull, QueueTimeout
 from sandboxkit.server.limits import BodySizeLimit
-from sandboxkit.server.models import RunCodeRequest, RunCodeResponse, RunStatus
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app"]
 

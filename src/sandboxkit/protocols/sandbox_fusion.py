@@ -33,7 +33,9 @@ timeout                   Failed       run: TimeLimitExceeded, return_code null
 compile_error             Failed       compile: Finished rc != 0 or TimeLimitExceeded;
                                        run_result null
 memory_exceeded           Failed       run: Finished, return_code != 0; message says why
-output_limit              Failed       run: Finished, ``stdout_truncated``; message says why
+output_limit              Failed       run: Finished, return_code != 0; message says why
+(any; a stream cut)       as above     ``stdout_truncated`` / ``stderr_truncated`` set:
+                                       head and tail kept, the cut marked in the text
 ========================  ===========  =============================================
 """
 
@@ -49,6 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sandboxkit.errors import InvalidRequest, Transient
 from sandboxkit.languages import resolve_language, sandbox_fusion_name
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status, check_relative_path
+from sandboxkit.output import cut_head_tail, cut_marker
 
 __all__ = [
     "SANDBOX_FUSION_LANGUAGES",
@@ -148,8 +151,12 @@ class CommandRunResult(BaseModel):
     return_code: int | None = None
     stdout: str | None = None
     stderr: str | None = None
-    stdout_truncated: bool = Field(False, description="sandboxkit: stdout was cut at the output limit.")
-    stderr_truncated: bool = Field(False, description="sandboxkit: stderr was cut at the output limit.")
+    stdout_truncated: bool = Field(
+        False, description="sandboxkit: stdout was longer than the cap; its head and tail are kept."
+    )
+    stderr_truncated: bool = Field(
+        False, description="sandboxkit: stderr was longer than the cap; its head and tail are kept."
+    )
 
 
 class RunCodeResponse(BaseModel):
@@ -264,9 +271,11 @@ def _command_from_exec(res: ExecResult) -> CommandRunResult:
 def _message(result: RunResult) -> str:
     if result.status is Status.MEMORY_EXCEEDED:
         return f"memory limit exceeded ({result.language} program killed)"
-    if result.status is Status.OUTPUT_LIMIT or result.stdout_truncated or result.stderr_truncated:
-        cut = [n for n, t in (("stdout", result.stdout_truncated), ("stderr", result.stderr_truncated)) if t]
-        return f"output limit exceeded: {' and '.join(cut) or 'output'} truncated at the server's per-stream cap"
+    cut = " and ".join(n for n, t in (("stdout", result.stdout_truncated), ("stderr", result.stderr_truncated)) if t)
+    if result.status is Status.OUTPUT_LIMIT:
+        return f"output limit exceeded: the program was stopped after writing too much ({cut or 'output'} cut)"
+    if cut:
+        return f"{cut} longer than the server's per-stream cap: the head and the tail are kept, the middle is cut"
     return ""
 
 
@@ -302,8 +311,10 @@ def result_from_sandbox_fusion(
 ) -> RunResult:
     """Turn a Success/Failed response back into a sandboxkit result.
 
-    Output longer than ``request.limits.output_bytes`` is cut here and flagged, so a remote
-    service without an output cap still honours the contract.
+    Output longer than ``request.limits.output_bytes`` is cut here to its head and tail
+    (:func:`sandboxkit.output.cut_head_tail`) and flagged, so a remote service without an output
+    cap still honours the contract. The cut changes no status: only a program the service
+    stopped for its output is ``output_limit``.
 
     Raises:
         Transient: the response is a ``SandboxError``, or is inconsistent (no run result
@@ -328,11 +339,8 @@ def result_from_sandbox_fusion(
             status = Status(response.sandboxkit_status)
         except ValueError:
             pass
-    cap = request.limits.output_bytes
-    stdout, out_cut = _cap(run_exec.stdout, cap)
-    stderr, err_cut = _cap(run_exec.stderr, cap)
-    if (out_cut or err_cut) and status in (Status.OK, Status.FAILED):
-        status = Status.OUTPUT_LIMIT
+    stdout, out_cut = _head_tail(run_exec.stdout, request.limits)
+    stderr, err_cut = _head_tail(run_exec.stderr, request.limits)
     try:
         files = {path: base64.b64decode(data, validate=True) for path, data in response.files.items()}
     except (binascii.Error, ValueError) as exc:
@@ -380,11 +388,13 @@ def _exec_from_command(cmd: CommandRunResult) -> ExecResult:
     )
 
 
-def _cap(text: str, cap: int) -> tuple[str, bool]:
-    data = text.encode("utf-8", errors="replace")
-    if len(data) <= cap:
+def _head_tail(text: str, limits: Limits) -> tuple[str, bool]:
+    data = text.encode("utf-8", errors="surrogateescape")
+    # A sandboxkit server already cut the stream; its marker makes it a little longer than the cap.
+    if len(data) <= limits.output_bytes + len(cut_marker(limits.stop_bytes())):
         return text, False
-    return data[:cap].decode("utf-8", errors="ignore"), True
+    kept, _ = cut_head_tail(data, limits.output_bytes, limits.output_head_fraction)
+    return kept.decode("utf-8", errors="replace"), True
 
 
 def _checked_path(field: str, path: str) -> str:

@@ -237,3 +237,35 @@ async def test_huge_body_gets_413_declared_or_streamed(app_client: AppClient) ->
         assert resp.status_code == 413
         assert "too large" in resp.json()["detail"] and "100000" in resp.json()["detail"]
     assert small.status_code == 200 and small.json()["status"] == "Success"
+
+
+async def test_run_code_adds_nothing_of_the_server_to_a_traceback(app_client: AppClient) -> None:
+    """Issue 13 item 2, server side: /run_code returns the backend's traceback as is (no server frame or path).
+
+    The backend's own frames are the backend's to remove; here the HTTP answer must equal what the
+    pool returned for the same program, once the per-sandbox directory is masked.
+    """
+    import re
+
+    from sandboxkit.models import RunRequest
+
+    code = "def solve():\n    raise ValueError('wrong')\nsolve()"
+    async with app_client() as client:
+        over_http = (await client.post("/run_code", json={"code": code, "language": "python"})).json()
+        direct = await client.app.state.pool.run(RunRequest(code=code, language="python"))  # type: ignore[attr-defined]
+
+    def masked(text: str) -> str:
+        return re.sub(r"/\S*?/(main\.py)", r"<dir>/\1", text)
+
+    stderr = over_http["run_result"]["stderr"]
+    assert masked(stderr) == masked(direct.stderr)
+    assert stderr.rstrip().endswith("ValueError: wrong")
+    for server_part in (
+        "sandboxkit/server",
+        "sandboxkit/protocols",
+        "site-packages",
+        "fastapi",
+        "uvicorn",
+        "starlette",
+    ):
+        assert server_part not in stderr

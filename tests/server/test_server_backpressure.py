@@ -154,3 +154,28 @@ def test_verl_max_concurrent_256_against_two_slots_loses_no_reward() -> None:
         assert (value, status) == ((1.0, {"success"}) if code == CORRECT else (0.0, {"timeout"}))
     assert stats["responses"]["streamed"] > 0  # some waits did outlast verl's read timeout
     assert stats["responses"].get("SandboxError", 0) == 0 and stats["admission"]["refused_busy"] == 0
+
+
+def test_sandboxkit_own_client_reads_a_heartbeat_answer() -> None:
+    """The ``sandbox_fusion`` backend (httpx, read timeout = compile + run + grace = 1.5 s) waits 2.5 s unharmed."""
+    import asyncio
+
+    from sandboxkit.backends.sandbox_fusion import SandboxFusionBackend
+    from sandboxkit.models import Limits, RunRequest, Status
+
+    limits = Limits(timeout_s=0.5, compile_timeout_s=0.5)
+    with uvicorn_thread(create_app(FakeBackend(), max_concurrency=1, heartbeat_s=0.3)) as url:
+        holder = hold_the_slot(url, 2.5)
+
+        async def main() -> Status:
+            backend = SandboxFusionBackend(url=url, request_grace_s=0.5)
+            try:
+                sandbox = await backend.open(limits)
+                return (await sandbox.run(RunRequest(code="ok", limits=limits))).status
+            finally:
+                await backend.aclose()
+
+        try:
+            assert asyncio.run(main()) is Status.OK
+        finally:
+            holder.join()

@@ -12,39 +12,16 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
 import requests
-import uvicorn
 from verl.utils.reward_score.sandbox_fusion import compute_score
 
 from sandboxkit.server.app import create_app
-from server.serve_process import ServeProcess
+from server.serve_process import ServeProcess, uvicorn_thread
 from support.fake_backend import FakeBackend
-
-
-@contextmanager
-def uvicorn_thread(app: Any) -> Iterator[str]:
-    """The app on a real loopback socket, in a thread (so tests can time what clients see)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", loop="asyncio"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 def hold_the_slot(url: str, seconds: float) -> threading.Thread:

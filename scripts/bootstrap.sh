@@ -45,8 +45,10 @@ PIP=".venv/bin/pip install -q --disable-pip-version-check"
 if [ "$ALL" = 1 ]; then
   # torch first and pinned: the machine has a local CPU wheel; anything else pulls GBs of CUDA.
   .venv/bin/python -c "import torch" 2>/dev/null || $PIP "torch==2.13.0"
-  log "installing sandboxkit[all] + verl 0.9.1 + the test plugin"
-  $PIP -e ".[all]" "verl==0.9.1" -e tests/plugin/sandboxkit-echo-plugin
+  # The echo test plugin is NOT installed here: tests install it into a temporary directory
+  # (tests/support/plugin_dist.py), so a user's `sandboxkit backends` never lists it.
+  log "installing sandboxkit[all] + verl 0.9.1"
+  $PIP -e ".[all]" "verl==0.9.1"
   log "starting Docker and building the base image"
   bash scripts/docker-setup.sh
 else

@@ -72,10 +72,12 @@ class Sandbox(abc.ABC):
             A result whose ``status`` says how the *program* ended.
 
         Raises:
-            InvalidRequest: the language is not supported by this backend.
+            InvalidRequest: the language is not supported by this backend (one of
+                :mod:`sandboxkit.languages` missing from ``capabilities.languages``).
             ToolchainMissing: the language's toolchain is not installed where the code runs.
-            SandboxCrashed: the sandbox died or vanished during the call.
+            SandboxCrashed: the sandbox was closed, or died or vanished during the call.
             Transient: a passing fault talking to the sandbox; safe to retry on a fresh sandbox.
+            RateLimited: the service refused the call for now (a :class:`Transient`).
         """
 
     @abc.abstractmethod
@@ -94,8 +96,9 @@ class Sandbox(abc.ABC):
         ``limits.timeout_s`` for this call. Other limits are those the sandbox was opened with.
 
         Raises:
-            InvalidRequest: ``cwd`` escapes the workspace or the timeout is not positive.
-            SandboxCrashed: the sandbox died or vanished during the call.
+            InvalidRequest: ``cwd`` escapes the workspace (absolute, or with ``..``) or the
+                timeout is not positive.
+            SandboxCrashed: the sandbox was closed, or died or vanished during the call.
             Transient: a passing fault talking to the sandbox.
         """
 
@@ -103,9 +106,13 @@ class Sandbox(abc.ABC):
     async def write_files(self, files: Mapping[str, bytes | str]) -> None:
         """Write files (paths relative to the workspace; parents created).
 
+        Every path is checked before anything is written, so a bad path writes nothing.
+
         Raises:
-            InvalidRequest: a path is absolute or contains ``..``.
-            SandboxCrashed: the sandbox is gone.
+            InvalidRequest: a path is empty, absolute, contains a NUL byte or a ``..`` component
+                (see :func:`sandboxkit.models.check_relative_path`).
+            SandboxCrashed: the sandbox was closed or is gone.
+            Transient: a passing fault talking to the sandbox.
         """
 
     @abc.abstractmethod
@@ -113,8 +120,9 @@ class Sandbox(abc.ABC):
         """Read files; paths that do not exist are absent from the returned mapping.
 
         Raises:
-            InvalidRequest: a path is absolute or contains ``..``.
-            SandboxCrashed: the sandbox is gone.
+            InvalidRequest: a path is empty, absolute, contains a NUL byte or a ``..`` component.
+            SandboxCrashed: the sandbox was closed or is gone.
+            Transient: a passing fault talking to the sandbox.
         """
 
     @abc.abstractmethod
@@ -125,8 +133,9 @@ class Sandbox(abc.ABC):
         """Return the workspace to its freshly opened state (files removed, no processes left).
 
         Returns:
-            True if the sandbox is clean and reusable; False if it cannot reset (the pool then
-            closes it). The default cannot.
+            True if the sandbox is clean and reusable; False if it cannot reset, is closed, or its
+            own machinery was disturbed by the last program (the pool then closes it). The
+            default cannot. Never raises: any failure to reset is ``False``.
         """
         return False
 
@@ -155,6 +164,8 @@ class Backend(abc.ABC):
 
         Raises:
             BackendUnavailable: the backend cannot create sandboxes here (SDK, engine, key).
+            CapacityExceeded: the service is at its concurrent-sandbox or quota limit (a
+                :class:`RateLimited`); the pool lowers its sandbox cap and queues instead of failing.
             RateLimited: the service refused the creation for now.
             Transient: a passing fault; the pool retries.
         """

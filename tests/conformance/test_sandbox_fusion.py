@@ -15,7 +15,7 @@ import pytest
 from sandboxkit.backends.sandbox_fusion import SandboxFusionBackend
 from sandboxkit.base import Backend
 from sandboxkit.testing import BackendConformance
-from server.serve_process import ServeProcess
+from support.serve import ServeProcess
 
 
 @pytest.fixture(scope="module")

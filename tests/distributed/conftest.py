@@ -6,7 +6,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _backend import worker_env
+
+from support.distributed import worker_env
 
 
 @pytest.fixture(scope="module")

@@ -11,12 +11,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _backend import worker_env
 
 from sandboxkit import SandboxPool
 from sandboxkit.distributed import RayPlacedBackend
 from sandboxkit.errors import InvalidRequest, SandboxCrashed
 from sandboxkit.models import Limits, RunRequest, Status
+from support.distributed import worker_env
 
 pytestmark = pytest.mark.slow
 

@@ -13,10 +13,10 @@ import time
 from typing import Any
 
 import pytest
-from _backend import TEST_NAMESPACE, PoolWorker, Recorder, SleepBackend
 
 from sandboxkit import SandboxPool, SyncSandboxPool
 from sandboxkit.distributed import NAMESPACE, RayLimiter, limiter_name, shutdown_limiter
+from support.distributed import TEST_NAMESPACE, PoolWorker, Recorder, SleepBackend
 
 pytestmark = pytest.mark.slow
 

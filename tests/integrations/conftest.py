@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from integration_support import DownBackend
 
 from sandboxkit.integrations._runtime import close_shared_handles
+from support.integrations import DownBackend
 
 
 @pytest.fixture

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from integration_support import descendant_processes, docker_backend_present, docker_engine_up, requires
 
 from sandboxkit.integrations._runtime import shared_handle
 from sandboxkit.integrations.rllm import TOOLS, BaseEnv, RLLMSandbox, SandboxEnv
+from support.integrations import descendant_processes, docker_backend_present, docker_engine_up
+from support.marks import requires
 
 POOL = {"max_concurrency": 64, "max_sandboxes": 128}
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from judge_support import FAST, BrokenBackend, RecordingBackend
 
 from sandboxkit import SandboxPool
+from support.judge import FAST, BrokenBackend, RecordingBackend
 
 
 @pytest.fixture

@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from judge_support import ROOT, BrokenBackend, needs_gpp, needs_java, needs_node, needs_subprocess
 from typer.testing import CliRunner
 
 from sandboxkit.cli import app
 from sandboxkit.registry import BackendSpec, available_backends
+from support.judge import ROOT, BrokenBackend, needs_gpp, needs_java, needs_node, needs_subprocess
 
 pytestmark = needs_subprocess
 EXAMPLES = ROOT / "examples" / "problems.jsonl"

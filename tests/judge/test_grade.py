@@ -6,10 +6,10 @@ import json
 
 import anyio
 import pytest
-from judge_support import RecordingBackend, needs_gpp, needs_java, needs_node, needs_subprocess
 
 from sandboxkit import SandboxPool
 from sandboxkit.judge import Verdict, grade, grade_many
+from support.judge import RecordingBackend, needs_gpp, needs_java, needs_node, needs_subprocess
 
 pytestmark = needs_subprocess
 

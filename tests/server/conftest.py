@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from sandboxkit.server.app import create_app
-from server.serve_process import AppClient, ServeProcess
+from support.serve import AppClient, ServeProcess
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 
 from sandboxkit.pool import SandboxPool
-from server.serve_process import AppClient
-from support.fake_backend import FakeBackend
+from sandboxkit.testing import FakeBackend
+from support.serve import AppClient
 
 
 def body(code: str) -> dict[str, object]:

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from sandboxkit.models import Limits
-from server.serve_process import AppClient
+from support.serve import AppClient
 
 HELLO = {"code": "print('Hello, world!')", "language": "python"}
 
@@ -130,7 +130,7 @@ async def test_memory_limit_is_applied(app_client: AppClient) -> None:
 # Issue 18 item 2 on the subprocess backend is the subprocess engineer's; until it lands the backend still
 # stops a program at the cap, so these two end-to-end checks of /run_code wait for it.
 NEEDS_SUBPROCESS_HEAD_TAIL = pytest.mark.xfail(
-    reason="the subprocess backend does not keep head+tail yet (issue 18 item 2, subprocess engineer)", strict=False
+    reason="issue 18 item 2 on the subprocess backend: fixed by the subproc branch (then delete this mark)", strict=True
 )
 
 

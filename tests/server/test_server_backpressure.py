@@ -20,8 +20,8 @@ import requests
 from verl.utils.reward_score.sandbox_fusion import compute_score
 
 from sandboxkit.server.app import create_app
-from server.serve_process import ServeProcess, uvicorn_thread
 from support.fake_backend import FakeBackend
+from support.serve import ServeProcess, uvicorn_thread
 
 
 def hold_the_slot(url: str, seconds: float) -> threading.Thread:

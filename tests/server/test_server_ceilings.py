@@ -21,7 +21,7 @@ import pytest
 import requests
 
 from sandboxkit.server.not_provided import NOT_PROVIDED
-from server.serve_process import ServeProcess
+from support.serve import ServeProcess
 
 
 @pytest.fixture(scope="module")

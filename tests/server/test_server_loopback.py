@@ -14,8 +14,8 @@ import uvicorn
 from verl.utils.reward_score.sandbox_fusion import compute_score
 
 from sandboxkit.server.app import create_app
-from server.serve_process import ServeProcess
-from support.fake_backend import FakeBackend
+from sandboxkit.testing import FakeBackend
+from support.serve import ServeProcess
 
 JSON = {"content-type": "application/json"}
 

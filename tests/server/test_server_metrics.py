@@ -12,8 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from sandboxkit.pool import SandboxPool
 from sandboxkit.prometheus import prometheus_registry
 from sandboxkit.server.app import create_app
-from server.serve_process import uvicorn_thread
 from support.fake_backend import FakeBackend
+from support.serve import uvicorn_thread
 
 #: program text -> times sent. The fake backend's behaviour is its program text.
 WORKLOAD = {"ok": 3, "fail": 2, "transient:1": 1, "transient:99": 1, "crash": 1}

@@ -21,7 +21,7 @@ from sandbox_fusion import RunCodeRequest, RunStatus, SummaryMapping, summary_ru
 from verl.utils.reward_score import default_compute_score
 from verl.utils.reward_score.sandbox_fusion import compute_score
 
-from server.serve_process import ServeProcess
+from support.serve import ServeProcess
 
 
 @pytest.fixture

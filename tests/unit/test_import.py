@@ -22,6 +22,8 @@ OPTIONAL = [
     "rich",
     "matplotlib",
     "sandbox_fusion",
+    "pytest",  # sandboxkit.testing needs it; plain `import sandboxkit` must not
+    "hypothesis",
 ]
 
 
@@ -44,3 +46,14 @@ def test_import_cost_is_at_most_1_3x_core_dependencies() -> None:
         ours.append(_import_time("sandboxkit"))
     ratio = statistics.median(ours) / statistics.median(base)
     assert ratio <= 1.3, f"import sandboxkit costs {ratio:.2f}x its core dependencies"
+
+
+def test_testing_public_names() -> None:
+    import sandboxkit.testing as testing
+
+    assert testing.__all__ == ["BackendConformance", "FakeBackend", "FakeSandbox"]
+    assert all(hasattr(testing, name) for name in testing.__all__)
+    from sandboxkit.testing.conformance import AttackTests, ContractTests, LimitTests, SemanticsTests
+
+    for group in (SemanticsTests, ContractTests, LimitTests, AttackTests):
+        assert issubclass(testing.BackendConformance, group)

@@ -26,3 +26,11 @@ def test_docs_pages_linked_from_readme_exist() -> None:
     readme = (ROOT / "README.md").read_text()
     for link in re.findall(r"\]\((docs/[^)]+)\)", readme):
         assert (ROOT / link).exists(), f"README links to missing {link}"
+
+
+def test_bootstrap_installs_no_test_plugin_for_users() -> None:
+    # A user's `sandboxkit backends` must not list the echo test backend; tests install it themselves
+    # (tests/support/plugin_dist.py).
+    bootstrap = (ROOT / "scripts" / "bootstrap.sh").read_text()
+    install_lines = [line for line in bootstrap.splitlines() if "$PIP" in line and not line.lstrip().startswith("#")]
+    assert install_lines and not any("tests/plugin" in line for line in install_lines)

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dockertest_support import FAST, TEST_LABEL, engine_status, leftovers
+
+from support.docker_engine import FAST, TEST_LABEL, engine_status, leftovers
 
 HERE = Path(__file__).parent
 #: Modules that test the protocol without an engine: they run everywhere.

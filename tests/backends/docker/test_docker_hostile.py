@@ -16,10 +16,10 @@ from typing import Any
 
 import anyio
 import pytest
-from dockertest_support import FAST, containers_of, processes
 
 from sandboxkit.models import Limits, RunResult, Status
 from sandboxkit.pool import SandboxPool
+from support.docker_engine import FAST, containers_of, processes
 
 HOSTILE = FAST.merged(timeout_s=2.0)
 

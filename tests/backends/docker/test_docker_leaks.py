@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dockertest_support import TEST_LABEL, containers_of, leftovers
 
 from sandboxkit.backends.docker import DockerBackend
+from support.docker_engine import TEST_LABEL, containers_of, leftovers
 
 CHILD = Path(__file__).with_name("leak_child.py")
 RUNNING = 3  # the child's max_concurrency

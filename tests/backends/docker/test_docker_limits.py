@@ -7,10 +7,10 @@ import socket
 from typing import Any
 
 import pytest
-from dockertest_support import FAST
 
 from sandboxkit.errors import InvalidRequest
 from sandboxkit.models import Limits, RunRequest, Status
+from support.docker_engine import FAST
 
 MEMORY_HOG = "chunks = []\nwhile True:\n    chunks.append(b'x' * (1 << 20))"
 C_MEMORY_HOG = (

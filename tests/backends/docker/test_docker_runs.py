@@ -8,12 +8,12 @@ from typing import Any
 
 import anyio
 import pytest
-from dockertest_support import FAST
 
 from sandboxkit.errors import BackendUnavailable, SandboxCrashed, ToolchainMissing
 from sandboxkit.languages import LANGUAGES
 from sandboxkit.models import Limits, RunRequest, Status
 from sandboxkit.pool import SandboxPool
+from support.docker_engine import FAST
 
 HELLO = {
     "python": "print('hello', input())",

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from server.serve_process import ServeProcess
+from support.serve import ServeProcess
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from sandboxkit.backends.sandbox_fusion import SandboxFusionBackend, split_url
 from sandboxkit.errors import InvalidRequest, Transient
 from sandboxkit.models import Limits, RunRequest, Status
 from sandboxkit.pool import SandboxPool
-from server.serve_process import ServeProcess
+from support.serve import ServeProcess
 
 LIMITS = Limits(timeout_s=5, compile_timeout_s=30, output_bytes=64 * 1024)
 

@@ -13,13 +13,13 @@ from contextlib import asynccontextmanager
 import httpx
 import pytest
 
-from backends.sandbox_fusion.fault_server import FaultServer, Plan
 from sandboxkit.backends.sandbox_fusion import SandboxFusionBackend
 from sandboxkit.errors import BackendUnavailable, InvalidRequest, RateLimited, SandboxError, Transient
 from sandboxkit.models import Limits, RunRequest, RunResult, Status
 from sandboxkit.pool import SandboxPool
 from sandboxkit.server.app import create_app
-from server.serve_process import ServeProcess
+from support.serve import ServeProcess
+from support.sf_fault_server import FaultServer, Plan
 
 # Short timeouts keep a stall cheap: the HTTP read timeout is compile + run + grace = 2.5 s.
 LIMITS = Limits(timeout_s=1, compile_timeout_s=1)

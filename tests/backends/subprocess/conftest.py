@@ -6,10 +6,10 @@ import time
 from collections.abc import AsyncIterator
 
 import pytest
-from sbx_helpers import FAST, RecordingBackend, processes_of
 
 from sandboxkit.backends.subprocess import SubprocessSandbox
 from sandboxkit.pool import SandboxPool
+from support.subprocess_sandboxes import FAST, RecordingBackend, processes_of
 
 
 @pytest.fixture

@@ -16,11 +16,11 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from sbx_helpers import RecordingBackend, leftovers
 
 from sandboxkit.backends.subprocess._isolation import probe
 from sandboxkit.models import Limits, RunResult, Status
 from sandboxkit.pool import SandboxPool
+from support.subprocess_sandboxes import RecordingBackend, leftovers
 
 ISO = probe()
 HOSTILE = Limits(timeout_s=2.0, memory_mb=256, pids=64, output_bytes=64 * 1024, file_size_mb=16)

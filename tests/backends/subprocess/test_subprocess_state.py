@@ -11,12 +11,11 @@ import os
 import shutil
 import tempfile
 
-from sbx_helpers import FAST, RecordingBackend
-
 from sandboxkit.backends.subprocess import SubprocessSandbox
 from sandboxkit.backends.subprocess._isolation import INNER_UID
 from sandboxkit.models import RunRequest, Status
 from sandboxkit.pool import SandboxPool
+from support.subprocess_sandboxes import FAST, RecordingBackend
 
 
 def _req(code: str, **kw: object) -> RunRequest:
@@ -102,7 +101,7 @@ async def test_program_identity(sandbox: SubprocessSandbox, backend: RecordingBa
 
 
 async def test_no_process_survives_a_command(sandbox: SubprocessSandbox, backend: RecordingBackend) -> None:
-    from sbx_helpers import leftovers
+    from support.subprocess_sandboxes import leftovers
 
     result = await sandbox.exec("sleep 60 & disown; nohup sleep 60 >/dev/null 2>&1 & echo started")
     assert result.stdout == "started\n"

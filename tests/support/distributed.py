@@ -1,7 +1,7 @@
 """A sleep backend that records what the cluster did to it, and the worker actor the tests drive.
 
-Ray workers import this module by name (``_backend``): the test's Ray fixture puts this
-directory on the workers' ``PYTHONPATH``.
+Ray workers import this module by name (``support.distributed``): the test's Ray fixture puts
+``tests/`` on the workers' ``PYTHONPATH``.
 
 * :class:`SleepBackend`: ``run`` sleeps (``"sleep:S"`` or ``sleep_s``) and reports to a
   :class:`Recorder` actor on entry and exit, awaiting both, so the recorder's count is
@@ -25,12 +25,13 @@ from typing import Any
 from sandboxkit import Backend, Capabilities, ExecResult, Limits, RunRequest, RunResult, Sandbox, SandboxPool, Status
 
 TEST_NAMESPACE = "sandboxkit-tests"
-HERE = str(Path(__file__).resolve().parent)
+#: ``tests/``: the folder that makes ``support.distributed`` importable in Ray workers.
+HERE = str(Path(__file__).resolve().parents[1])
 _ids = itertools.count()
 
 
 def worker_env() -> dict[str, Any]:
-    """Runtime env that lets Ray workers import this module (``_backend``) from this directory."""
+    """Runtime env that lets Ray workers import this module (``support.distributed``)."""
     path = os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH", "")) if p)
     return {"env_vars": {"PYTHONPATH": path}}
 

@@ -1,6 +1,6 @@
 """Start ``sandboxkit serve`` as a real subprocess on a free loopback port, and stop it cleanly.
 
-Shared by tests/server and tests/backends/sandbox_fusion (imported as ``server.serve_process``).
+Shared by tests/server, tests/backends/sandbox_fusion and tests/conformance (``support.serve``).
 """
 
 from __future__ import annotations

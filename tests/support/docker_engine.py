@@ -1,4 +1,4 @@
-"""Helpers shared by the Docker backend tests (imported by name: this folder is on sys.path)."""
+"""Helpers shared by the Docker backend tests (``support.docker_engine``)."""
 
 from __future__ import annotations
 

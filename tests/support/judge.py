@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import pytest
-
 from sandboxkit import Backend, Capabilities, ExecResult, Limits, RunRequest, RunResult, Sandbox
 from sandboxkit.errors import BackendUnavailable
 from sandboxkit.registry import available_backends
+from support.marks import requires
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def requires(available: bool, reason: str) -> pytest.MarkDecorator:
-    """Skip when a component is missing locally; under CI=true run anyway, so the test fails loudly."""
-    if available or os.environ.get("CI") == "true":
-        return pytest.mark.skipif(False, reason="")
-    return pytest.mark.skip(reason=f"{reason} (CI=true turns this skip into a failure)")
 
 
 def _subprocess_usable() -> bool:

@@ -8,16 +8,7 @@ import os
 import shutil
 import subprocess
 
-import pytest
-
 from sandboxkit import Backend, BackendUnavailable, Capabilities, Limits, Sandbox
-
-
-def requires(available: bool, reason: str) -> pytest.MarkDecorator:
-    """Skip when a component is missing locally, but run (and fail) under CI=true, where it must exist."""
-    if available or os.environ.get("CI") == "true":
-        return pytest.mark.skipif(False, reason="")
-    return pytest.mark.skip(reason=f"{reason} (CI=true turns this skip into a failure)")
 
 
 class DownBackend(Backend):

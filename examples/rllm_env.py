@@ -25,6 +25,7 @@ from typing import Any
 
 from sandboxkit.integrations._runtime import close_shared_handles
 from sandboxkit.integrations.rllm import TOOLS, SandboxEnv
+from sandboxkit.registry import parse_backend_options
 
 log = logging.getLogger("rllm_env")
 
@@ -77,13 +78,15 @@ def main(argv: list[str] | None = None) -> list[float]:
     """Run ``-n`` episodes from a thread pool and return their rewards."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", default="subprocess")
+    parser.add_argument("-o", "--backend-option", action="append", default=[], help="KEY=VALUE, checked (repeatable)")
     parser.add_argument("-n", "--episodes", type=int, default=None, help="episodes (default 4 with --fast, else 64)")
     parser.add_argument("--threads", type=int, default=64, help="rLLM's engine uses a 64-thread pool")
     parser.add_argument("--fast", action="store_true", help="a few episodes, for CI smoke tests")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     n = args.episodes or (4 if args.fast else 64)
-    env_args = {"backend": args.backend, "workdir": "/testbed", "timeout": 30}
+    backend = {"kind": args.backend, **parse_backend_options(args.backend, args.backend_option)}
+    env_args = {"backend": backend, "workdir": "/testbed", "timeout": 30}  # a {"kind": ...} mapping, as YAML gives
     log.info("tools offered to the model: %s", [t["function"]["name"] for t in TOOLS])
     started = time.perf_counter()
     try:

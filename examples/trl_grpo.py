@@ -170,6 +170,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tiny", action="store_true", help="CPU smoke run with a tiny random model (no downloads)")
     parser.add_argument("--backend", default="subprocess", help="sandboxkit backend (subprocess, docker, ...)")
+    parser.add_argument(
+        "-o", "--backend-option", action="append", default=[], help="KEY=VALUE backend option, checked (repeatable)"
+    )
     parser.add_argument("--steps", type=int, default=None, help="training steps (default: 2 tiny, 50 full)")
     parser.add_argument("--model", default="Qwen/Qwen2.5-0.5B-Instruct", help="model for the full run")
     parser.add_argument("--max-concurrency", type=int, default=32, help="programs running at once")
@@ -180,9 +183,15 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     from sandboxkit.integrations.trl import SandboxReward
+    from sandboxkit.registry import parse_backend_options
 
     steps = args.steps or (2 if args.tiny else 50)
-    reward = SandboxReward(args.backend, max_concurrency=args.max_concurrency, name="sandbox_pass_rate")
+    reward = SandboxReward(
+        args.backend,
+        backend_options=parse_backend_options(args.backend, args.backend_option),  # a typo names the valid keys
+        max_concurrency=args.max_concurrency,
+        name="sandbox_pass_rate",
+    )
     with reward, tempfile.TemporaryDirectory() as tmp:
         trainer = make_trainer(
             tiny=args.tiny,

@@ -23,7 +23,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
@@ -43,6 +43,9 @@ from sandboxkit.limiter import Limiter, LocalLimiter
 from sandboxkit.metrics import PoolMetrics
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
 from sandboxkit.session import Session
+
+if TYPE_CHECKING:
+    from sandboxkit.configs import BaseBackendConfig
 
 __all__ = ["SandboxPool", "Session", "make_request"]
 
@@ -73,7 +76,8 @@ class SandboxPool:
     For synchronous code, see :class:`sandboxkit.SyncSandboxPool`.
 
     Args:
-        backend: a registered backend name or a :class:`~sandboxkit.base.Backend` instance.
+        backend: a registered backend name, a :class:`~sandboxkit.base.Backend` instance, or a
+            backend config such as ``DockerConfig(image=...)`` (:mod:`sandboxkit.configs`).
         max_concurrency: calls (runs, execs) in flight at once.
         max_sandboxes: sandboxes open at once (default: ``max_concurrency``; sessions hold one each).
         creation_rate: sandbox creations per second (token bucket); ``None`` = unlimited.
@@ -99,7 +103,7 @@ class SandboxPool:
 
     def __init__(
         self,
-        backend: str | Backend = "subprocess",
+        backend: str | Backend | BaseBackendConfig = "subprocess",
         *,
         max_concurrency: int = 16,
         max_sandboxes: int | None = None,
@@ -119,7 +123,7 @@ class SandboxPool:
     ) -> None:
         from sandboxkit.registry import backend as make_backend
 
-        if isinstance(backend, str):
+        if not isinstance(backend, Backend):  # a name or a config (sandboxkit.configs)
             self.backend: Backend = make_backend(backend, **dict(backend_options or {}))
             self._owns_backend = True
         else:

@@ -8,20 +8,26 @@ warning, never silently dropped.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
+import json
 import logging
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pluggy
+from pydantic import ValidationError
 
 from sandboxkit import hookspecs
 from sandboxkit.base import Availability, Backend
-from sandboxkit.errors import BackendNotFound, BackendUnavailable
+from sandboxkit.errors import BackendNotFound, BackendUnavailable, InvalidRequest
+
+if TYPE_CHECKING:  # configs are imported when options are first checked, not at `import sandboxkit`
+    from sandboxkit.configs import BaseBackendConfig
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -29,6 +35,9 @@ __all__ = [
     "available_backends",
     "backend",
     "backend_class",
+    "backend_config",
+    "config_model",
+    "parse_backend_options",
     "plugin_manager",
 ]
 
@@ -46,6 +55,9 @@ class BackendSpec:
         extra: the ``sandboxkit[...]`` extra that installs its SDK, if any.
         modules: top-level modules the backend needs; missing ones make it unusable.
         summary: one line for ``sandboxkit backends``.
+        plugin: the plugin that registered it (filled in by the registry).
+        config: the backend's options model, a :class:`~sandboxkit.configs.BaseBackendConfig`
+            subclass or ``"module:Class"``; ``None`` passes options through unchecked.
     """
 
     name: str
@@ -54,6 +66,7 @@ class BackendSpec:
     modules: tuple[str, ...] = ()
     summary: str = ""
     plugin: str = field(default="", compare=False)
+    config: str | type[BaseBackendConfig] | None = field(default=None, compare=False)
 
     def missing_modules(self) -> list[str]:
         """Required modules that are not importable here."""
@@ -74,16 +87,41 @@ class BackendSpec:
             )
         if not isinstance(self.factory, str):
             return self.factory
-        module_name, _, attr = self.factory.partition(":")
+        return self._import(self.factory, "could not be loaded from")  # type: ignore[no-any-return]
+
+    def _import(self, ref: str, what: str) -> Any:
+        """The object a ``"module:attr"`` reference names.
+
+        Raises:
+            BackendUnavailable: it cannot be imported (the message names the backend and the reference).
+        """
+        module_name, _, attr = ref.partition(":")
         try:
-            module = importlib.import_module(module_name)
-            return getattr(module, attr)  # type: ignore[no-any-return]
+            return getattr(importlib.import_module(module_name), attr)
         except (ImportError, AttributeError) as exc:
             raise BackendUnavailable(
-                f"backend {self.name!r} could not be loaded from {self.factory!r}: {exc}; "
-                "reinstall the package that provides it",
+                f"backend {self.name!r} {what} {ref!r}: {exc}; reinstall the package that provides it",
                 backend=self.name,
             ) from exc
+
+    def load_config(self) -> type[BaseBackendConfig] | None:
+        """The options model of this backend, or ``None`` when it declares none.
+
+        Raises:
+            BackendUnavailable: the named model cannot be imported (a broken plugin).
+        """
+        from sandboxkit.configs import BaseBackendConfig
+
+        if self.config is None or not isinstance(self.config, str):
+            return self.config
+        model = self._import(self.config, "could not load its config")
+        if not (isinstance(model, type) and issubclass(model, BaseBackendConfig)):
+            raise BackendUnavailable(
+                f"backend {self.name!r} names config {self.config!r}, which is not a BaseBackendConfig subclass; "
+                "fix the plugin's BackendSpec(config=...)",
+                backend=self.name,
+            )
+        return model
 
     def availability(self, **options: Any) -> Availability:
         """Whether this backend can be used here, and why not (never raises)."""
@@ -155,9 +193,7 @@ def available_backends() -> dict[str, BackendSpec]:
                     if spec.name in specs:
                         log.warning("backend %r registered twice; keeping %s", spec.name, specs[spec.name].plugin)
                         continue
-                    specs[spec.name] = BackendSpec(
-                        spec.name, spec.factory, spec.extra, spec.modules, spec.summary, plugin=impl.plugin_name
-                    )
+                    specs[spec.name] = dataclasses.replace(spec, plugin=impl.plugin_name)
             _specs = dict(sorted(specs.items()))
         return _specs
 
@@ -192,18 +228,142 @@ def backend_class(name: str) -> type[Backend] | Callable[..., Backend]:
     return _spec(name).load()
 
 
-def backend(name: str, **options: Any) -> Backend:
-    """Construct the backend registered under ``name`` with ``options``.
+def config_model(name: str) -> type[BaseBackendConfig] | None:
+    """The options model of the backend registered under ``name`` (``None``: it declares none).
+
+    Raises:
+        BackendNotFound: no backend has that name.
+        BackendUnavailable: the plugin's config model cannot be imported.
+    """
+    return _spec(name).load_config()
+
+
+def backend_config(
+    name: str | Mapping[str, Any] | BaseBackendConfig, options: Mapping[str, Any] | None = None
+) -> BaseBackendConfig | None:
+    """Validate a backend's options into its config.
+
+    Args:
+        name: a backend name, a mapping with a ``kind`` key and the options (YAML / JSON
+            input), or a config (returned with ``options`` applied on top).
+        options: options to validate (with a name), or to override (with a mapping or config).
+
+    Returns:
+        The config, or ``None`` when the backend declares no config model (a plugin that
+        takes plain keyword options: they are passed through unchecked).
+
+    Raises:
+        BackendNotFound: no backend has that name.
+        InvalidRequest: an option is unknown (the message lists the valid ones) or has a bad value.
+    """
+    from sandboxkit.configs import BaseBackendConfig
+
+    extra = dict(options or {})
+    if isinstance(name, BaseBackendConfig):
+        if not extra:
+            return name
+        extra = {**name.options(), **extra}
+        name = name.kind
+    elif isinstance(name, Mapping):
+        data = dict(name)
+        kind = data.pop("kind", None)
+        if not isinstance(kind, str) or not kind:
+            raise InvalidRequest(
+                f"a backend config needs a 'kind' naming the backend, got {dict(name)!r}; "
+                f"e.g. {{'kind': 'docker', 'image': 'python:3.12'}} (installed: {', '.join(available_backends())})"
+            )
+        extra = {**data, **extra}
+        name = kind
+    model = config_model(name)
+    if model is None:
+        return None
+    try:
+        return model.model_validate(extra)
+    except ValidationError as exc:
+        raise _invalid_options(_spec(name).name, model, exc) from None
+
+
+def _invalid_options(name: str, model: type[BaseBackendConfig], exc: ValidationError) -> InvalidRequest:
+    from sandboxkit.configs import explain_errors
+
+    return InvalidRequest(
+        f"backend {name!r} rejected its options: {explain_errors(model, exc)}. "
+        f"Valid options: {', '.join(model.option_names())}",
+        backend=name,
+    )
+
+
+def parse_backend_options(name: str, items: Sequence[str]) -> dict[str, Any]:
+    """Options given as ``KEY=VALUE`` strings (command line), validated against the backend's config.
+
+    Each value is taken as a string when the option accepts that string (``image=python:3.12``,
+    ``disk_mb=512``, ``warm_python=false``), otherwise as JSON (``labels={"team": "rl"}``,
+    ``ttl_minutes=null``). For a backend without a config model every value that parses as
+    JSON is taken as JSON, as before.
+
+    Returns:
+        The validated options, ready for ``SandboxPool(name, backend_options=...)``.
+
+    Raises:
+        BackendNotFound: no backend has that name.
+        InvalidRequest: an item is not ``KEY=VALUE``, or an option is unknown or invalid.
+    """
+    model = config_model(name)
+    raw: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            keys = f"; valid keys of {name!r}: {', '.join(model.option_names())}" if model is not None else ""
+            raise InvalidRequest(f"backend option {item!r} must look like KEY=VALUE{keys}", backend=name)
+        raw[key.strip()] = value
+    if model is None:
+        return {key: _json_or_text(value) for key, value in raw.items()}
+    options = {key: _coerce(model, key, value) for key, value in raw.items()}
+    config = backend_config(name, options)
+    assert config is not None
+    return config.options()
+
+
+def _json_or_text(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
+def _coerce(model: type[BaseBackendConfig], key: str, value: str) -> Any:
+    """``value`` as the text itself when the option takes it, else as JSON (what a shell can type)."""
+    if key not in model.model_fields:
+        return value  # reported as unknown, with the valid keys, by the validation that follows
+    for candidate in (value, _json_or_text(value)):
+        try:
+            model.model_validate({key: candidate})
+            return candidate
+        except ValidationError as exc:
+            if all(error["loc"][:1] != (key,) for error in exc.errors()):
+                return candidate  # only other (required) fields complained
+    return value
+
+
+def backend(name: str | BaseBackendConfig, **options: Any) -> Backend:
+    """Construct a backend from its name and options, or from its config.
+
+    ``backend("docker", image="python:3.12")`` and ``backend(DockerConfig(image="python:3.12"))``
+    build the same backend; options are validated against the backend's config first, so a
+    typo is reported with the valid keys instead of failing inside the constructor.
 
     Raises:
         BackendNotFound: no backend has that name (the message lists the installed ones).
         BackendUnavailable: its SDK is not installed or it cannot work here.
-        InvalidRequest: an option is not accepted by the backend.
+        InvalidRequest: an option is unknown or invalid (the message lists the valid ones).
     """
-    from sandboxkit.errors import InvalidRequest
-
-    factory = _spec(name).load()
+    config = backend_config(name, options)
+    key = config.kind if config is not None else cast("str", name)
+    factory = _spec(key).load()
+    kwargs = config.options() if config is not None else options
     try:
-        return factory(**options)
+        return factory(**kwargs)
     except TypeError as exc:
-        raise InvalidRequest(f"backend {name!r} rejected its options {sorted(options)!r}: {exc}", backend=name) from exc
+        if config is not None:
+            raise  # the options matched the config: this is a bug in the backend, not a typo
+        raise InvalidRequest(f"backend {key!r} rejected its options {sorted(kwargs)!r}: {exc}", backend=key) from exc

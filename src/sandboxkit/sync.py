@@ -19,12 +19,15 @@ import signal
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sandboxkit.base import Backend
 from sandboxkit.errors import PoolClosed, SandboxError
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
 from sandboxkit.pool import SandboxPool, Session
+
+if TYPE_CHECKING:
+    from sandboxkit.configs import BaseBackendConfig
 
 __all__ = ["EventLoopThread", "SyncSandboxPool", "SyncSession"]
 
@@ -91,7 +94,7 @@ class SyncSandboxPool:
     ``close()`` replaces ``aclose()``. It is also closed at interpreter exit if still open.
     """
 
-    def __init__(self, backend: str | Backend = "subprocess", **options: Any) -> None:
+    def __init__(self, backend: str | Backend | BaseBackendConfig = "subprocess", **options: Any) -> None:
         self._thread = EventLoopThread()
         try:
             self.pool: SandboxPool = self._thread.call(_construct(backend, options))
@@ -249,7 +252,7 @@ def _install_sigterm_handler() -> None:
         pass
 
 
-async def _construct(backend: str | Backend, options: dict[str, Any]) -> SandboxPool:
+async def _construct(backend: str | Backend | BaseBackendConfig, options: dict[str, Any]) -> SandboxPool:
     # Constructed on the loop thread so every loop-bound object belongs to that loop.
     return SandboxPool(backend, **options)
 

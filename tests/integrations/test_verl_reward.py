@@ -158,3 +158,14 @@ async def test_limiter_setting_reaches_the_pool(monkeypatch) -> None:
     assert handle._options["limiter"] == "ray"
     out = await compute_score("apps", RESPONSES["correct"], GROUND_TRUTH, max_concurrency=3)
     assert out["score"] == 1.0 and out["infra_error"] is False
+
+
+async def test_reward_kwargs_name_the_backend_by_config_mapping() -> None:
+    # What `reward_kwargs: {backend: {kind: subprocess, tmp_mb: 32}}` in a verl YAML becomes (an OmegaConf node).
+    tok = ListTokenizer([RESPONSES["correct"]])
+    rm = manager(tok, backend={"kind": "subprocess", "tmp_mb": 32}, timeout=5)
+    out = await rm.run_single(sample(0, GROUND_TRUTH))
+    assert out["reward_score"] == 1.0 and out["reward_extra_info"]["status"] == "ok"
+    typo = manager(tok, backend={"kind": "subprocess", "tmp_mbb": 32})
+    info = (await typo.run_single(sample(0, GROUND_TRUTH)))["reward_extra_info"]
+    assert info["status"] == "invalid" and "did you mean 'tmp_mb'" in info["error"] and info["infra_error"] is False

@@ -14,6 +14,7 @@ from verl.experimental.agent_loop.tool_parser import FunctionCall
 from verl.tools.function_tool import FunctionTool, load_function_tools_from_path
 from verl.tools.tool_registry import initialize_tools_from_config
 
+from sandboxkit import InvalidRequest
 from sandboxkit.integrations.verl import SandboxTool
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "verl"
@@ -127,3 +128,19 @@ async def test_stateless_mode_releases_each_calls_sandbox() -> None:
         assert after.text.strip() == "False"
     finally:
         tool.close()
+
+
+def test_tool_yaml_names_the_backend_by_config_and_a_typo_fails_at_load(tmp_path: Path) -> None:
+    yaml = (EXAMPLES / "sandbox_tool_config.yaml").read_text()
+    assert "      backend: subprocess" in yaml
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.replace("      backend: subprocess", "      backend: {kind: subprocess, tmp_mb: 32}"))
+    (tool,) = initialize_tools_from_config(str(good))
+    try:
+        assert isinstance(tool, SandboxTool) and tool.handle.backend_name == "subprocess"
+    finally:
+        tool.close()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.replace("      backend: subprocess", "      backend: {kind: subprocess, tmp_mbb: 32}"))
+    with pytest.raises(InvalidRequest, match=r"unknown option 'tmp_mbb' \(did you mean 'tmp_mb'\?\)"):
+        initialize_tools_from_config(str(bad))

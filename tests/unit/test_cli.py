@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from sandboxkit.configs import SubprocessConfig
+
 SK = [sys.executable, "-m", "sandboxkit.cli"]
 
 
@@ -72,3 +74,26 @@ def test_bench_pool_prints_a_table_and_saves_a_plot(tmp_path) -> None:  # type: 
     assert overhead["median_ms"] > 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sk("bench", "nope").returncode == 2
+
+
+def test_backend_options_are_checked_against_the_config() -> None:
+    typo = sk("run", "-o", "disk_mbb=64", "-c", "print(1)")
+    assert typo.returncode == 2
+    message = " ".join(typo.stderr.split())
+    assert "unknown option 'disk_mbb'" in message and "did you mean 'disk_mb'" in message
+    assert f"Valid options: {', '.join(SubprocessConfig.option_names())}" in message
+    ok = sk("run", "-o", "warm_python=false", "--backend-option", "tmp_mb=32", "-c", "print(6 * 7)")
+    assert (ok.returncode, ok.stdout) == (0, "42\n"), ok.stderr
+
+
+def test_backends_json_lists_each_backends_options() -> None:
+    rows = {r["name"]: r for r in json.loads(sk("backends", "--json").stdout)}
+    assert "image" in rows["docker"]["options"] and "url" in rows["sandbox_fusion"]["options"]
+    assert rows["subprocess"]["options"] == SubprocessConfig.option_names()
+
+
+def test_serve_checks_backend_options_before_serving() -> None:
+    out = sk("serve", "--port", "0", "-b", "sandbox_fusion", "-o", "urll=http://127.0.0.1:1")
+    assert out.returncode == 2
+    message = " ".join(out.stderr.split())
+    assert "unknown option 'urll' (did you mean 'url'?)" in message and "Valid options:" in message

@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("registry", "hookspecs", "backends._plugins"),
     ("backends",),
     ("protocols", "base"),
-    ("models", "errors", "languages", "output"),
+    ("models", "errors", "languages", "output", "configs"),
 )
 
 #: What a backend may import from sandboxkit besides its own package (and third-party SDKs).

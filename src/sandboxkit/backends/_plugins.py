@@ -3,6 +3,8 @@
 Each built-in backend is advertised through the ``sandboxkit.backends`` entry-point group,
 exactly as a third-party plugin would be. The specs name their classes as strings, so
 looking a backend up imports only that backend's module, and its SDK only when it opens.
+Each names its options model in :mod:`sandboxkit.configs`, so options are checked before
+the backend is built.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class _Builtin:
 subprocess = _Builtin(
     BackendSpec(
         name="subprocess",
+        config="sandboxkit.configs:SubprocessConfig",
         factory="sandboxkit.backends.subprocess:SubprocessBackend",
         summary="local processes isolated with namespaces and rlimits (no extra needed)",
     )
@@ -32,6 +35,7 @@ subprocess = _Builtin(
 docker = _Builtin(
     BackendSpec(
         name="docker",
+        config="sandboxkit.configs:DockerConfig",
         factory="sandboxkit.backends.docker:DockerBackend",
         extra="docker",
         modules=("docker",),
@@ -41,6 +45,7 @@ docker = _Builtin(
 sandbox_fusion = _Builtin(
     BackendSpec(
         name="sandbox_fusion",
+        config="sandboxkit.configs:SandboxFusionConfig",
         factory="sandboxkit.backends.sandbox_fusion:SandboxFusionBackend",
         summary="a Sandbox Fusion-compatible /run_code HTTP service (stateless)",
     )
@@ -48,6 +53,7 @@ sandbox_fusion = _Builtin(
 daytona = _Builtin(
     BackendSpec(
         name="daytona",
+        config="sandboxkit.configs:DaytonaConfig",
         factory="sandboxkit.backends.daytona:DaytonaBackend",
         extra="daytona",
         modules=("daytona",),
@@ -57,6 +63,7 @@ daytona = _Builtin(
 e2b = _Builtin(
     BackendSpec(
         name="e2b",
+        config="sandboxkit.configs:E2BConfig",
         factory="sandboxkit.backends.e2b:E2BBackend",
         extra="e2b",
         modules=("e2b",),
@@ -66,6 +73,7 @@ e2b = _Builtin(
 ray = _Builtin(
     BackendSpec(
         name="ray",
+        config="sandboxkit.configs:RayConfig",
         factory="sandboxkit.distributed.placement:RayPlacedBackend",
         extra="ray",
         modules=("ray",),

@@ -1,8 +1,8 @@
-"""Helpers shared by the CLI subcommands: exit codes and error printing."""
+"""Helpers shared by the CLI subcommands: exit codes, error printing, backend options."""
 
 from __future__ import annotations
 
-from typing import NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -20,3 +20,24 @@ def fail(exc: SandboxError) -> NoReturn:
     code = EXIT_USAGE if isinstance(exc, InvalidRequest) else EXIT_INFRA
     err_console.print(f"[bold red]error[/]: {exc}", highlight=False, markup=True)
     raise typer.Exit(code)
+
+
+#: The ``--backend-option KEY=VALUE`` option, the same on every subcommand that names a backend.
+BackendOptionArg = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--backend-option",
+        "-o",
+        help="KEY=VALUE option of the backend, checked against its config (repeatable; VALUE may be JSON).",
+    ),
+]
+
+
+def backend_options(backend: str, items: list[str] | None) -> dict[str, Any]:
+    """``--backend-option`` values validated against ``backend``'s config; a bad one exits 2 naming the valid keys."""
+    from sandboxkit.registry import parse_backend_options
+
+    try:
+        return parse_backend_options(backend, items or [])
+    except SandboxError as exc:
+        fail(exc)

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sandboxkit.cli._common import EXIT_USAGE, err_console, fail
+from sandboxkit.cli._common import EXIT_USAGE, BackendOptionArg, backend_options, err_console, fail
 from sandboxkit.errors import InvalidRequest, SandboxError
 from sandboxkit.models import Status
 
@@ -35,6 +35,7 @@ def run(
     stdin: Annotated[str | None, typer.Option("--stdin", help="Text fed to the program ('-' reads ours).")] = None,
     timeout: Annotated[float, typer.Option("--timeout", "-t", help="Wall-clock limit in seconds.")] = 10.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the RunResult as JSON.")] = False,
+    backend_option: BackendOptionArg = None,
 ) -> None:
     """Run one program and print its output; exit with its exit code."""
     from sandboxkit.pool import SandboxPool
@@ -51,9 +52,10 @@ def run(
     if stdin == "-":
         stdin = sys.stdin.read()
     assert code is not None
+    options = backend_options(backend, backend_option)
 
     async def go() -> object:
-        async with SandboxPool(backend, max_concurrency=1) as pool:
+        async with SandboxPool(backend, max_concurrency=1, backend_options=options) as pool:
             return await pool.run(code, language=language, stdin=stdin, timeout=timeout)
 
     try:
@@ -86,6 +88,10 @@ def backends(
     rows = []
     for name, spec in available_backends().items():
         avail = spec.availability()
+        try:
+            model = spec.load_config()
+        except SandboxError:
+            model = None
         rows.append(
             {
                 "name": name,
@@ -94,6 +100,7 @@ def backends(
                 "extra": spec.extra or "",
                 "plugin": spec.plugin,
                 "summary": spec.summary,
+                "options": model.option_names() if model is not None else None,
             }
         )
     if as_json:
@@ -147,12 +154,15 @@ def doctor() -> None:
 
 def cleanup(
     backend: Annotated[str, typer.Option("--backend", "-b", help="Backend whose leftovers to remove.")] = "subprocess",
+    backend_option: BackendOptionArg = None,
 ) -> None:
     """Remove every sandbox the backend ever created with the sandboxkit label (after a crash)."""
     from sandboxkit.registry import backend as make
 
+    options = backend_options(backend, backend_option)
+
     async def go() -> int:
-        b = make(backend)
+        b = make(backend, **options)
         try:
             return await b.cleanup()
         finally:

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from sandboxkit.cli._common import EXIT_USAGE, err_console, fail
+from sandboxkit.cli._common import EXIT_USAGE, backend_options, err_console, fail
 from sandboxkit.errors import SandboxError
 
 
@@ -99,7 +99,7 @@ def serve(
             ceilings=Ceilings(
                 run_timeout_s=max_run_timeout, compile_timeout_s=max_compile_timeout, memory_mb=max_memory_mb
             ),
-            backend_options=_parse_options(backend_option or []),
+            backend_options=backend_options(backend, backend_option),
         )
         protocol = guarded_http_protocol(http, head_timeout)
     except SandboxError as exc:

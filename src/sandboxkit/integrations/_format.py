@@ -8,7 +8,7 @@ told plainly when the sandbox, not its code, failed.
 
 from __future__ import annotations
 
-from sandboxkit.errors import SandboxError
+from sandboxkit.errors import InvalidRequest, SandboxError
 from sandboxkit.models import ExecResult, RunResult, Status
 
 __all__ = ["format_error", "format_result", "truncate_middle"]
@@ -54,7 +54,7 @@ def format_error(exc: BaseException) -> str:
     """Error text for a call that produced no result, worded so the model does not blame its code."""
     if isinstance(exc, SandboxError):
         kind = exc.kind.replace("_", " ")
-        if exc.kind == "invalid_request":
+        if isinstance(exc, InvalidRequest):
             return f"Error: the request was rejected: {exc.message}"
         return f"Error: the code sandbox failed ({kind}); your code was not judged. Details: {exc.message}"
     return f"Error: the tool failed unexpectedly ({type(exc).__name__}: {exc})"

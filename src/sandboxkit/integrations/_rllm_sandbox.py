@@ -15,7 +15,7 @@ from typing import Any
 from sandboxkit.integrations._runtime import GRACE_S, BackendLike, PoolHandle, open_session, shared_handle
 from sandboxkit.integrations._workspace import WorkspaceMap
 from sandboxkit.models import Limits
-from sandboxkit.pool import Session
+from sandboxkit.session import Session
 
 __all__ = ["RLLMSandbox"]
 

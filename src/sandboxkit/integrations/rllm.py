@@ -27,7 +27,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
-from sandboxkit.errors import SandboxError
+from sandboxkit.errors import InvalidRequest, SandboxError
 from sandboxkit.integrations._editor import EditError
 from sandboxkit.integrations._editor import insert as edit_insert
 from sandboxkit.integrations._editor import str_replace as edit_str_replace
@@ -35,10 +35,10 @@ from sandboxkit.integrations._editor import view as edit_view
 from sandboxkit.integrations._format import format_error, format_result, truncate_middle
 from sandboxkit.integrations._rllm_sandbox import RLLMSandbox
 from sandboxkit.integrations._runtime import GRACE_S, BackendLike, PoolHandle, open_session, shared_handle
+from sandboxkit.integrations._toolcalls import ToolCall, ToolCallError, calls_in_action
 from sandboxkit.integrations._workspace import WorkspaceMap
-from sandboxkit.integrations.sglang import ToolCall, ToolCallError, _call_from_mapping, parse_hermes_tool_calls
 from sandboxkit.models import ExecResult, Limits
-from sandboxkit.pool import Session
+from sandboxkit.session import Session
 
 __all__ = ["TOOLS", "BaseEnv", "RLLMSandbox", "SandboxEnv"]
 
@@ -128,35 +128,6 @@ CONTINUE_MSG = (
 FINISHED_MSG = "<<< Finished >>>"
 
 
-def _to_calls(action: Any) -> list[ToolCall | ToolCallError]:
-    """Normalise whatever an agent hands to ``step`` into a list of calls."""
-    if action is None:
-        return []
-    if hasattr(action, "action") and not isinstance(action, (Mapping, str, list, tuple)):
-        return _to_calls(action.action)  # rLLM's Action dataclass
-    if isinstance(action, (list, tuple)):
-        return [c for item in action for c in _to_calls(item)]
-    if isinstance(action, str):
-        stripped = action.strip()
-        if stripped.startswith("{"):
-            try:
-                return _to_calls(json.loads(stripped))
-            except json.JSONDecodeError as exc:
-                return [ToolCallError(f"the action is not valid JSON ({exc.msg} at position {exc.pos})", action)]
-        return parse_hermes_tool_calls(action)[1]
-    if isinstance(action, Mapping):
-        if "tool_calls" in action:
-            return [c for item in action.get("tool_calls") or [] for c in _to_calls(item)]
-        return [_call_from_mapping(action, json.dumps(action, default=str)[:2000])]
-    name = getattr(action, "function_name", None) or getattr(action, "name", None)
-    if isinstance(name, str):  # llm-in-sandbox's Action(function_name, parameters) and similar objects
-        params = getattr(action, "parameters", None)
-        if params is None:
-            params = getattr(action, "arguments", None)
-        return [_call_from_mapping({"name": name, "arguments": params}, repr(action)[:2000])]
-    return [ToolCallError(f"unsupported action of type {type(action).__name__}", repr(action)[:2000])]
-
-
 class SandboxEnv(BaseEnv):
     """One sandbox per episode, with ``execute_bash`` / ``str_replace_editor`` / ``submit``.
 
@@ -242,7 +213,11 @@ class SandboxEnv(BaseEnv):
             self._final_reward = None
             self.final_info = {}
             self.infra_error = None
-            info: dict[str, Any] = {"workdir": self.workspace.workdir, "backend": self.handle.backend_name}
+            info: dict[str, Any] = {
+                "workdir": self.workspace.workdir,
+                "backend": self.handle.backend_name,
+                "extra_info": dict(self.task),  # as LLM-in-Sandbox's env gives it (its agent reads it)
+            }
             try:
                 self._session = self._call(lambda p: open_session(p, self.limits))
                 real = self._call(lambda _p, s=self._session: s.exec("pwd", timeout=self.timeout))
@@ -266,7 +241,7 @@ class SandboxEnv(BaseEnv):
                 return f"Error: the sandbox is unavailable ({self.infra_error}).", 0.0, True, self._infra_info()
             if self._done:
                 return "The episode is over; call reset() to start a new one.", 0.0, True, {}
-            calls = _to_calls(action)
+            calls = calls_in_action(action)
             if not calls:
                 return CONTINUE_MSG, 0.0, False, {"tool_calls": 0}
             observations: list[str] = []
@@ -311,7 +286,7 @@ class SandboxEnv(BaseEnv):
             if call.name in ("str_replace_editor", "file_editor"):
                 return self._edit(args)
         except SandboxError as exc:
-            if exc.kind == "invalid_request":
+            if isinstance(exc, InvalidRequest):  # the model's request was bad (a path, say): tell it
                 return f"Error: {exc.message}"
             self._fail(exc)
             return format_error(exc)

@@ -19,12 +19,11 @@ wait past ``deadline_s``. TRL has no timeout of its own around reward functions.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sandboxkit.integrations._runtime import GRACE_S, BackendLike, PoolHandle
+from sandboxkit.integrations._runtime import GRACE_S, BackendLike, PoolHandle, run_blocking
 from sandboxkit.models import Limits
 from sandboxkit.pool import SandboxPool
 
@@ -37,7 +36,8 @@ class SandboxReward:
     """A TRL reward function backed by a sandbox pool and the judge.
 
     Args:
-        backend: backend name, Backend instance or SyncSandboxPool (see ``PoolHandle``).
+        backend: backend name or config (``DockerConfig(...)``, or a ``{"kind": ...}`` mapping),
+            Backend instance or SyncSandboxPool (see ``PoolHandle``).
         language: language completions are graded as (a ``language`` dataset column overrides it per row).
         shaping: the judge's shaping (``"pass_rate"``, ``"binary"``... or a ``Shaping``).
         banned_patterns: substrings that fail a completion before it runs.
@@ -49,7 +49,11 @@ class SandboxReward:
         deadline_s: wall-clock bound on grading one batch; completions not graded by then get ``None``.
         name: the name TRL logs the reward under (``rewards/<name>/mean``).
         pool_options: more :class:`~sandboxkit.pool.SandboxPool` options (retries, creation_rate...).
-        backend_options: options of the backend when ``backend`` is a name.
+        backend_options: options of the backend when ``backend`` is a name (checked against its config).
+
+    Raises:
+        InvalidRequest: a backend option is unknown or invalid (the message lists the valid ones).
+        BackendNotFound: no backend has that name.
     """
 
     def __init__(
@@ -184,20 +188,8 @@ class SandboxReward:
     def grade_sync(
         self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **columns: Any
     ) -> list[float | None]:
-        """Blocking twin of ``__call__`` (what :meth:`as_sync` calls). Never raises."""
-        columns.pop("completion_ids", None)
-        items, tests = self._batch(completions, columns)
-        if not items:
-            return []
-        languages = self._languages(len(items), columns)
-        try:
-            verdicts = self.handle.call(
-                lambda pool: self._grade_all(pool, items, tests, languages), self.deadline_s + GRACE_S
-            )
-        except (Exception, concurrent.futures.CancelledError) as exc:
-            log.error("%s: the batch could not be graded (%s); every completion gets None", self.__name__, exc)
-            verdicts = [None] * len(items)
-        return self._rewards(verdicts, len(items), columns)
+        """Blocking form of ``__call__`` (runs it; what :meth:`as_sync` calls). Never raises."""
+        return run_blocking(self(prompts=prompts, completions=completions, **columns))
 
     def as_sync(self) -> SyncSandboxReward:
         """A plain (blocking) callable sharing this reward's pool, for TRL < 0.27."""

@@ -33,12 +33,13 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from sandboxkit.integrations._codetool import CODE_INTERPRETER_SCHEMA, CodeRequest, CodeToolBase
 from sandboxkit.integrations._format import format_error, format_result
 from sandboxkit.integrations._runtime import GRACE_S, PoolHandle, env_settings, limits_with, shared_handle
-from sandboxkit.integrations.sglang import CODE_INTERPRETER_SCHEMA
 from sandboxkit.languages import resolve_language
 from sandboxkit.models import Limits, RunResult
-from sandboxkit.pool import SandboxPool, Session
+from sandboxkit.pool import SandboxPool
+from sandboxkit.session import Session
 
 __all__ = ["SCORE_KEYS", "SandboxTool", "code_interpreter", "compute_score", "compute_score_sync"]
 
@@ -251,18 +252,21 @@ class _Slot:
         self.busy = 0
 
 
-class SandboxTool(BaseTool):  # type: ignore[misc]
+class SandboxTool(BaseTool, CodeToolBase):  # type: ignore[misc]
     """A ``code_interpreter`` tool for verl's agent loop, backed by a sandbox pool.
 
     Config keys (all optional; the old ``SandboxFusionTool`` keys keep their meaning):
 
-    * ``backend`` (default ``subprocess``; in code also a Backend or SyncSandboxPool), ``backend_options``;
+    * ``backend`` (default ``subprocess``; a name, or a ``{kind: docker, image: ...}`` mapping; in code also
+      a ``DockerConfig(...)``, a Backend or a SyncSandboxPool), ``backend_options`` (checked against the
+      backend's config when the tool is built: a typo raises ``InvalidRequest`` naming the valid keys);
       ``sandbox_fusion_url`` selects the ``sandbox_fusion`` backend at that URL when ``backend`` is not given.
     * ``num_workers`` and ``rate_limit``: the cap on programs running at once is their minimum
       (per worker process; verl runs one tool instance per ``AgentLoopWorker``).
     * ``default_timeout`` (seconds per run, 30), ``default_language`` (python), ``memory_limit_mb`` (1024).
     * ``allow_model_timeout`` / ``allow_model_language`` (False): honour ``timeout`` / ``language``
-      arguments from the model; ``max_timeout`` caps the former (60).
+      arguments from the model; a model timeout is clamped into [1 s, ``max_timeout`` (60)] and the
+      answer says so (the same rule as SGLang's ``CodeInterpreter``).
     * ``stateful`` (True): one sandbox per trajectory, keyed on ``agent_data.request_id``;
       ``session_ttl_s`` (600) releases it after that long unused; ``max_sessions`` (256) bounds
       sandboxes held at once (the least recently used idle one is released past it).
@@ -283,8 +287,8 @@ class SandboxTool(BaseTool):  # type: ignore[misc]
         self.max_concurrency = min(caps) if caps else 16
         self.timeout = float(cfg.get("default_timeout", 30))
         self.language = resolve_language(str(cfg.get("default_language", "python"))).name
-        self.allow_model_timeout = bool(cfg.get("allow_model_timeout", False))
-        self.allow_model_language = bool(cfg.get("allow_model_language", False))
+        self.allow_timeout = bool(cfg.get("allow_model_timeout", False))
+        self.allow_language = bool(cfg.get("allow_model_language", False))
         self.max_timeout = float(cfg.get("max_timeout", 60))
         self.stateful = bool(cfg.get("stateful", True))
         self.session_ttl_s = float(cfg.get("session_ttl_s", 600))
@@ -292,6 +296,7 @@ class SandboxTool(BaseTool):  # type: ignore[misc]
         self.max_output_chars = int(cfg.get("max_output_chars", 8000))
         self.deadline_s = float(cfg.get("deadline_s", 120))
         self.limits: Limits = limits_with(None, timeout=self.timeout, memory_limit_mb=cfg.get("memory_limit_mb", 1024))
+        self.tool_name = str(getattr(self, "name", "code_interpreter"))
         pool_options: dict[str, Any] = {
             "max_concurrency": self.max_concurrency,
             "max_sandboxes": max(self.max_sessions, self.max_concurrency) + self.max_concurrency,
@@ -323,22 +328,17 @@ class SandboxTool(BaseTool):  # type: ignore[misc]
     ) -> tuple[Any, float, dict[str, Any]]:
         """Run the model's code in the trajectory's sandbox. Never raises: errors come back as text."""
         started = time.monotonic()
-        checked = self._check(parameters)
+        checked = self.check_arguments(parameters)
         if isinstance(checked, str):
             return ToolResponse(text=checked), 0.0, {"status": "invalid_call", "exit_code": None, "duration_s": 0.0}
-        code, language, timeout = checked
         key = self._key(instance_id, kwargs.get("agent_data"))
         await self._sweep()
-        try:
-            result: RunResult = await self.handle.acall(
-                lambda pool: self._run(pool, key, code, language, timeout), max(self.deadline_s, timeout) + GRACE_S
-            )
-        except Exception as exc:
-            log.info("SandboxTool call failed: %s", exc)
+        text, result = await self.run_request(checked, lambda pool, req: self._run(pool, key, req))
+        if result is None:
             metrics = {"status": "infra_error", "exit_code": None, "duration_s": round(time.monotonic() - started, 6)}
-            return ToolResponse(text=format_error(exc)), 0.0, metrics
-        metrics = {"status": result.status.value, "exit_code": result.exit_code, "duration_s": result.duration_s}
-        return ToolResponse(text=format_result(result, max_chars=self.max_output_chars)), 0.0, metrics
+        else:
+            metrics = {"status": result.status.value, "exit_code": result.exit_code, "duration_s": result.duration_s}
+        return ToolResponse(text=text), 0.0, metrics
 
     async def calc_reward(self, instance_id: str, **kwargs: Any) -> float:
         """No tool-level reward (verl 0.9 never calls this)."""
@@ -372,25 +372,6 @@ class SandboxTool(BaseTool):  # type: ignore[misc]
 
     # ----------------------------------------------------------- helpers
 
-    def _check(self, parameters: Any) -> tuple[str, str, float] | str:
-        if not isinstance(parameters, Mapping):
-            return 'Error: the arguments must be a JSON object like {"code": "print(1)"}.'
-        code = parameters.get("code")
-        if not isinstance(code, str) or not code.strip():
-            return "Error: the 'code' argument is required and must be a non-empty string."
-        language, timeout = self.language, self.timeout
-        if self.allow_model_language and parameters.get("language"):
-            try:
-                language = resolve_language(str(parameters["language"])).name
-            except Exception as exc:
-                return f"Error: {getattr(exc, 'message', exc)}"
-        if self.allow_model_timeout and parameters.get("timeout") is not None:
-            try:
-                timeout = min(max(float(parameters["timeout"]), 0.1), self.max_timeout)
-            except (TypeError, ValueError):
-                return f"Error: timeout must be a number of seconds, got {parameters['timeout']!r}"
-        return code, language, timeout
-
     def _key(self, instance_id: str, agent_data: Any) -> str:
         request_id = getattr(agent_data, "request_id", None)
         with self._lock:
@@ -401,7 +382,7 @@ class SandboxTool(BaseTool):  # type: ignore[misc]
             self._instances[instance_id] = key
             return key
 
-    async def _run(self, pool: SandboxPool, key: str, code: str, language: str, timeout: float) -> RunResult:
+    async def _run(self, pool: SandboxPool, key: str, request: CodeRequest) -> RunResult:
         """On the pool's loop: run in the trajectory's session (opened on first use)."""
         with self._lock:
             slot = self._slots.get(key)
@@ -410,7 +391,7 @@ class SandboxTool(BaseTool):  # type: ignore[misc]
                 self._slots[key] = slot
             slot.busy += 1
         try:
-            return await slot.session.run(code, language=language, timeout=timeout)
+            return await slot.session.run(request.code, language=request.language, timeout=request.timeout)
         finally:
             with self._lock:
                 slot.busy -= 1

@@ -20,8 +20,9 @@ from sandboxkit.errors import (
 )
 from sandboxkit.hookspecs import hookimpl
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status
-from sandboxkit.pool import SandboxPool, Session
+from sandboxkit.pool import SandboxPool
 from sandboxkit.registry import BackendSpec, available_backends, backend
+from sandboxkit.session import Session
 from sandboxkit.sync import SyncSandboxPool, SyncSession
 
 __version__ = "0.1.0"

@@ -1,7 +1,10 @@
 """Concurrency caps and the sandbox-creation token bucket, behind one small interface.
 
 The pool asks a :class:`Limiter` for three things: a slot for a call in flight, a slot
-for an open sandbox, and a token before creating a sandbox. :class:`LocalLimiter` keeps
+for an open sandbox, and a token before creating a sandbox. It also tells the limiter two
+things, through methods with no-op defaults: that the service answered 429 on a creation
+(:meth:`Limiter.penalize_creation`), and how to wake the pool or take an idle sandbox back
+(:meth:`Limiter.attach`, which only a shared limiter needs). :class:`LocalLimiter` keeps
 them in this process (anyio ``CapacityLimiter`` s, which hand a token back when a task is
 cancelled after being granted one). ``sandboxkit.distributed`` provides one backed by a
 Ray actor, so the caps hold across every worker of a cluster.
@@ -11,9 +14,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import anyio
 
@@ -37,6 +40,9 @@ class Limiter(Protocol):
     """What the pool needs from a limiter. Every ``acquire`` has a matching ``release``.
 
     Tokens are opaque objects chosen by the caller; a release names the token it acquired.
+    Subclass it to inherit the no-op defaults of :meth:`penalize_creation` and :meth:`attach`;
+    the pool calls both unconditionally, so a limiter states what it does with them instead
+    of the pool probing for attributes.
     """
 
     async def acquire_call(self, token: object) -> None:
@@ -59,6 +65,25 @@ class Limiter(Protocol):
 
     async def aclose(self) -> None:
         """Release anything the limiter holds (remote leases). Idempotent."""
+
+    def penalize_creation(self, seconds: float) -> None:
+        """The service answered 429 to a creation: hold every creation back for ``seconds``.
+
+        One caller backing off alone does not help when a burst of callers shares the
+        account's rate limit; draining the shared bucket slows all of them. Default: no-op
+        (a limiter without a creation rate has nothing to slow down).
+        """
+        return None
+
+    def attach(self, on_capacity: Callable[[], None], reclaim_idle: Callable[[], Awaitable[bool]]) -> None:
+        """Called once by the pool: how to wake its waiters, and how to close one of its idle sandboxes.
+
+        A limiter shared with other processes uses them when a slot frees elsewhere
+        (``on_capacity``) or when another process needs a sandbox slot this pool keeps warm
+        (``reclaim_idle`` returns whether it closed one). Default: no-op (a local limiter
+        learns about every change from the pool itself).
+        """
+        return None
 
 
 class TokenBucket:
@@ -105,7 +130,7 @@ class TokenBucket:
         self._tokens = min(self._tokens, -seconds * self.rate + 1)
 
 
-class LocalLimiter:
+class LocalLimiter(Limiter):
     """In-process caps on calls in flight and open sandboxes, plus the creation bucket."""
 
     def __init__(
@@ -156,10 +181,8 @@ class LocalLimiter:
     async def aclose(self) -> None:
         return None
 
+    def penalize_creation(self, seconds: float) -> None:
+        self.bucket.penalize(seconds)
+
     def __repr__(self) -> str:
         return f"LocalLimiter({self.statistics()!r})"
-
-
-def describe(limiter: Any) -> str:
-    """One-line description for logs."""
-    return type(limiter).__name__

@@ -16,29 +16,17 @@ from __future__ import annotations
 
 import atexit
 import logging
-import random
-import signal
-import threading
-import time
 import weakref
-from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from sandboxkit._lease import CLOSE_TIMEOUT_S, LeaseCore
 from sandboxkit._request import make_request, positive_timeout
-from sandboxkit._slots import CallSlot, Entry
-from sandboxkit.base import Backend, Sandbox
-from sandboxkit.errors import (
-    DeadlineExceeded,
-    InvalidRequest,
-    PoolClosed,
-    RateLimited,
-    SandboxCrashed,
-    SandboxError,
-    Transient,
-)
+from sandboxkit._signals import install_sigterm_to_exit
+from sandboxkit.base import Backend
+from sandboxkit.errors import InvalidRequest, PoolClosed, SandboxCrashed, SandboxError
 from sandboxkit.limiter import Limiter, LocalLimiter
 from sandboxkit.metrics import PoolMetrics
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
@@ -47,11 +35,9 @@ from sandboxkit.session import Session
 if TYPE_CHECKING:
     from sandboxkit.configs import BaseBackendConfig
 
-__all__ = ["SandboxPool", "Session", "make_request"]
+__all__ = ["SandboxPool"]
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
-CLOSE_TIMEOUT_S = 30.0
 
 
 _live_pools: weakref.WeakSet[SandboxPool] = weakref.WeakSet()
@@ -151,21 +137,28 @@ class SandboxPool:
         self.health_check_after_s = health_check_after_s
         self.handle_signals = handle_signals
         self._limiter = self._make_limiter(limiter, creation_rate, creation_burst)
-        attach = getattr(self._limiter, "attach", None)
-        if attach is not None:  # a shared (cluster) limiter wakes us and may ask for idle sandboxes back
-            attach(self._notify, self._reclaim_idle)
-        self._idle: deque[Entry] = deque()
-        self._entries: set[Entry] = set()
-        self._changed: anyio.Event | None = None
-        self._started = False
         self.closed = False
         self.metrics_data = PoolMetrics()
+        self._core = LeaseCore(
+            self.backend,
+            self._limiter,
+            self.metrics_data,
+            limits=self.limits,
+            max_sandboxes=self.max_sandboxes,
+            max_uses=max_uses,
+            retries=retries,
+            backoff_base=backoff_base,
+            backoff_max=backoff_max,
+            deadline_s=deadline_s,
+            health_check_after_s=health_check_after_s,
+            on_first_use=self.start,
+        )
         _live_pools.add(self)
 
     # ----------------------------------------------------------------- set-up / teardown
 
     def _make_limiter(self, limiter: Limiter | str, rate: float | None, burst: float | None) -> Limiter:
-        if not isinstance(limiter, str):
+        if isinstance(limiter, Limiter):
             return limiter
         if limiter == "local":
             return LocalLimiter(self.max_concurrency, self.max_sandboxes, rate, burst)
@@ -174,7 +167,11 @@ class SandboxPool:
 
             ray: Limiter = ray_limiter(self.max_concurrency, self.max_sandboxes, rate, burst, backend=self.backend.name)
             return ray
-        raise InvalidRequest(f"limiter must be 'local', 'ray' or a Limiter object, got {limiter!r}")
+        raise InvalidRequest(
+            f"limiter must be 'local', 'ray' or a sandboxkit.limiter.Limiter (subclass it for the no-op "
+            f"defaults of penalize_creation and attach), got {limiter!r}",
+            backend=self.backend.name,
+        )
 
     async def __aenter__(self) -> SandboxPool:
         await self.start()
@@ -191,28 +188,15 @@ class SandboxPool:
         """
         if self.closed:
             raise PoolClosed("the pool is closed; create a new SandboxPool", backend=self.backend.name)
-        if self._started:
+        if self._core.started:
             return
-        self._started = True
-        self._install_signal_handlers()
+        self._core.started = True
+        if self.handle_signals:
+            install_sigterm_to_exit()
         if self.warm:
             async with anyio.create_task_group() as tg:
                 for _ in range(self.warm):
-                    tg.start_soon(self._prewarm_one)
-
-    async def _prewarm_one(self) -> None:
-        entry = await self._open_entry()
-        if entry is not None:
-            self._idle.append(entry)
-
-    def _install_signal_handlers(self) -> None:
-        if not self.handle_signals or threading.current_thread() is not threading.main_thread():
-            return
-        try:
-            if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-                signal.signal(signal.SIGTERM, _sigterm_to_exit)
-        except (ValueError, OSError):  # not allowed here (embedded interpreter): the atexit hook still runs
-            pass
+                    tg.start_soon(self._core.prewarm)
 
     async def aclose(self) -> None:
         """Close every sandbox the pool opened, then the backend if the pool created it.
@@ -223,12 +207,7 @@ class SandboxPool:
             return
         self.closed = True
         with anyio.CancelScope(shield=True):
-            self._notify()
-            entries = list(self._entries)
-            self._idle.clear()
-            async with anyio.create_task_group() as tg:
-                for entry in entries:
-                    tg.start_soon(self._close_entry, entry)
+            await self._core.close_all()
             try:
                 await self._limiter.aclose()
             finally:
@@ -237,186 +216,7 @@ class SandboxPool:
                         await self.backend.aclose()
         _live_pools.discard(self)
 
-    # ----------------------------------------------------------------- leasing
-
-    def _notify(self) -> None:
-        if self._changed is not None:
-            self._changed.set()
-            self._changed = None
-
-    async def _wait_for_change(self) -> None:
-        if self._changed is None:
-            self._changed = anyio.Event()
-        await self._changed.wait()
-
-    async def _open_entry(self, limits: Limits | None = None) -> Entry | None:
-        """Open a sandbox if a slot is free; None if the cap is reached."""
-        slot = object()
-        if not await self._limiter.try_acquire_sandbox(slot):
-            return None
-        try:
-            await self._limiter.creation_token()
-            started = time.perf_counter()
-            sandbox = await self.backend.open(limits or self.limits)
-        except BaseException as exc:
-            self._limiter.release_sandbox(slot)
-            if isinstance(exc, RateLimited) and hasattr(self._limiter, "bucket"):
-                self._limiter.bucket.penalize(exc.retry_after or self.backoff_base)
-            self._notify()
-            raise
-        if self.closed:  # closed while we were opening: do not leak it
-            with anyio.CancelScope(shield=True):
-                await _close_quietly(sandbox)
-            self._limiter.release_sandbox(slot)
-            raise PoolClosed("the pool was closed while a sandbox was opening", backend=self.backend.name)
-        self.metrics_data.sandbox_opened(time.perf_counter() - started)
-        entry = Entry(sandbox, slot, limits or self.limits)
-        self._entries.add(entry)
-        return entry
-
-    async def _take_idle(self, limits: Limits) -> Entry | None:
-        """A healthy idle sandbox opened with ``limits`` (for a session), or None if there is none."""
-        while True:
-            entry = next((e for e in reversed(self._idle) if e.limits == limits), None)
-            if entry is None:
-                return None
-            self._idle.remove(entry)
-            idle_for = time.monotonic() - entry.last_used
-            if idle_for >= self.health_check_after_s and not await entry.sandbox.alive():
-                self.metrics_data.error("dead_on_lease")
-                await self._close_entry(entry)
-                continue
-            return entry
-
-    async def _lease(self, slot: CallSlot) -> Entry:
-        """Get a healthy sandbox: an idle one, a new one, or wait for one.
-
-        The caller holds a call slot. While it has to wait for a sandbox it gives the slot back:
-        a session holds its sandbox and then asks for a call slot, so a pooled call that held a
-        slot while waiting for a sandbox could deadlock against sessions holding every sandbox.
-        """
-        while True:
-            if self.closed:
-                raise PoolClosed("the pool is closed; create a new SandboxPool", backend=self.backend.name)
-            if self._idle:
-                entry = self._idle.pop()  # LIFO: the most recently used is the warmest
-                idle_for = time.monotonic() - entry.last_used
-                if idle_for >= self.health_check_after_s and not await entry.sandbox.alive():
-                    self.metrics_data.error("dead_on_lease")
-                    await self._close_entry(entry)
-                    continue
-                return entry
-            entry_or_none = await self._open_entry()
-            if entry_or_none is not None:
-                return entry_or_none
-            slot.release()
-            await self._wait_for_change()
-            await slot.acquire()
-
-    async def _reclaim_idle(self) -> bool:
-        """Close the least recently used idle sandbox (a shared limiter needs its slot elsewhere)."""
-        if not self._idle:
-            return False
-        await self._close_entry(self._idle.popleft())
-        return True
-
-    async def _give_back(self, entry: Entry, *, dirty: bool) -> None:
-        """Return a sandbox after a call: reset and keep it warm, or close it."""
-        entry.uses += 1
-        entry.last_used = time.monotonic()
-        keep = not self.closed and entry.uses < self.max_uses
-        if keep and dirty:
-            keep = self.backend.capabilities.resettable and await _reset_quietly(entry.sandbox)
-        if keep and not self.closed:
-            self._idle.append(entry)
-            self._notify()
-        else:
-            await self._close_entry(entry)
-
-    async def _close_entry(self, entry: Entry) -> None:
-        if entry.closed:
-            return
-        entry.closed = True
-        with anyio.CancelScope(shield=True):
-            try:
-                await _close_quietly(entry.sandbox)
-            finally:
-                self._entries.discard(entry)
-                try:
-                    self._idle.remove(entry)
-                except ValueError:
-                    pass
-                self._limiter.release_sandbox(entry.slot)
-                self.metrics_data.sandbox_closed()
-                self._notify()
-
     # ----------------------------------------------------------------- calls
-
-    async def _call(self, fn: Callable[[Sandbox], Awaitable[T]], deadline_s: float | None) -> T:
-        """Run ``fn`` on a leased sandbox under the cap, with retries and the deadline."""
-        if self.closed:
-            raise PoolClosed("the pool is closed; create a new SandboxPool", backend=self.backend.name)
-        if not self._started:
-            await self.start()
-        deadline_s = deadline_s if deadline_s is not None else self.deadline_s
-        started = time.perf_counter()
-        record = self.metrics_data.call_started()
-        try:
-            if deadline_s is None:
-                result = await self._attempts(fn, record)
-            else:
-                with anyio.move_on_after(deadline_s) as scope:
-                    result = await self._attempts(fn, record)
-                if scope.cancelled_caught:
-                    raise DeadlineExceeded(
-                        f"call did not finish within its deadline of {deadline_s:g}s (queue wait and retries "
-                        "included); raise deadline_s or max_concurrency, or lower the load",
-                        backend=self.backend.name,
-                    )
-        except SandboxError as exc:
-            self.metrics_data.call_failed(record, exc, time.perf_counter() - started)
-            raise
-        self.metrics_data.call_finished(record, result, time.perf_counter() - started)
-        return result
-
-    async def _attempts(self, fn: Callable[[Sandbox], Awaitable[T]], record: Any) -> T:
-        attempt = 0
-        while True:
-            slot = CallSlot(self._limiter)
-            queued = time.perf_counter()
-            await slot.acquire()
-            try:
-                entry = await self._lease(slot)
-                record.queue_wait += time.perf_counter() - queued
-                run_started = time.perf_counter()
-                try:
-                    result = await fn(entry.sandbox)
-                except BaseException as exc:
-                    # After an infrastructure error or a cancellation the sandbox's state is unknown.
-                    await self._close_entry(entry)
-                    if isinstance(exc, SandboxCrashed) and self.closed:
-                        raise PoolClosed("the pool was closed during the call", backend=self.backend.name) from exc
-                    raise
-                record.run_time += time.perf_counter() - run_started
-                await self._give_back(entry, dirty=True)
-                return result
-            except Transient as exc:
-                if attempt >= self.retries or self.closed:
-                    raise
-                delay = self._backoff(attempt, exc)
-                attempt += 1
-                record.retries += 1
-                log.info("retrying after %s (attempt %d/%d, in %.2fs)", exc, attempt, self.retries, delay)
-            finally:
-                slot.release()
-            await anyio.sleep(delay)  # outside the call slot: a backing-off caller does not hold capacity
-
-    def _backoff(self, attempt: int, exc: Exception) -> float:
-        ceiling = min(self.backoff_max, self.backoff_base * (2**attempt))
-        delay = random.uniform(0, ceiling)  # full jitter: retries of a burst spread out
-        if isinstance(exc, RateLimited) and exc.retry_after:
-            delay = max(delay, min(exc.retry_after, self.backoff_max))
-        return delay
 
     async def run(
         self,
@@ -463,8 +263,8 @@ class SandboxPool:
             timeout=timeout,
             default_limits=self.limits,
         )
-        self._check_language(request.language)
-        return await self._call(lambda sandbox: sandbox.run(request), deadline_s)
+        self._core.check_language(request.language)
+        return await self._core.call(lambda sandbox: sandbox.run(request), deadline_s=deadline_s)
 
     async def exec(
         self,
@@ -482,8 +282,8 @@ class SandboxPool:
         """
         if timeout is not None:
             positive_timeout(timeout)
-        return await self._call(
-            lambda sandbox: sandbox.exec(command, env=env, stdin=stdin, timeout=timeout), deadline_s
+        return await self._core.call(
+            lambda sandbox: sandbox.exec(command, env=env, stdin=stdin, timeout=timeout), deadline_s=deadline_s
         )
 
     async def run_many(
@@ -524,15 +324,7 @@ class SandboxPool:
         Use ``async with pool.session() as s:`` or ``s = pool.session(); await s.open(); ...; await s.close()``.
         The sandbox counts against ``max_sandboxes`` until the session closes.
         """
-        return Session(self, limits or self.limits)
-
-    def _check_language(self, language: str) -> None:
-        langs = self.backend.capabilities.languages
-        if language not in langs:
-            raise InvalidRequest(
-                f"backend {self.backend.name!r} cannot run {language!r}; it supports: {', '.join(sorted(langs))}",
-                backend=self.backend.name,
-            )
+        return Session(self._core, limits or self.limits)
 
     # ----------------------------------------------------------------- introspection
 
@@ -545,40 +337,19 @@ class SandboxPool:
             calls_in_flight=stats.calls_in_flight,
             calls_waiting=stats.calls_waiting,
             max_concurrency=stats.max_calls,
-            sandboxes_open=len(self._entries),
-            sandboxes_idle=len(self._idle),
+            sandboxes_open=len(self._core.entries),
+            sandboxes_idle=len(self._core.idle),
             max_sandboxes=self.max_sandboxes,
+            learned_cap=self._core.capacity.cap,
+            capacity_refusals=self._core.capacity.refusals,
         )
         return data
 
     @property
     def open_sandboxes(self) -> int:
         """Sandboxes this pool holds right now (idle, in use, or in sessions)."""
-        return len(self._entries)
+        return len(self._core.entries)
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
         return f"<SandboxPool backend={self.backend.name!r} max_concurrency={self.max_concurrency} {state}>"
-
-
-async def _close_quietly(sandbox: Sandbox) -> None:
-    try:
-        with anyio.move_on_after(CLOSE_TIMEOUT_S):
-            await sandbox.close()
-    except Exception:
-        log.warning("closing sandbox %s failed", getattr(sandbox, "id", "?"), exc_info=True)
-
-
-async def _reset_quietly(sandbox: Sandbox) -> bool:
-    try:
-        with anyio.move_on_after(CLOSE_TIMEOUT_S):
-            return await sandbox.reset()
-        return False
-    except Exception:
-        log.warning("resetting sandbox %s failed; closing it", getattr(sandbox, "id", "?"), exc_info=True)
-        return False
-
-
-def _sigterm_to_exit(signum: int, frame: object) -> None:
-    # Unwinding with SystemExit runs `async with` exits and atexit hooks; SIG_DFL would not.
-    raise SystemExit(128 + signum)

@@ -1,25 +1,24 @@
 """``Session``: one sandbox held across calls, for multi-turn tools and agent environments.
 
-A session is a friend of its :class:`~sandboxkit.pool.SandboxPool`: it takes its sandbox slot,
-call slots and metrics from the pool, so sessions and pooled calls share one set of caps.
+A session leases its sandbox from the pool's :class:`~sandboxkit._lease.LeaseCore` and runs
+every call through the same guarded path as pooled calls (call slot, deadline, metrics), so
+sessions and pooled calls share one set of caps, one default deadline and one set of rules,
+and cannot deadlock each other.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 
+from sandboxkit._lease import LeaseCore, keeps_sandbox
 from sandboxkit._request import make_request, positive_timeout
 from sandboxkit._slots import CallSlot, Entry
 from sandboxkit.base import Sandbox
-from sandboxkit.errors import DeadlineExceeded, PoolClosed, SandboxError, Transient
+from sandboxkit.errors import PoolClosed
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
-
-if TYPE_CHECKING:
-    from sandboxkit.pool import SandboxPool
 
 __all__ = ["Session"]
 
@@ -29,13 +28,19 @@ T = TypeVar("T")
 class Session:
     """One sandbox held across calls, for multi-turn tools and agent environments.
 
-    If the sandbox dies, the call that saw it raises :class:`SandboxCrashed` and the next
-    call opens a fresh sandbox (``restarts`` counts how often); state is lost then, which is
-    why the error is raised rather than hidden.
+    Create it with :meth:`SandboxPool.session`. The sandbox counts against the pool's
+    ``max_sandboxes`` until the session closes; between calls it holds no call slot.
+
+    If a call fails because of the infrastructure (the sandbox crashed, a transient fault,
+    the deadline passed, the call was cancelled), the sandbox's state is unknown: it is
+    discarded, the error is raised, and the next call opens a fresh sandbox (``restarts``
+    counts how often). State is lost then, which is why the error is raised rather than
+    hidden. A caller's own mistake (``InvalidRequest``: a bad path, an unknown language)
+    keeps the sandbox and its state.
     """
 
-    def __init__(self, pool: SandboxPool, limits: Limits) -> None:
-        self.pool = pool
+    def __init__(self, core: LeaseCore, limits: Limits) -> None:
+        self._core = core
         self.limits = limits
         self._entry: Entry | None = None
         self.restarts = 0
@@ -58,79 +63,48 @@ class Session:
         """Open the session's sandbox now (otherwise the first call opens it).
 
         Raises:
+            PoolClosed: the session or its pool is closed.
             BackendUnavailable, RateLimited, Transient: opening failed after the pool's retries.
         """
-        await self._ensure()
+        async with self._lock:
+            self._check_open()
+            if self._entry is None:
+                await self._core.ensure_started()
+                self._entry = await self._core.within_deadline(
+                    lambda: self._core.lease_retrying(self.limits), None, "opening the session's sandbox"
+                )
 
-    async def _ensure(self) -> Entry:
+    def _check_open(self) -> None:
         if self.closed:
             raise PoolClosed(
-                "this session is closed; open a new one with pool.session()", backend=self.pool.backend.name
+                "this session is closed; open a new one with pool.session()", backend=self._core.backend.name
             )
-        if self._entry is not None:
-            return self._entry
-        if not self.pool._started:
-            await self.pool.start()
-        attempt = 0
-        while True:
-            try:
-                # A warm idle sandbox (reset when it was given back) is as clean as a new one and far cheaper.
-                entry = await self.pool._take_idle(self.limits)
-                if entry is not None:
-                    self._entry = entry
-                    return entry
-                entry = await self.pool._open_entry(self.limits)
-                if entry is None:
-                    if self.pool._idle:
-                        # Warm idle sandboxes hold every slot and nothing would ever free one for
-                        # us: close the least recently used to make room.
-                        await self.pool._close_entry(self.pool._idle[0])
-                        continue
-                    await self.pool._wait_for_change()
-                    continue
-                self._entry = entry
-                return entry
-            except Transient as exc:
-                if attempt >= self.pool.retries:
-                    raise
-                await anyio.sleep(self.pool._backoff(attempt, exc))
-                attempt += 1
+
+    async def _acquire(self, slot: CallSlot) -> Entry:
+        self._check_open()
+        if self._entry is None:
+            # A warm idle sandbox (reset when it was given back) is as clean as a new one and far cheaper.
+            self._entry = await self._core.lease(self.limits, slot=slot)
+        return self._entry
+
+    async def _release(self, entry: Entry, error: BaseException | None) -> None:
+        if error is None or keeps_sandbox(error):
+            return  # the sandbox stays with the session, state intact
+        if self._entry is entry:
+            self._entry = None
+            self.restarts += 1
+        await self._core.discard(entry)
 
     async def _call(self, fn: Callable[[Sandbox], Awaitable[T]], deadline_s: float | None) -> T:
         async with self._lock:  # a sandbox serves one call at a time
-            entry = await self._ensure()
-            metrics = self.pool.metrics_data
-            record = metrics.call_started()
-            started = time.perf_counter()
-            slot = CallSlot(self.pool._limiter)
-            try:
-                await slot.acquire()
-                record.queue_wait = time.perf_counter() - started
-                with anyio.move_on_after(deadline_s) as scope:
-                    result = await fn(entry.sandbox)
-                if scope.cancelled_caught:
-                    raise DeadlineExceeded(
-                        f"session call did not finish within {deadline_s:g}s; the sandbox was discarded",
-                        backend=self.pool.backend.name,
-                        sandbox_id=entry.sandbox.id,
-                    )
-            except BaseException as exc:
-                # An infrastructure error, a deadline or a cancellation leaves the sandbox in an unknown state.
-                await self._discard()
-                if isinstance(exc, SandboxError):
-                    metrics.call_failed(record, exc, time.perf_counter() - started)
-                raise
-            finally:
-                slot.release()
-            record.run_time = time.perf_counter() - started - record.queue_wait
-            metrics.call_finished(record, result, time.perf_counter() - started)
-            return result
-
-    async def _discard(self) -> None:
-        if self._entry is not None:
-            entry, self._entry = self._entry, None
-            self.restarts += 1
-            await self.pool._close_entry(entry)
+            return await self._core.call(
+                fn,
+                deadline_s=deadline_s,
+                acquire=self._acquire,
+                release=self._release,
+                retry_started=False,
+                what="session call",
+            )
 
     async def run(
         self,
@@ -155,7 +129,7 @@ class Session:
             timeout=timeout,
             default_limits=self.limits,
         )
-        self.pool._check_language(request.language)
+        self._core.check_language(request.language)
         return await self._call(lambda s: s.run(request), deadline_s)
 
     async def exec(
@@ -173,13 +147,13 @@ class Session:
             positive_timeout(timeout)
         return await self._call(lambda s: s.exec(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout), deadline_s)
 
-    async def write_files(self, files: Mapping[str, bytes | str]) -> None:
+    async def write_files(self, files: Mapping[str, bytes | str], *, deadline_s: float | None = None) -> None:
         """Write files into this session's workspace."""
-        await self._call(lambda s: s.write_files(files), None)
+        await self._call(lambda s: s.write_files(files), deadline_s)
 
-    async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
+    async def read_files(self, paths: Sequence[str], *, deadline_s: float | None = None) -> dict[str, bytes]:
         """Read files from this session's workspace (missing ones are absent)."""
-        return await self._call(lambda s: s.read_files(paths), None)
+        return await self._call(lambda s: s.read_files(paths), deadline_s)
 
     async def close(self) -> None:
         """Give the sandbox back (reset and kept warm when possible). Idempotent, shielded."""
@@ -189,4 +163,4 @@ class Session:
         with anyio.CancelScope(shield=True):
             if self._entry is not None:
                 entry, self._entry = self._entry, None
-                await self.pool._give_back(entry, dirty=True)
+                await self._core.give_back(entry, dirty=True)

@@ -15,16 +15,18 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
-import signal
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from sandboxkit._signals import install_sigterm_to_exit
 from sandboxkit.base import Backend
 from sandboxkit.errors import PoolClosed, SandboxError
+from sandboxkit.limiter import Limiter
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
-from sandboxkit.pool import SandboxPool, Session
+from sandboxkit.pool import SandboxPool
+from sandboxkit.session import Session
 
 if TYPE_CHECKING:
     from sandboxkit.configs import BaseBackendConfig
@@ -94,7 +96,43 @@ class SyncSandboxPool:
     ``close()`` replaces ``aclose()``. It is also closed at interpreter exit if still open.
     """
 
-    def __init__(self, backend: str | Backend | BaseBackendConfig = "subprocess", **options: Any) -> None:
+    def __init__(
+        self,
+        backend: str | Backend | BaseBackendConfig = "subprocess",
+        *,
+        max_concurrency: int = 16,
+        max_sandboxes: int | None = None,
+        creation_rate: float | None = None,
+        creation_burst: float | None = None,
+        warm: int = 0,
+        max_uses: int = 1000,
+        retries: int = 3,
+        backoff_base: float = 0.2,
+        backoff_max: float = 10.0,
+        deadline_s: float | None = None,
+        health_check_after_s: float = 0.0,
+        limits: Limits | None = None,
+        backend_options: Mapping[str, Any] | None = None,
+        limiter: Limiter | str = "local",
+        handle_signals: bool = True,
+    ) -> None:
+        options: dict[str, Any] = {
+            "max_concurrency": max_concurrency,
+            "max_sandboxes": max_sandboxes,
+            "creation_rate": creation_rate,
+            "creation_burst": creation_burst,
+            "warm": warm,
+            "max_uses": max_uses,
+            "retries": retries,
+            "backoff_base": backoff_base,
+            "backoff_max": backoff_max,
+            "deadline_s": deadline_s,
+            "health_check_after_s": health_check_after_s,
+            "limits": limits,
+            "backend_options": backend_options,
+            "limiter": limiter,
+            "handle_signals": handle_signals,
+        }
         self._thread = EventLoopThread()
         try:
             self.pool: SandboxPool = self._thread.call(_construct(backend, options))
@@ -102,8 +140,8 @@ class SyncSandboxPool:
         except BaseException:
             self._thread.stop()
             raise
-        if options.get("handle_signals", True):
-            _install_sigterm_handler()
+        if handle_signals:
+            install_sigterm_to_exit()
         _live.add(self)
 
     @property
@@ -202,7 +240,7 @@ class SyncSandboxPool:
 
 
 class SyncSession:
-    """Blocking twin of :class:`~sandboxkit.pool.Session`."""
+    """Blocking twin of :class:`~sandboxkit.session.Session`."""
 
     def __init__(self, owner: SyncSandboxPool, session: Session) -> None:
         self._owner = owner
@@ -220,36 +258,62 @@ class SyncSession:
         return self.session.sandbox_id
 
     def open(self) -> None:
+        """See :meth:`Session.open`."""
         self._owner._call(self.session.open())
 
-    def run(self, code: str | RunRequest | Mapping[str, Any], **kwargs: Any) -> RunResult:
-        return self._owner._call(self.session.run(code, **kwargs))
+    def run(
+        self,
+        code: str | RunRequest | Mapping[str, Any],
+        *,
+        language: str | None = None,
+        stdin: str | None = None,
+        files: Mapping[str, bytes | str] | None = None,
+        fetch_files: Sequence[str] | None = None,
+        limits: Limits | None = None,
+        timeout: float | None = None,
+        deadline_s: float | None = None,
+    ) -> RunResult:
+        """See :meth:`Session.run`."""
+        return self._owner._call(
+            self.session.run(
+                code,
+                language=language,
+                stdin=stdin,
+                files=files,
+                fetch_files=fetch_files,
+                limits=limits,
+                timeout=timeout,
+                deadline_s=deadline_s,
+            )
+        )
 
-    def exec(self, command: str | Sequence[str], **kwargs: Any) -> ExecResult:
-        return self._owner._call(self.session.exec(command, **kwargs))
+    def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | None = None,
+        timeout: float | None = None,
+        deadline_s: float | None = None,
+    ) -> ExecResult:
+        """See :meth:`Session.exec`."""
+        return self._owner._call(
+            self.session.exec(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout, deadline_s=deadline_s)
+        )
 
-    def write_files(self, files: Mapping[str, bytes | str]) -> None:
-        self._owner._call(self.session.write_files(files))
+    def write_files(self, files: Mapping[str, bytes | str], *, deadline_s: float | None = None) -> None:
+        """See :meth:`Session.write_files`."""
+        self._owner._call(self.session.write_files(files, deadline_s=deadline_s))
 
-    def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
-        return self._owner._call(self.session.read_files(paths))
+    def read_files(self, paths: Sequence[str], *, deadline_s: float | None = None) -> dict[str, bytes]:
+        """See :meth:`Session.read_files`."""
+        return self._owner._call(self.session.read_files(paths, deadline_s=deadline_s))
 
     def close(self) -> None:
+        """See :meth:`Session.close`."""
         if not self._owner._thread.loop.is_closed():
             self._owner._call(self.session.close())
-
-
-def _install_sigterm_handler() -> None:
-    """SIGTERM's default kills without running atexit; turn it into SystemExit so the pool closes."""
-    from sandboxkit.pool import _sigterm_to_exit
-
-    if threading.current_thread() is not threading.main_thread():
-        return
-    try:
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, _sigterm_to_exit)
-    except (ValueError, OSError):  # not allowed here; the atexit hook still runs on normal exits
-        pass
 
 
 async def _construct(backend: str | Backend | BaseBackendConfig, options: dict[str, Any]) -> SandboxPool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import ClassVar
 
 import pytest
 
@@ -21,11 +20,6 @@ def e2b_fake() -> Iterator[FakeE2B]:
 
 class TestE2BConformance(BackendConformance):
     backend_name = "e2b"
-    xfail: ClassVar[dict[str, str]] = {
-        "test_long_output_keeps_head_and_tail_and_the_program_runs_on": (
-            "issue 18 item 2 (head+tail, no kill at output_bytes): fixed by cloud branch"
-        ),
-    }
     # The loopback fake runs programs unsandboxed on this machine: the attack tests skip.
     contained = False
     fake: FakeE2B

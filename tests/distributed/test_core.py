@@ -210,11 +210,12 @@ def test_fair_share_keeps_remainder_slots_put_unless_someone_below_share_waits()
     assert core.keep_limit("a") == 5  # nobody else waits: a may keep what it gets
 
 
-def test_the_placement_backend_can_be_registered_by_name() -> None:
-    from sandboxkit.distributed import RayPlacedBackend, register_backend
+def test_the_placement_backend_is_the_ray_entry_point() -> None:
+    import sandboxkit.distributed as dist
+    from sandboxkit.distributed import RayPlacedBackend
     from sandboxkit.registry import backend, backend_class
 
-    register_backend()
+    assert not hasattr(dist, "register_backend"), "the entry point registers it; no second way"
     assert backend_class("ray") is RayPlacedBackend
     placed = backend("ray", inner="subprocess", num_cpus=2)
     assert isinstance(placed, RayPlacedBackend) and placed.num_cpus == 2

@@ -363,3 +363,27 @@ async def test_a_per_worker_cap_holds_inside_the_cluster_cap(ray_cluster: Any) -
     finally:
         await limiter.aclose()
         shutdown_limiter(name)
+
+
+async def test_learned_concurrency_and_a_429_penalty_work_under_the_ray_limiter(ray_cluster: Any) -> None:
+    # The learned cap lives in the pool (per process), so it works with any Limiter; the 429 penalty
+    # goes through Limiter.penalize_creation to the actor's bucket, which every process shares.
+    from sandboxkit import RateLimited, RunResult
+    from sandboxkit.testing import FakeBackend
+
+    name = "sandboxkit-limiter-learned"
+    backend = FakeBackend(capacity=2, open_delay=0.002)
+    limiter = RayLimiter(16, 16, creation_rate=1000, creation_burst=1000, name=name)
+    try:
+        async with SandboxPool(backend, max_concurrency=16, limiter=limiter, backoff_base=0.001) as pool:
+            results = await asyncio.wait_for(pool.run_many([{"code": f"sleep:0.00{i % 5}"} for i in range(32)]), 60)
+            assert all(isinstance(r, RunResult) for r in results), results
+            assert not any(isinstance(r, RateLimited) for r in results)
+            assert backend.peak_live <= 2 and 2 <= pool.metrics()["learned_cap"] <= 3
+            assert pool.metrics()["retries"] == 0
+            limiter.penalize_creation(0.5)  # as after a 429 on creation: every creation waits
+            await asyncio.sleep(0.2)  # fire and forget: let the message reach the actor
+            delay = await ray_cluster.get_actor(name, namespace=NAMESPACE).creation_delay.remote(limiter.owner)
+            assert delay > 0.1, "the cluster's creation bucket was not drained"
+    finally:
+        shutdown_limiter(name)

@@ -6,15 +6,27 @@ arrive as ``/toolbox/<sandbox id>/...``. Implemented (daytona 0.226 wire format)
 
 * ``POST/GET/DELETE /api/sandbox[/{id}]`` - create (labels, networkBlockAll, autoStopInterval
   ... are stored), list (``labels`` JSON filter), get, delete;
-* ``POST /process/session``, ``POST /process/session/{sid}/exec`` (stdout and stderr apart,
-  commands of one session run one after another, like the daemon's session shell),
-  ``DELETE /process/session/{sid}``;
+* ``POST /process/session``, ``POST /process/session/{sid}/exec`` (commands of one session run
+  one after another, like the daemon's session shell; their output is *line-labelled* as the
+  daemon does it, see :func:`daemon_session_output`), ``DELETE /process/session/{sid}``;
 * ``POST /process/execute`` (merged output, server-side timeout kills the process group);
 * ``POST /files/bulk-upload`` (multipart), ``POST /files/bulk-download`` (multipart answer,
   a per-file ``error`` part for a missing file); ``GET /user-home-dir``.
 
 A vanished sandbox answers 404 everywhere, like the real proxy. Faults come from
-:meth:`FakeService.inject`; an optional server-side quota and creation rate answer 429.
+:meth:`FakeService.inject`. Limits of the service, each answered as the real API does:
+
+* ``quota``: the organisation's vCPU quota. The API (daytonaio/daytona v0.190.0,
+  ``apps/api/src/sandbox/services/sandbox.service.ts``, ``validateOrganizationQuotas``) refuses
+  a create that would pass it with ``ForbiddenException("Total CPU limit exceeded. Maximum
+  allowed: N.\n" + UPGRADE_TIER_MESSAGE)``, serialised by ``apps/api/src/filters/
+  all-exceptions.filter.ts`` as ``{path, timestamp, statusCode, error, message}``. Older
+  releases threw a BadRequest (400) instead: ``quota_status = 400`` models them. Every sandbox
+  uses ``cpu`` vCPUs (1, as Daytona's default snapshot, unless created with resources);
+* ``concurrency``: a concurrent-sandbox cap answered 429 "maximum number of concurrent
+  sandboxes" (how a self-hosted deployment or a proxy in front of it may refuse);
+* ``server_rate``: creations per second, past which the API's throttler answers 429
+  "ThrottlerException: Too Many Requests" (``@nestjs/throttler``).
 """
 
 from __future__ import annotations
@@ -22,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import re
 import time
 import uuid
 from typing import Any
@@ -33,17 +46,77 @@ from starlette.routing import Route
 
 from ._common import Box, FakeService, run_command
 
+#: The daemon's stream labels (libs/common-go/pkg/log/read_multiplex_log.go, STDOUT_PREFIX / STDERR_PREFIX).
+STDOUT_PREFIX, STDERR_PREFIX = b"\x01\x01\x01", b"\x02\x02\x02"
+#: UPGRADE_TIER_MESSAGE of apps/api/src/common/constants/error-messages.ts, with the fake's dashboard URL.
+UPGRADE_TIER = (
+    "To increase concurrency limits, upgrade your organization's Tier by visiting https://app.daytona.io/limits."
+)
+_REASONS = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 429: "Too Many Requests"}
 
-def _error(status: int, message: str, retry_after: float | None = None) -> JSONResponse:
+
+def _error(status: int, message: str, retry_after: float | None = None, path: str = "") -> JSONResponse:
+    """An error body as the API's AllExceptionsFilter writes it."""
     headers = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else None
-    return JSONResponse({"statusCode": status, "message": message, "error": message}, status, headers=headers)
+    body = {
+        "path": path,
+        "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "statusCode": status,
+        "error": _REASONS.get(status, "Error"),
+        "message": message,
+    }
+    return JSONResponse(body, status, headers=headers)
+
+
+def _label_lines(data: bytes, prefix: bytes) -> bytes:
+    """What the daemon's labeller makes of one stream.
+
+    Session commands run under a wrapper (apps/daemon/pkg/session/execute.go, cmdWrapperFormat)
+    that reads each stream with ``while IFS= read -r line || [ -n "$line" ]; do printf
+    '<prefix>%s\\n' "$line"; done``: every line, the unterminated last one included, is
+    written back with a newline, and bash's ``read`` drops NUL bytes.
+    """
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()  # the stream ended with a newline: no extra, empty line
+    return b"".join(prefix + line.replace(b"\0", b"") + b"\n" for line in lines)
+
+
+def daemon_session_output(stdout: bytes, stderr: bytes) -> dict[str, str]:
+    """The ``output`` / ``stdout`` / ``stderr`` of a session command, as the daemon answers them.
+
+    The labelled lines go to one log; ``DemuxLogBytes`` (execute.go) splits it back by prefix,
+    and Go's JSON encoder replaces invalid UTF-8 with U+FFFD. So ``x`` without newline comes
+    back ``"x\\n"`` and NUL bytes are lost: why the wrapper sends the program's bytes as base64.
+    """
+    log = _label_lines(stdout, STDOUT_PREFIX) + _label_lines(stderr, STDERR_PREFIX)
+    out = b"".join(chunk for chunk in _demux(log, STDOUT_PREFIX))
+    err = b"".join(chunk for chunk in _demux(log, STDERR_PREFIX))
+    text = lambda b: b.decode("utf-8", "replace")  # noqa: E731
+    return {"output": text(log), "stdout": text(out), "stderr": text(err)}
+
+
+def _demux(log: bytes, prefix: bytes) -> list[bytes]:
+    """The chunks of ``log`` labelled ``prefix`` (each runs to the next label of either stream)."""
+    marks = re.compile(re.escape(STDOUT_PREFIX) + b"|" + re.escape(STDERR_PREFIX))
+    found = list(marks.finditer(log))
+    chunks = []
+    for i, m in enumerate(found):
+        if m.group(0) == prefix:
+            end = found[i + 1].start() if i + 1 < len(found) else len(log)
+            chunks.append(log[m.end() : end])
+    return chunks
 
 
 class FakeDaytona(FakeService):
     """In-process fake Daytona API. Use ``with FakeDaytona() as fake: ... fake.url ...``.
 
     Attributes:
-        quota: most live sandboxes allowed; more creations answer 429 (None = no quota).
+        quota: the organisation's vCPU quota (None = none); a create past it answers
+            ``quota_status`` (403; 400 on older releases) "Total CPU limit exceeded".
+        quota_status: the status of a quota refusal.
+        concurrency: most live sandboxes; more creations answer 429 "maximum number of
+            concurrent sandboxes" (None = no cap).
         start_state: state a new sandbox is reported in ("started"; anything else never starts).
         session_deletes: (sandbox id, session id) of every session deleted.
         server_rate: (rate per second, burst) of creations the "service" accepts; faster
@@ -55,6 +128,8 @@ class FakeDaytona(FakeService):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.quota: int | None = None
+        self.quota_status = 403
+        self.concurrency: int | None = None
         self.start_state = "started"
         self.session_deletes: list[tuple[str, str]] = []
         self.server_rate: tuple[float, float] | None = None
@@ -136,6 +211,10 @@ class FakeDaytona(FakeService):
             return _error(404, f"Sandbox with ID or name {request.path_params['sid']} not found")
         return box
 
+    def _cpu_in_use(self) -> int:
+        with self.ledger.lock:
+            return sum(int(b.data.get("cpu") or 1) for b in self.ledger.live.values())
+
     def _rate_ok(self) -> bool:
         if self.server_rate is None:
             return True
@@ -155,12 +234,19 @@ class FakeDaytona(FakeService):
         if gated is not None:
             return gated
         body = await request.json()
-        if self.quota is not None and self.live_count >= self.quota:
-            self.count_rejection(429)
-            return _error(429, f"Sandbox resource limit reached ({self.quota}), please try again later")
+        path = request.url.path
         if not self._rate_ok():
             self.count_rejection(429)
-            return _error(429, "Too many requests", retry_after=1)
+            return _error(429, "ThrottlerException: Too Many Requests", retry_after=1, path=path)
+        cpu = int(body.get("cpu") or 1)  # resources come with an image; a snapshot sandbox has 1 vCPU
+        if self.quota is not None and self._cpu_in_use() + cpu > self.quota:
+            self.count_rejection(self.quota_status)
+            message = f"Total CPU limit exceeded. Maximum allowed: {self.quota}.\n{UPGRADE_TIER}"
+            return _error(self.quota_status, message, path=path)
+        if self.concurrency is not None and self.live_count >= self.concurrency:
+            self.count_rejection(429)
+            message = f"You have reached the maximum number of concurrent sandboxes ({self.concurrency})"
+            return _error(429, message, path=path)
         box = self.new_box(body.get("labels") or {})
         box.data.update(body, state=self.start_state)
         delay = getattr(request.state, "late_answer", 0.0)
@@ -237,10 +323,7 @@ class FakeDaytona(FakeService):
                 await asyncio.sleep(delay)
         if self.find(box.id) is None:
             return _error(404, f"Sandbox with ID or name {box.id} not found")
-        stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
-        return JSONResponse(
-            {"cmdId": uuid.uuid4().hex, "output": stdout + stderr, "stdout": stdout, "stderr": stderr, "exitCode": rc}
-        )
+        return JSONResponse({"cmdId": uuid.uuid4().hex, **daemon_session_output(out, err), "exitCode": rc})
 
     async def _execute(self, request: Request) -> Response:
         gated = await self._gate(request, "execute")

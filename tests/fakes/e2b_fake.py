@@ -130,7 +130,8 @@ class FakeE2B(FakeService):
     """In-process fake E2B API + envd. Use ``with FakeE2B() as fake: ... fake.url ...``.
 
     Attributes:
-        quota: most live sandboxes allowed; more creations answer 429 (None = no quota).
+        quota: the team's concurrent-sandbox limit; more creations answer 429 "you have reached
+            the maximum number of concurrent E2B sandboxes (N)" (None = no limit).
         signals: (sandbox id, pid, signal) of every SendSignal received.
         timeouts: (sandbox id, seconds) of every set_timeout received.
     """
@@ -205,8 +206,14 @@ class FakeE2B(FakeService):
             return gated
         body = await request.json()
         if self.quota is not None and self.live_count >= self.quota:
+            # e2b-dev/infra, packages/api/internal/orchestrator/create_instance.go: the team's
+            # reservation fails with api.APIError{Code: 429, ClientMsg: ...} (this text).
             self.count_rejection(429)
-            return _error(429, f"You have reached the maximum number of concurrent E2B sandboxes ({self.quota})")
+            message = (
+                f"you have reached the maximum number of concurrent E2B sandboxes ({self.quota}). "
+                "If you need more, please visit 'https://e2b.dev/docs/billing'"
+            )
+            return _error(429, message)
         box = self.new_box(body.get("metadata") or {})
         box.data.update(body)
         delay = getattr(request.state, "create_delay", 0.0)

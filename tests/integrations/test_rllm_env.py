@@ -157,7 +157,7 @@ def test_reset_releases_the_previous_sandbox_and_close_is_idempotent() -> None:
     assert "leftover.txt" not in observation and "README.md" in observation
     env.close()
     env.close()
-    assert pool.open_sandboxes == len(pool._idle)  # nothing held by an episode any more
+    assert pool.open_sandboxes == pool.metrics()["sandboxes_idle"]  # nothing held by an episode any more
 
 
 def test_64_episodes_from_a_64_thread_pool_leave_nothing_behind() -> None:
@@ -168,7 +168,7 @@ def test_64_episodes_from_a_64_thread_pool_leave_nothing_behind() -> None:
     assert all(final == 1.0 for _, final in results)
     assert all(steps[-1][2] is True for steps, _ in results)
     pool = handle.pool.pool
-    assert pool.open_sandboxes == len(pool._idle)  # every episode gave its sandbox back
+    assert pool.open_sandboxes == pool.metrics()["sandboxes_idle"]  # every episode gave its sandbox back
     handle.close()
     assert pool.open_sandboxes == 0
     assert descendant_processes() <= before

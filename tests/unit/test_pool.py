@@ -1,9 +1,10 @@
-"""SandboxPool semantics, proven against a failure-injecting backend (tests/support/fake_backend.py)."""
+"""SandboxPool semantics, proven against the scriptable failure-injecting backend (sandboxkit.testing.FakeBackend)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from sandboxkit import (
     Status,
     Transient,
 )
-from support.fake_backend import FakeBackend
+from sandboxkit.testing import FakeBackend
 
 FAST = {"backoff_base": 0.001, "backoff_max": 0.01}
 
@@ -257,7 +258,7 @@ _BATCH_SCRIPT = textwrap.dedent(
     """
     import asyncio, sys
     sys.path.insert(0, {tests!r})
-    from support.fake_backend import FakeBackend
+    from sandboxkit.testing import FakeBackend
     from sandboxkit import SandboxPool
 
     async def main():
@@ -315,3 +316,178 @@ async def test_session_calls_are_counted_in_metrics() -> None:
         await s.run("fail")
         assert pool.metrics()["calls"] == 2
         assert pool.metrics()["statuses"] == {"ok": 1, "failed": 1}
+
+
+@pytest.mark.parametrize("max_sandboxes", [1, 2])
+async def test_sessions_pooled_calls_and_judge_style_sessions_share_every_sandbox_without_deadlock(
+    max_sandboxes: int,
+) -> None:
+    # The judge opens a session per compiled submission (hold a sandbox, then several calls) while
+    # other submissions run pooled calls; with as few sandboxes as call slots, any lock-order bug
+    # (a caller waiting for a sandbox while sitting on a call slot) hangs here.
+    backend = FakeBackend(open_delay=0.001)
+    done: list[str] = []
+    async with SandboxPool(backend, max_concurrency=2, max_sandboxes=max_sandboxes, **FAST) as pool:
+
+        async def judge_style(i: int) -> None:
+            async with pool.session() as session:
+                await session.run(f"sleep:0.00{i % 3}")
+                for _ in range(3):
+                    assert (await session.exec("ok")).status is Status.OK
+            done.append("session")
+
+        async def pooled(i: int) -> None:
+            assert (await pool.run(f"sleep:0.00{i % 2}")).status is Status.OK
+            done.append("pooled")
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                for i in range(30):
+                    tg.start_soon(judge_style, i)
+                    tg.start_soon(pooled, i)
+    assert done.count("session") == done.count("pooled") == 30
+    assert backend.peak_live <= max_sandboxes
+    assert backend.peak_in_flight <= 2
+    assert not backend.live
+
+
+async def test_a_callers_invalid_request_keeps_the_session_and_its_state() -> None:
+    backend = FakeBackend()
+    async with SandboxPool(backend, **FAST) as pool, pool.session() as s:
+        await s.write_files({"state.txt": "kept"})
+        first = s.sandbox_id
+        with pytest.raises(InvalidRequest, match=r"\.\."):
+            await s.write_files({"../escape.txt": "x"})  # rejected by the sandbox itself
+        with pytest.raises(InvalidRequest, match="cannot run 'go'"):
+            await s.run("x", language="go")
+        assert s.sandbox_id == first and s.restarts == 0
+        assert await s.read_files(["state.txt"]) == {"state.txt": b"kept"}
+        assert pool.open_sandboxes == 1
+
+
+@pytest.mark.parametrize("failure", ["crash", "transient:1", "bug", "deadline", "cancel"])
+async def test_an_infrastructure_failure_discards_the_sessions_sandbox(failure: str) -> None:
+    backend = FakeBackend()
+    async with SandboxPool(backend, retries=3, **FAST) as pool, pool.session() as s:
+        await s.write_files({"state.txt": "lost"})
+        first = s.sandbox_id
+        if failure == "deadline":
+            with pytest.raises(DeadlineExceeded):
+                await s.run("sleep:5", deadline_s=0.05)
+        elif failure == "cancel":
+            with anyio.move_on_after(0.05):
+                await s.run("sleep:5")
+        else:
+            with pytest.raises((SandboxCrashed, Transient, RuntimeError)):
+                await s.run(failure)
+        assert backend.attempts.get(failure, 1) == 1, "a session's turn is never retried: its state may have changed"
+        assert s.restarts == 1 and s.sandbox_id is None
+        assert first not in {sb.id for sb in backend.live}, "the sandbox in an unknown state was closed"
+        assert await s.read_files(["state.txt"]) == {}, "the next call runs in a fresh sandbox"
+        assert s.sandbox_id != first
+
+
+async def test_an_infrastructure_timeout_is_deadline_exceeded_never_a_program_timeout() -> None:
+    # A run cut by the pool's deadline (queue wait or a slow service) must reach the trainer as
+    # "no reward" (an exception), never as a result with status timeout (a reward of 0).
+    backend = FakeBackend()
+    async with SandboxPool(backend, max_concurrency=1, deadline_s=0.2, **FAST) as pool:
+        with pytest.raises(DeadlineExceeded, match="infrastructure timeout"):
+            await pool.run("sleep:5")
+        with pytest.raises(DeadlineExceeded, match="infrastructure timeout"):
+            await pool.exec("sleep:5")
+        async with pool.session() as s:  # a session honours the pool's default deadline too
+            with pytest.raises(DeadlineExceeded, match="session call"):
+                await s.run("sleep:5")
+        # Queue wait: the only call slot is busy for longer than the deadline.
+        busy = asyncio.ensure_future(pool.run("sleep:0.6", deadline_s=5))
+        await asyncio.sleep(0.05)
+        with pytest.raises(DeadlineExceeded):
+            await pool.run("ok")
+        assert (await busy).status is Status.OK
+        # In a batch, each item is its own DeadlineExceeded (the second waited behind the first).
+        results = await pool.run_many([{"code": "sleep:5"}, {"code": "ok"}])
+        assert [type(r) for r in results] == [DeadlineExceeded, DeadlineExceeded]
+        m = pool.metrics()
+        assert Status.TIMEOUT.value not in m["statuses"]
+        assert m["errors"]["deadline_exceeded"] == 6
+
+
+@pytest.mark.parametrize(
+    ("language", "code"),
+    [
+        ("python", "import time\ntime.sleep(30)\n"),
+        ("bash", "sleep 30\n"),
+        ("cpp", "#include <unistd.h>\nint main() { sleep(30); return 0; }\n"),  # compile-once session path
+    ],
+)
+async def test_the_judge_scores_a_pool_deadline_as_no_reward_not_as_a_timeout(language: str, code: str) -> None:
+    from sandboxkit.judge import grade
+
+    if language == "cpp" and shutil.which("g++") is None:
+        pytest.skip("g++ is not installed")
+    tests = [{"input": "1\n", "output": "1\n"}, {"input": "2\n", "output": "2\n"}]
+    # Each case may run 60 s, but the pool gives the whole call 3 s: the sandbox was too slow, the program
+    # did nothing wrong by its own limits.
+    async with SandboxPool("subprocess", max_concurrency=2, deadline_s=3.0) as pool:
+        verdict = await grade(pool, code, tests, language=language, timeout_s=60)
+    assert verdict.status == "infra_error", verdict
+    assert verdict.reward is None
+    assert "deadline_exceeded" in (verdict.error or "")
+
+
+async def test_a_custom_limiter_states_what_it_does_instead_of_being_probed() -> None:
+    from sandboxkit.limiter import Limiter, LocalLimiter
+
+    class Counting(LocalLimiter):
+        """A limiter that inherits the protocol's defaults and records the pool's notifications."""
+
+        def __init__(self) -> None:
+            super().__init__(4, 4, creation_rate=100)
+            self.penalties: list[float] = []
+            self.attached = 0
+
+        def penalize_creation(self, seconds: float) -> None:
+            self.penalties.append(seconds)
+            super().penalize_creation(seconds)
+
+        def attach(self, on_capacity: object, reclaim_idle: object) -> None:
+            self.attached += 1
+
+    limiter = Counting()
+    backend = FakeBackend(open_failures=1, open_error=lambda msg: RateLimited(msg, retry_after=0.05))  # type: ignore[arg-type]
+    async with SandboxPool(backend, limiter=limiter, retries=2, backoff_base=0.0001) as pool:
+        assert (await pool.run("ok")).status is Status.OK
+    assert limiter.attached == 1
+    assert limiter.penalties == [0.05], "a 429 on creation reaches the limiter once, with Retry-After"
+
+    class Bare(Limiter):  # only the required methods: the notifications fall back to the no-op defaults
+        def __init__(self) -> None:
+            self.inner = LocalLimiter(2, 2)
+
+        async def acquire_call(self, token: object) -> None:
+            await self.inner.acquire_call(token)
+
+        def release_call(self, token: object) -> None:
+            self.inner.release_call(token)
+
+        async def try_acquire_sandbox(self, token: object) -> bool:
+            return await self.inner.try_acquire_sandbox(token)
+
+        def release_sandbox(self, token: object) -> None:
+            self.inner.release_sandbox(token)
+
+        async def creation_token(self) -> None:
+            await self.inner.creation_token()
+
+        def statistics(self):  # type: ignore[no-untyped-def]
+            return self.inner.statistics()
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    ratelimited = FakeBackend(open_failures=1, open_error=lambda msg: RateLimited(msg, retry_after=0.01))  # type: ignore[arg-type]
+    async with SandboxPool(ratelimited, limiter=Bare(), retries=2, backoff_base=0.0001) as pool:
+        assert (await pool.run("ok")).status is Status.OK
+    with pytest.raises(InvalidRequest, match=r"limiter must be .*Limiter.*got <object"):
+        SandboxPool(FakeBackend(), limiter=object())  # type: ignore[arg-type]

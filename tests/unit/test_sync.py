@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from sandboxkit import InvalidRequest, RunResult, SandboxPool, Session, Status, SyncSandboxPool, SyncSession
-from support.fake_backend import FakeBackend
+from sandboxkit.testing import FakeBackend
 
 
 def _public(cls: type) -> set[str]:
@@ -22,11 +22,24 @@ def test_twins_have_the_same_methods() -> None:
     assert _public(Session) == _public(SyncSession)
 
 
-def test_twins_take_the_same_arguments() -> None:
-    for name in ("run", "exec", "run_many", "session"):
-        a = list(inspect.signature(getattr(SandboxPool, name)).parameters)
-        s = list(inspect.signature(getattr(SyncSandboxPool, name)).parameters)
-        assert a == s, name
+def _parameters(fn: object) -> list[tuple[str, object, object]]:
+    # Name, kind and default of every parameter: a twin that drops a default or turns a keyword
+    # into **kwargs (losing it from help() and from type checkers) fails here.
+    return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("async_cls", "sync_cls", "names"),
+    [
+        (SandboxPool, SyncSandboxPool, ("__init__", "run", "exec", "run_many", "session", "metrics")),
+        (Session, SyncSession, ("open", "run", "exec", "write_files", "read_files", "close")),
+    ],
+)
+def test_twins_take_the_same_arguments(async_cls: type, sync_cls: type, names: tuple[str, ...]) -> None:
+    for name in names:
+        a = _parameters(getattr(async_cls, name))
+        s = _parameters(getattr(sync_cls, name))
+        assert a == s, f"{sync_cls.__name__}.{name} differs from {async_cls.__name__}.{name}"
 
 
 def test_plain_script_use() -> None:
@@ -71,9 +84,12 @@ def test_many_threads_share_one_pool() -> None:
 
 
 def test_close_is_idempotent_and_stops_the_thread() -> None:
+    before = set(threading.enumerate())
     pool = SyncSandboxPool(FakeBackend())
     thread = pool._thread.thread
+    assert set(threading.enumerate()) - before == {thread}, "the pool runs exactly one thread of its own"
     pool.close()
     pool.close()
     assert not thread.is_alive()
-    assert threading.active_count() >= 1
+    assert thread not in threading.enumerate()
+    assert pool._thread.loop.is_closed()

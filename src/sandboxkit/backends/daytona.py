@@ -2,19 +2,24 @@
 
 What this module adds to the SDK is discipline:
 
-* every sandbox carries the labels ``sandboxkit=1``, ``sandboxkit-backend=<this object>`` and a
-  label unique to its creation, is ephemeral (deleted when it stops) and auto-stops when idle,
-  so a crashed trainer's sandboxes disappear on their own and ``cleanup()`` can find the rest;
-* a create that timed out or lost its connection may still have created a sandbox: it is
-  looked up by its creation label (or by the id the SDK attaches) and deleted;
+* every sandbox carries the sandboxkit labels (see :mod:`sandboxkit.backends._cloud_backend`,
+  which also runs the create-or-reap ladder), is ephemeral (deleted when it stops) and
+  auto-stops when idle, so a crashed trainer's sandboxes disappear on their own and
+  ``cleanup()`` can find the rest; a create that timed out is also found by the id the SDK
+  attaches to its timeout error;
 * ``AsyncDaytona`` binds its aiohttp session to the event loop that first used it, so the
   backend keeps one client per loop and re-attaches a sandbox to the calling loop's client;
-* ``process.exec`` merges stdout and stderr, so programs run as *session commands*, which
-  return them separately; our own short commands (kill, reset) use ``process.exec``;
+* ``process.exec`` merges stdout and stderr, so programs run as *session commands*; the daemon
+  line-labels session output (a newline added to an unterminated line, NUL bytes dropped), so
+  the program's bytes come back base64-encoded by the wrapper (:mod:`sandboxkit.backends._wrapper`);
+  our own short commands (kill, reset) use ``process.exec``;
 * a session command that outlives the host deadline leaves its shell busy, so the session
   is deleted and the process group killed (see :mod:`sandboxkit.backends._cloud`);
-* SDK errors become sandboxkit errors: 429 → RateLimited, 5xx / timeouts / connection →
-  Transient, 404 on a sandbox in use → SandboxCrashed, 401/403 → BackendUnavailable.
+* SDK errors become sandboxkit errors: the organisation quota ("Total CPU limit exceeded.
+  Maximum allowed: N.", 403, or 400 on older releases) and "maximum number of concurrent
+  sandboxes" → CapacityExceeded (``limit`` = N), other 429s → RateLimited, 5xx / timeouts /
+  connection → Transient, 404 on a sandbox in use → SandboxCrashed, 401/403 →
+  BackendUnavailable.
 """
 
 from __future__ import annotations
@@ -22,45 +27,43 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 from pydantic import SecretStr
 
-from sandboxkit.backends._cloud import (
-    CREATE_LABEL,
-    ENFORCED_LIMITS,
-    INSTANCE_LABEL,
-    LABEL,
-    CloudSandbox,
-    NoAnswer,
-    RawResult,
-    never_sent,
-    redact,
-    resolve_secret,
-)
-from sandboxkit.base import Availability, Backend, Capabilities
+from sandboxkit.backends._cloud import CloudSandbox, NoAnswer, RawResult, redact
+from sandboxkit.backends._cloud_backend import CloudBackend, named_limit
 from sandboxkit.errors import (
     BackendUnavailable,
+    CapacityExceeded,
     InvalidRequest,
     RateLimited,
     SandboxCrashed,
     SandboxError,
     Transient,
 )
-from sandboxkit.languages import LANGUAGES, resolve_language
 from sandboxkit.models import Limits
 
 if TYPE_CHECKING:
     from daytona import AsyncDaytona
     from daytona._async.sandbox import AsyncSandbox as SdkSandbox
 
-__all__ = ["DaytonaBackend", "DaytonaSandbox"]
+__all__ = ["DaytonaBackend", "DaytonaSandbox", "map_error"]
 
 log = logging.getLogger(__name__)
 DEFAULT_API_URL = "https://app.daytona.io/api"
+
+# The API's organisation quota answers (apps/api/src/sandbox/services/sandbox.service.ts,
+# validateOrganizationQuotas: "Total CPU|memory|disk limit exceeded. Maximum allowed: N.",
+# ForbiddenException since ~v0.150, BadRequest before) and a concurrent-sandbox limit.
+_QUOTA = re.compile(
+    r"total\s+(?:cpu|memory|disk|gpu)\s+limit\s+exceeded|maximum number of concurrent|concurrent sandbox(?:es)? limit",
+    re.IGNORECASE,
+)
 
 
 def _retry_after(headers: Mapping[str, Any] | None) -> float | None:
@@ -107,6 +110,19 @@ def map_error(exc: BaseException, *, op: str, sandbox_id: str | None = None, sec
     status = _status_of(exc)
     detail = redact(f"{type(exc).__name__}: {exc}", secret)
     where: dict[str, Any] = {"backend": "daytona", "sandbox_id": sandbox_id}
+    # A quota refusal comes as 403 (400 on older releases, 429 for a concurrency cap): read the
+    # body before the status, or an organisation at its vCPU quota looks like a bad API key.
+    if status in (400, 403, 429, None) and _QUOTA.search(str(exc)):
+        limit = named_limit(str(exc))
+        return CapacityExceeded(
+            f"Daytona refused to {op}: the organisation is at its quota ({detail}); the pool lowers its "
+            "sandbox cap and waits for one of its sandboxes to close. To run more at once, raise the quota "
+            "(Daytona dashboard, Limits), use a snapshot or image with fewer vCPUs, or set max_sandboxes "
+            f"to {int(limit) if limit else 'the quota'} or less",
+            retry_after=_retry_after(getattr(exc, "headers", None)),
+            limit=limit,
+            **where,
+        )
     if isinstance(exc, DaytonaRateLimitError) or status == 429:
         return RateLimited(
             f"Daytona refused to {op} for now (429: {detail}); the pool backs off and retries, "
@@ -133,16 +149,14 @@ def map_error(exc: BaseException, *, op: str, sandbox_id: str | None = None, sec
 class DaytonaSandbox(CloudSandbox):
     """One Daytona sandbox. Use it through :class:`~sandboxkit.pool.SandboxPool`."""
 
+    _backend: DaytonaBackend
+
     def __init__(self, backend: DaytonaBackend, sdk: SdkSandbox, limits: Limits, root: str) -> None:
-        super().__init__(backend_name="daytona", sandbox_id=str(sdk.id), limits=limits, grace_s=backend.grace_s)
-        self._backend = backend
+        super().__init__(backend, sandbox_id=str(sdk.id), limits=limits)
         self._sdk = sdk
         self._sdk_loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         self._session: str | None = None
         self.root = root
-
-    def __repr__(self) -> str:
-        return f"<DaytonaSandbox id={self.id!r} closed={self.closed}>"
 
     async def _bound(self) -> SdkSandbox:
         """The SDK sandbox object usable on the *calling* loop (AsyncDaytona is loop-bound)."""
@@ -152,16 +166,6 @@ class DaytonaSandbox(CloudSandbox):
             self._sdk_loop = loop
             self._session = None  # sessions are per sandbox, but re-create rather than trust an old id
         return self._sdk
-
-    async def _fail(self, exc: BaseException, op: str) -> SandboxError:
-        err = map_error(exc, op=op, sandbox_id=self.id, secret=self._backend._secret())
-        if type(err) is Transient and not await self.alive():
-            err = SandboxCrashed(
-                f"the sandbox stopped answering during {op} and is gone; it is discarded",
-                backend="daytona",
-                sandbox_id=self.id,
-            )
-        return err
 
     async def _upload(self, files: Mapping[str, bytes]) -> None:
         from daytona import FileUpload
@@ -214,7 +218,7 @@ class DaytonaSandbox(CloudSandbox):
             raise NoAnswer
         stdout, stderr = resp.stdout or "", resp.stderr or ""
         if not stdout and not stderr and resp.output:
-            stderr = resp.output  # an older daemon merges the streams into `output`
+            stdout = resp.output  # an older daemon merges the streams into `output`; the frame is still there
         return RawResult(stdout, stderr, resp.exit_code, anyio.current_time() - started)
 
     async def _control(self, command: str, *, deadline_s: float = 30.0) -> RawResult:
@@ -239,22 +243,12 @@ class DaytonaSandbox(CloudSandbox):
         except Exception:
             return False
 
-    async def close(self) -> None:
-        """Delete the sandbox (idempotent, shielded)."""
-        if self.closed:
-            return
-        self.closed = True
-        with anyio.CancelScope(shield=True), anyio.move_on_after(30):
-            try:
-                sdk = await self._bound()
-                await sdk.delete(timeout=30)
-            except Exception as exc:
-                if _status_of(exc) not in (404, 410):
-                    log.warning("deleting Daytona sandbox %s failed: %s", self.id, type(exc).__name__)
-        self._backend._forget(self.id)
+    async def _destroy(self) -> None:
+        sdk = await self._bound()
+        await sdk.delete(timeout=30)
 
 
-class DaytonaBackend(Backend):
+class DaytonaBackend(CloudBackend):
     """Creates Daytona sandboxes.
 
     Args:
@@ -280,6 +274,12 @@ class DaytonaBackend(Backend):
     """
 
     name = "daytona"
+    service: ClassVar[str] = "Daytona"
+    key_env: ClassVar[str] = "DAYTONA_API_KEY"
+    notes: ClassVar[tuple[str, ...]] = (
+        "network on/off is fixed when a sandbox is created (network_block_all), from the pool's limits",
+        "memory is the sandbox's own (snapshot, or memory_gb with an image)",
+    )
 
     def __init__(
         self,
@@ -300,13 +300,7 @@ class DaytonaBackend(Backend):
         languages: Sequence[str] | None = None,
         connection_pool_maxsize: int | None = None,
     ) -> None:
-        self._api_key = resolve_secret(api_key, os.environ.get("DAYTONA_API_KEY"))
-        if self._api_key is None:
-            raise BackendUnavailable(
-                "DAYTONA_API_KEY is not set; export DAYTONA_API_KEY=<your key> (or pass api_key=...) "
-                "to use the daytona backend",
-                backend="daytona",
-            )
+        super().__init__(api_key=api_key, create_timeout_s=create_timeout_s, grace_s=grace_s, languages=languages)
         self.api_url = (api_url or os.environ.get("DAYTONA_API_URL") or DEFAULT_API_URL).rstrip("/")
         self.target = target or os.environ.get("DAYTONA_TARGET") or None
         if (cpu or memory_gb or disk_gb) and not image:
@@ -318,49 +312,28 @@ class DaytonaBackend(Backend):
         self.snapshot, self.image = snapshot, image
         self.cpu, self.memory_gb, self.disk_gb = cpu, memory_gb, disk_gb
         self.auto_stop_minutes, self.ttl_minutes = auto_stop_minutes, ttl_minutes
-        self.create_timeout_s, self.grace_s = create_timeout_s, grace_s
         self.labels = dict(labels or {})
-        self.languages = frozenset(resolve_language(x).name for x in (languages or LANGUAGES))
         self.connection_pool_maxsize = connection_pool_maxsize
-        self.instance_id = uuid.uuid4().hex[:12]
         # The SDK imports its generated clients lazily, which takes seconds; pay that here rather
         # than inside an event loop that is busy serving a trainer.
         import daytona._async.daytona  # noqa: F401
 
         self._clients: dict[asyncio.AbstractEventLoop, AsyncDaytona] = {}
-        self._live: set[str] = set()
-        self._pending_tokens: set[str] = set()
 
     def __repr__(self) -> str:
         return f"DaytonaBackend(api_url={self.api_url!r}, target={self.target!r}, api_key='***')"
 
-    def _secret(self) -> str:
-        assert self._api_key is not None
-        return self._api_key.get_secret_value()
-
     @classmethod
-    def availability(cls, **options: object) -> Availability:
-        """Usable when an API key is configured (the service itself is not contacted)."""
-        key = options.get("api_key") or os.environ.get("DAYTONA_API_KEY")
-        if not key:
-            return Availability(False, "DAYTONA_API_KEY is not set; export it (or pass api_key=...)")
-        url = options.get("api_url") or os.environ.get("DAYTONA_API_URL") or DEFAULT_API_URL
-        return Availability(True, f"API {url}")
+    def _where(cls, options: Mapping[str, object]) -> str:
+        return f"API {options.get('api_url') or os.environ.get('DAYTONA_API_URL') or DEFAULT_API_URL}"
 
-    @property
-    def capabilities(self) -> Capabilities:
-        """Languages of the image, separate streams, limits enforced inside the sandbox."""
-        return Capabilities(
-            languages=self.languages,
-            stateful=True,
-            network_control=True,
-            limits=ENFORCED_LIMITS,
-            resettable=True,
-            notes=(
-                "network on/off is fixed when a sandbox is created (network_block_all), from the pool's limits",
-                "memory is the sandbox's own (snapshot, or memory_gb with an image)",
-            ),
-        )
+    def _map_error(self, exc: BaseException, *, op: str, sandbox_id: str | None = None) -> SandboxError:
+        return map_error(exc, op=op, sandbox_id=sandbox_id, secret=self._secret())
+
+    def _create_timed_out(self, exc: BaseException) -> bool:
+        from daytona import DaytonaTimeoutError
+
+        return isinstance(exc, (TimeoutError, DaytonaTimeoutError))
 
     # ------------------------------------------------------------------ clients (one per loop)
 
@@ -380,22 +353,18 @@ class DaytonaBackend(Backend):
             try:
                 client = AsyncDaytona(DaytonaConfig(**config))
             except Exception as exc:
-                raise map_error(exc, op="connect", secret=self._secret()) from exc
+                raise self._map_error(exc, op="connect") from exc
             self._clients[loop] = client
         return client
 
-    def _forget(self, sandbox_id: str) -> None:
-        self._live.discard(sandbox_id)
+    # ------------------------------------------------------------------ the four primitives
 
-    # ------------------------------------------------------------------ lifecycle
-
-    def _params(self, limits: Limits, token: str) -> Any:
+    def _params(self, limits: Limits, labels: Mapping[str, str]) -> Any:
         from daytona import CreateSandboxFromImageParams, CreateSandboxFromSnapshotParams, Resources
 
-        labels = {**self.labels, LABEL: "1", INSTANCE_LABEL: self.instance_id, CREATE_LABEL: token}
         common: dict[str, Any] = {
             "language": "python",
-            "labels": labels,
+            "labels": {**self.labels, **labels},
             "public": False,
             "ephemeral": True,
             "auto_stop_interval": self.auto_stop_minutes,
@@ -410,38 +379,15 @@ class DaytonaBackend(Backend):
             return CreateSandboxFromImageParams(image=self.image, resources=resources, **common)
         return CreateSandboxFromSnapshotParams(snapshot=self.snapshot, **common)
 
-    async def open(self, limits: Limits | None = None) -> DaytonaSandbox:
-        """Create a sandbox (labelled, ephemeral, auto-stopping) and find its home directory.
-
-        Raises:
-            BackendUnavailable: bad credentials or API URL.
-            RateLimited: Daytona answered 429 (``retry_after`` set when it said how long).
-            Transient: 5xx, a timeout or a connection failure; anything created is deleted.
-            InvalidRequest: Daytona rejected the parameters.
-        """
-        limits = limits or Limits()
+    async def _create(self, limits: Limits, labels: Mapping[str, str]) -> tuple[str, Any]:
         client = self._client()
-        token = uuid.uuid4().hex
-        params = self._params(limits, token)
-        try:
-            with anyio.fail_after(self.create_timeout_s + 10):  # backstop over the SDK's own timeout
-                sdk = await client.create(params, timeout=self.create_timeout_s)
-        except BaseException as exc:
-            from daytona import DaytonaTimeoutError
+        params = self._params(limits, labels)
+        with anyio.fail_after(self.create_timeout_s + 10):  # backstop over the SDK's own timeout
+            sdk = await client.create(params, timeout=self.create_timeout_s)
+        return str(sdk.id), sdk
 
-            if _may_have_created(exc):
-                with anyio.CancelScope(shield=True):
-                    await self._reap(client, token, getattr(exc, "sandbox_id", None))
-            if isinstance(exc, (TimeoutError, DaytonaTimeoutError)):
-                raise Transient(
-                    f"creating a Daytona sandbox took longer than {self.create_timeout_s:g}s; "
-                    "anything it created was deleted",
-                    backend="daytona",
-                ) from exc
-            if isinstance(exc, Exception):
-                raise map_error(exc, op="create", secret=self._secret()) from exc
-            raise
-        self._live.add(str(sdk.id))
+    async def _attach(self, sandbox_id: str, sdk: Any, limits: Limits) -> DaytonaSandbox:
+        """Find the user's home directory (the workspace lives there); delete the sandbox if that fails."""
         try:
             with anyio.fail_after(30):
                 root = await sdk.get_user_home_dir()
@@ -449,64 +395,42 @@ class DaytonaBackend(Backend):
             with anyio.CancelScope(shield=True):
                 await DaytonaSandbox(self, sdk, limits, "").close()
             if isinstance(exc, Exception):
-                raise map_error(exc, op="open", sandbox_id=str(sdk.id), secret=self._secret()) from exc
+                raise self._map_error(exc, op="open", sandbox_id=sandbox_id) from exc
             raise
         return DaytonaSandbox(self, sdk, limits, root)
 
-    async def _reap(self, client: AsyncDaytona, token: str, sandbox_id: str | None) -> None:
-        """Delete what a failed create may have left: by the id the SDK reported, else by label."""
-        from daytona import ListSandboxesQuery
-
-        found = 0
-        with anyio.move_on_after(20):
-            try:
-                if sandbox_id:
-                    await (await client.get(sandbox_id)).delete()
-                    found += 1
-                async for sb in client.list(ListSandboxesQuery(labels={CREATE_LABEL: token})):
-                    if str(sb.id) != sandbox_id:
-                        await sb.delete()
-                        found += 1
-            except Exception as exc:
-                log.debug("cleaning up after a failed Daytona create: %s", type(exc).__name__)
-        if found:
-            log.info("deleted %d Daytona sandbox(es) left by a failed create", found)
-        else:
-            self._pending_tokens.add(token)  # it may still appear: look again at aclose()
-
-    async def cleanup(self) -> int:
-        """Delete every sandbox labelled ``sandboxkit=1`` in this account (all runs, not just ours)."""
+    async def _delete_matching(self, labels: Mapping[str, str], *, sandbox_id: str | None = None) -> int:
         from daytona import ListSandboxesQuery
 
         client = self._client()
         removed = 0
-        try:
-            async for sb in client.list(ListSandboxesQuery(labels={LABEL: "1"})):
-                try:
-                    await sb.delete()
-                    removed += 1
-                except Exception as exc:
-                    if _status_of(exc) not in (404, 410):
-                        raise
-        except Exception as exc:
-            raise map_error(exc, op="clean up", secret=self._secret()) from exc
+        if sandbox_id:  # the SDK named it on its timeout error: it exists even if a listing lags
+            await (await client.get(sandbox_id)).delete()
+            removed += 1
+        async for sb in client.list(ListSandboxesQuery(labels=dict(labels))):
+            if str(sb.id) == sandbox_id:
+                continue
+            try:
+                await sb.delete()
+                removed += 1
+            except Exception as exc:
+                if _status_of(exc) not in (404, 410):  # deleted meanwhile is fine
+                    raise
         return removed
+
+    def _delete_now_sync(self, sandbox_id: str) -> None:
+        import httpx
+
+        httpx.delete(
+            f"{self.api_url}/sandbox/{sandbox_id}", headers={"Authorization": f"Bearer {self._secret()}"}, timeout=5.0
+        )
+
+    # ------------------------------------------------------------------ closing
 
     async def aclose(self) -> None:
         """Sweep creates that failed without a trace, then close this loop's client."""
+        await super().aclose()
         loop = asyncio.get_running_loop()
-        if self._pending_tokens:
-            from daytona import ListSandboxesQuery
-
-            client = self._client()
-            with anyio.CancelScope(shield=True), anyio.move_on_after(20):
-                for token in list(self._pending_tokens):
-                    try:
-                        async for sb in client.list(ListSandboxesQuery(labels={CREATE_LABEL: token})):
-                            await sb.delete()
-                        self._pending_tokens.discard(token)
-                    except Exception:
-                        log.debug("sweeping a failed Daytona create failed", exc_info=True)
         for lp, client in list(self._clients.items()):
             if lp is loop:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(10):
@@ -514,28 +438,3 @@ class DaytonaBackend(Backend):
             elif lp.is_running():
                 asyncio.run_coroutine_threadsafe(client.close(), lp)  # type: ignore[no-untyped-call]
         self._clients.clear()
-
-    def emergency_cleanup(self) -> None:
-        """Delete the sandboxes this object still holds, synchronously (interpreter exit)."""
-        import httpx
-
-        for sandbox_id in list(self._live):
-            try:
-                httpx.delete(
-                    f"{self.api_url}/sandbox/{sandbox_id}",
-                    headers={"Authorization": f"Bearer {self._secret()}"},
-                    timeout=5.0,
-                )
-                self._live.discard(sandbox_id)
-            except Exception:
-                log.debug("emergency delete of Daytona sandbox %s failed", sandbox_id)
-
-
-def _may_have_created(exc: BaseException) -> bool:
-    """Whether a failed create may still have left a sandbox behind (so it must be looked for)."""
-    if not isinstance(exc, Exception):
-        return True  # cancelled mid-request
-    if never_sent(exc):
-        return False
-    status = _status_of(exc)
-    return status is None or status >= 500 or status == 408  # a 4xx means the API refused it

@@ -2,19 +2,21 @@
 
 What this module adds to the SDK:
 
-* every sandbox carries the metadata ``sandboxkit=1``, ``sandboxkit-backend=<this object>`` and
-  a value unique to its creation, and a short lifetime (``timeout``) that is renewed while the
-  sandbox is in use, so a crashed trainer's sandboxes die on their own within minutes;
+* every sandbox carries the sandboxkit metadata (see :mod:`sandboxkit.backends._cloud_backend`,
+  which also runs the create-or-reap ladder) and a short lifetime (``timeout``) that is renewed
+  while the sandbox is in use, so a crashed trainer's sandboxes die on their own within minutes;
 * creations go out with the SDK's own retries off, so a 429 reaches the pool (RateLimited),
   whose token bucket slows *every* caller down instead of each retrying in a tight loop;
-* a create that timed out may still have created a sandbox: it is found by its metadata and
-  killed;
 * ``commands.run`` raises ``CommandExitException`` on a non-zero exit: here that is a result;
 * a command is started in the background and awaited with the host deadline; if it passes,
   the command is killed (``SendSignal``) and its process group too, since E2B's own timeout
   only stops the stream, not the process (E2B#500);
-* SDK errors become sandboxkit errors: 429 → RateLimited, 5xx / timeouts / connection →
-  Transient, a sandbox that is gone → SandboxCrashed, bad key → BackendUnavailable.
+* SDK errors become sandboxkit errors: the team's concurrent-sandbox limit (429 "you have
+  reached the maximum number of concurrent E2B sandboxes (N)") → CapacityExceeded (``limit`` =
+  N), other 429s → RateLimited, 5xx / timeouts / connection → Transient, a sandbox that is gone
+  → SandboxCrashed, bad key → BackendUnavailable;
+* envd decodes each output chunk as UTF-8 on its own, so the program's bytes come back
+  base64-encoded by the wrapper (:mod:`sandboxkit.backends._wrapper`), byte-exact.
 
 The SDK's clients are loop-agnostic (pyqwest), so one backend object can serve several event
 loops without per-loop clients.
@@ -26,41 +28,29 @@ import asyncio
 import logging
 import os
 import time
-import uuid
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 from pydantic import SecretStr
 
-from sandboxkit.backends._cloud import (
-    CREATE_LABEL,
-    ENFORCED_LIMITS,
-    INSTANCE_LABEL,
-    LABEL,
-    CloudSandbox,
-    NoAnswer,
-    RawResult,
-    never_sent,
-    redact,
-    resolve_secret,
-)
-from sandboxkit.base import Availability, Backend, Capabilities
+from sandboxkit.backends._cloud import CloudSandbox, NoAnswer, RawResult, redact
+from sandboxkit.backends._cloud_backend import CloudBackend, named_limit
 from sandboxkit.errors import (
     BackendUnavailable,
+    CapacityExceeded,
     InvalidRequest,
     RateLimited,
     SandboxCrashed,
     SandboxError,
     Transient,
 )
-from sandboxkit.languages import LANGUAGES, resolve_language
 from sandboxkit.models import Limits
 
 if TYPE_CHECKING:
     from e2b import AsyncSandbox
 
-__all__ = ["E2BBackend", "E2BSandbox"]
+__all__ = ["E2BBackend", "E2BSandbox", "map_error"]
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +77,18 @@ def map_error(exc: BaseException, *, op: str, sandbox_id: str | None = None, sec
     detail = redact(f"{type(exc).__name__}: {exc}", secret)
     where: dict[str, Any] = {"backend": "e2b", "sandbox_id": sandbox_id}
     if isinstance(exc, RateLimitException):
+        # e2b-dev/infra, packages/api/internal/orchestrator/create_instance.go: 429 "you have reached
+        # the maximum number of concurrent E2B sandboxes (N)"; the SDK prefixes "429: Rate limit exceeded".
+        if "concurrent" in str(exc).lower():
+            limit = named_limit(str(exc))
+            return CapacityExceeded(
+                f"E2B refused to {op}: the team is at its concurrent-sandbox limit ({detail}); the pool lowers "
+                "its sandbox cap and waits for one of its sandboxes to close. To run more at once, raise the "
+                f"team's limit (E2B dashboard, billing) or set max_sandboxes to {int(limit) if limit else 'it'} "
+                "or less",
+                limit=limit,
+                **where,
+            )
         return RateLimited(
             f"E2B refused to {op} for now ({detail}); the pool backs off and retries, "
             "lower creation_rate / max_sandboxes if this persists (E2B caps concurrent sandboxes per team)",
@@ -108,24 +110,12 @@ def map_error(exc: BaseException, *, op: str, sandbox_id: str | None = None, sec
 class E2BSandbox(CloudSandbox):
     """One E2B sandbox. Use it through :class:`~sandboxkit.pool.SandboxPool`."""
 
+    _backend: E2BBackend
+
     def __init__(self, backend: E2BBackend, sdk: AsyncSandbox, limits: Limits) -> None:
-        super().__init__(backend_name="e2b", sandbox_id=str(sdk.sandbox_id), limits=limits, grace_s=backend.grace_s)
-        self._backend = backend
+        super().__init__(backend, sandbox_id=str(sdk.sandbox_id), limits=limits)
         self._sdk = sdk
         self._expires_at = time.monotonic() + backend.sandbox_timeout_s
-
-    def __repr__(self) -> str:
-        return f"<E2BSandbox id={self.id!r} closed={self.closed}>"
-
-    async def _fail(self, exc: BaseException, op: str) -> SandboxError:
-        err = map_error(exc, op=op, sandbox_id=self.id, secret=self._backend._secret())
-        if type(err) is Transient and not await self.alive():
-            err = SandboxCrashed(
-                f"the sandbox stopped answering during {op} and is gone; it is discarded",
-                backend="e2b",
-                sandbox_id=self.id,
-            )
-        return err
 
     async def _keep_alive(self) -> None:
         """Renew the sandbox's lifetime once half of it is used (one API call per half-lifetime)."""
@@ -205,20 +195,11 @@ class E2BSandbox(CloudSandbox):
         except Exception:
             return False
 
-    async def close(self) -> None:
-        """Kill the sandbox (idempotent, shielded)."""
-        if self.closed:
-            return
-        self.closed = True
-        with anyio.CancelScope(shield=True), anyio.move_on_after(30):
-            try:
-                await self._sdk.kill(request_timeout=30, retries=3)  # the create call ran with retries=0
-            except Exception as exc:
-                log.warning("killing E2B sandbox %s failed: %s", self.id, type(exc).__name__)
-        self._backend._forget(self.id)
+    async def _destroy(self) -> None:
+        await self._sdk.kill(request_timeout=30, retries=3)  # the create call ran with retries=0
 
 
-class E2BBackend(Backend):
+class E2BBackend(CloudBackend):
     """Creates E2B sandboxes.
 
     Args:
@@ -243,6 +224,13 @@ class E2BBackend(Backend):
     """
 
     name = "e2b"
+    service: ClassVar[str] = "E2B"
+    key_env: ClassVar[str] = "E2B_API_KEY"
+    removed: ClassVar[str] = "killed"
+    notes: ClassVar[tuple[str, ...]] = (
+        "network on/off is fixed when a sandbox is created (allow_internet_access), from the pool's limits",
+        "memory and CPU are the template's",
+    )
 
     def __init__(
         self,
@@ -261,12 +249,7 @@ class E2BBackend(Backend):
         user: str | None = None,
         http_version: str | None = None,
     ) -> None:
-        self._api_key = resolve_secret(api_key, os.environ.get("E2B_API_KEY"))
-        if self._api_key is None:
-            raise BackendUnavailable(
-                "E2B_API_KEY is not set; export E2B_API_KEY=<your key> (or pass api_key=...) to use the e2b backend",
-                backend="e2b",
-            )
+        super().__init__(api_key=api_key, create_timeout_s=create_timeout_s, grace_s=grace_s, languages=languages)
         self.domain = domain or os.environ.get("E2B_DOMAIN") or None
         self.api_url = (api_url or os.environ.get("E2B_API_URL") or "").rstrip("/") or None
         self.sandbox_url = (sandbox_url or os.environ.get("E2B_SANDBOX_URL") or "").rstrip("/") or None
@@ -274,22 +257,14 @@ class E2BBackend(Backend):
         if not 1 <= sandbox_timeout_s <= 86_400:
             raise InvalidRequest(f"sandbox_timeout_s must be 1..86400, got {sandbox_timeout_s!r}", backend="e2b")
         self.sandbox_timeout_s = int(sandbox_timeout_s)
-        self.create_timeout_s, self.request_timeout_s, self.grace_s = create_timeout_s, request_timeout_s, grace_s
+        self.request_timeout_s = request_timeout_s
         self.metadata = dict(metadata or {})
-        self.languages = frozenset(resolve_language(x).name for x in (languages or LANGUAGES))
         self.user = user
         self.http_version = http_version
-        self.instance_id = uuid.uuid4().hex[:12]
-        self._live: set[str] = set()
-        self._pending_tokens: set[str] = set()
 
     def __repr__(self) -> str:
         where = self.api_url or f"https://api.{self.domain or 'e2b.app'}"
         return f"E2BBackend(api_url={where!r}, template={self.template!r}, api_key='***')"
-
-    def _secret(self) -> str:
-        assert self._api_key is not None
-        return self._api_key.get_secret_value()
 
     def _params(self, **extra: Any) -> dict[str, Any]:
         params: dict[str, Any] = {"api_key": self._secret(), "request_timeout": self.request_timeout_s}
@@ -300,72 +275,35 @@ class E2BBackend(Backend):
         return params
 
     @classmethod
-    def availability(cls, **options: object) -> Availability:
-        """Usable when an API key is configured (the service itself is not contacted)."""
-        if not (options.get("api_key") or os.environ.get("E2B_API_KEY")):
-            return Availability(False, "E2B_API_KEY is not set; export it (or pass api_key=...)")
-        return Availability(True, f"domain {options.get('domain') or os.environ.get('E2B_DOMAIN') or 'e2b.app'}")
+    def _where(cls, options: Mapping[str, object]) -> str:
+        return f"domain {options.get('domain') or os.environ.get('E2B_DOMAIN') or 'e2b.app'}"
 
-    @property
-    def capabilities(self) -> Capabilities:
-        """Languages of the template, separate streams, limits enforced inside the sandbox."""
-        return Capabilities(
-            languages=self.languages,
-            stateful=True,
-            network_control=True,
-            limits=ENFORCED_LIMITS,
-            resettable=True,
-            notes=(
-                "network on/off is fixed when a sandbox is created (allow_internet_access), from the pool's limits",
-                "memory and CPU are the template's",
-            ),
-        )
+    def _map_error(self, exc: BaseException, *, op: str, sandbox_id: str | None = None) -> SandboxError:
+        return map_error(exc, op=op, sandbox_id=sandbox_id, secret=self._secret())
 
-    def _forget(self, sandbox_id: str) -> None:
-        self._live.discard(sandbox_id)
+    # ------------------------------------------------------------------ the four primitives
 
-    async def open(self, limits: Limits | None = None) -> E2BSandbox:
-        """Create a sandbox (with sandboxkit metadata and a short, renewed lifetime).
-
-        Raises:
-            BackendUnavailable: bad API key or template.
-            RateLimited: E2B answered 429 (too many sandboxes or creations).
-            Transient: 5xx, a timeout or a connection failure; anything created is killed.
-        """
+    async def _create(self, limits: Limits, labels: Mapping[str, str]) -> tuple[str, Any]:
+        """Create with the SDK's retries off: a 429 reaches the pool, whose bucket slows every caller."""
         from e2b import AsyncSandbox
 
-        limits = limits or Limits()
-        token = uuid.uuid4().hex
-        metadata = {**self.metadata, LABEL: "1", INSTANCE_LABEL: self.instance_id, CREATE_LABEL: token}
-        try:
-            with anyio.fail_after(self.create_timeout_s):
-                sdk = await AsyncSandbox.create(
-                    template=self.template,
-                    timeout=self.sandbox_timeout_s,
-                    metadata=metadata,
-                    allow_internet_access=limits.network,
-                    **self._params(retries=0, request_timeout=self.create_timeout_s + 5),
-                )
-        except BaseException as exc:
-            if _may_have_created(exc):
-                with anyio.CancelScope(shield=True):
-                    await self._reap(token)
-            if isinstance(exc, TimeoutError):
-                raise Transient(
-                    f"creating an E2B sandbox took longer than {self.create_timeout_s:g}s; anything it created "
-                    "was killed",
-                    backend="e2b",
-                ) from exc
-            if isinstance(exc, Exception):
-                raise map_error(exc, op="create", secret=self._secret()) from exc
-            raise
-        self._live.add(str(sdk.sandbox_id))
+        with anyio.fail_after(self.create_timeout_s):
+            sdk = await AsyncSandbox.create(
+                template=self.template,
+                timeout=self.sandbox_timeout_s,
+                metadata={**self.metadata, **labels},
+                allow_internet_access=limits.network,
+                **self._params(retries=0, request_timeout=self.create_timeout_s + 5),
+            )
+        return str(sdk.sandbox_id), sdk
+
+    async def _attach(self, sandbox_id: str, sdk: Any, limits: Limits) -> E2BSandbox:
         return E2BSandbox(self, sdk, limits)
 
-    async def _kill_matching(self, metadata: Mapping[str, str]) -> int:
+    async def _delete_matching(self, labels: Mapping[str, str], *, sandbox_id: str | None = None) -> int:
         from e2b import AsyncSandbox, SandboxQuery
 
-        paginator = AsyncSandbox.list(query=SandboxQuery(metadata=dict(metadata)), **self._params())
+        paginator = AsyncSandbox.list(query=SandboxQuery(metadata=dict(labels)), **self._params())
         removed = 0
         while paginator.has_next:
             for info in await paginator.next_items():
@@ -373,59 +311,8 @@ class E2BBackend(Backend):
                     removed += 1
         return removed
 
-    async def _reap(self, token: str) -> None:
-        """Kill what a failed create may have left, found by its creation metadata."""
-        found = 0
-        with anyio.move_on_after(20):
-            try:
-                found = await self._kill_matching({CREATE_LABEL: token})
-            except Exception as exc:
-                log.debug("cleaning up after a failed E2B create: %s", type(exc).__name__)
-        if found:
-            log.info("killed %d E2B sandbox(es) left by a failed create", found)
-        else:
-            self._pending_tokens.add(token)  # it may still appear: look again at aclose()
-
-    async def cleanup(self) -> int:
-        """Kill every sandbox with metadata ``sandboxkit=1`` in this team (all runs, not just ours)."""
-        try:
-            return await self._kill_matching({LABEL: "1"})
-        except Exception as exc:
-            raise map_error(exc, op="clean up", secret=self._secret()) from exc
-
-    async def aclose(self) -> None:
-        """Sweep creates that failed without a trace (the SDK holds no per-loop state)."""
-        if not self._pending_tokens:
-            return
-        with anyio.CancelScope(shield=True), anyio.move_on_after(20):
-            for token in list(self._pending_tokens):
-                try:
-                    await self._kill_matching({CREATE_LABEL: token})
-                    self._pending_tokens.discard(token)
-                except Exception:
-                    log.debug("sweeping a failed E2B create failed", exc_info=True)
-
-    def emergency_cleanup(self) -> None:
-        """Kill the sandboxes this object still holds, synchronously (interpreter exit)."""
+    def _delete_now_sync(self, sandbox_id: str) -> None:
         import httpx
 
         base = self.api_url or f"https://api.{self.domain or 'e2b.app'}"
-        for sandbox_id in list(self._live):
-            try:
-                httpx.delete(f"{base}/sandboxes/{sandbox_id}", headers={"X-API-KEY": self._secret()}, timeout=5.0)
-                self._live.discard(sandbox_id)
-            except Exception:
-                log.debug("emergency kill of E2B sandbox %s failed", sandbox_id)
-
-
-def _may_have_created(exc: BaseException) -> bool:
-    """Whether a failed create may still have left a sandbox behind (so it must be looked for)."""
-    from e2b import AuthenticationException, InvalidArgumentException, RateLimitException, TemplateException
-
-    if not isinstance(exc, Exception):
-        return True  # cancelled mid-request
-    if never_sent(exc):
-        return False
-    return not isinstance(
-        exc, (RateLimitException, AuthenticationException, InvalidArgumentException, TemplateException)
-    )
+        httpx.delete(f"{base}/sandboxes/{sandbox_id}", headers={"X-API-KEY": self._secret()}, timeout=5.0)

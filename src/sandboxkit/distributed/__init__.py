@@ -10,7 +10,8 @@ shares::
     async with SandboxPool("daytona", max_concurrency=64, creation_rate=5, limiter="ray") as pool:
         ...   # 64 is now the cap for the whole cluster, whichever worker runs this
 
-and :class:`RayPlacedBackend` runs each sandbox on whichever node has free CPUs.
+and :class:`RayPlacedBackend` runs each sandbox on whichever node has free CPUs (registered
+as the ``ray`` backend through the package's entry point: ``SandboxPool("ray", backend_options=...)``).
 
 Nothing here imports Ray until it is used; ``import sandboxkit`` never does.
 """
@@ -33,7 +34,6 @@ __all__ = [
     "RayPlacedBackend",
     "limiter_name",
     "ray_limiter",
-    "register_backend",
     "shutdown_limiter",
 ]
 
@@ -100,25 +100,6 @@ def ray_limiter(
                 )
         return LocalLimiter(max_calls, max_sandboxes, rate, burst)
     return RayLimiter(max_calls, max_sandboxes, rate, burst, name=name or limiter_name(backend), **options)
-
-
-def register_backend(name: str = "ray") -> None:
-    """Make :class:`RayPlacedBackend` available by name: ``SandboxPool("ray", backend_options={...})``.
-
-    Explicit rather than on import (no registration as a side effect). The options are
-    those of :class:`RayPlacedBackend`, e.g. ``{"inner": "docker", "num_cpus": 1}``.
-    """
-    from sandboxkit.registry import BackendSpec, register
-
-    register(
-        BackendSpec(
-            name=name,
-            factory="sandboxkit.distributed.placement:RayPlacedBackend",
-            extra="ray",
-            modules=("ray",),
-            summary="runs another backend's sandboxes on the Ray nodes that have free CPUs",
-        )
-    )
 
 
 def shutdown_limiter(name: str, namespace: str = NAMESPACE) -> bool:

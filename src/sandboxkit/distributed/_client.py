@@ -14,6 +14,10 @@ How one process talks to the actor, and why:
   The slot still counts against the cluster cap while cached, so the cap always holds.
 * **Awaitable ObjectRefs only.** Every call is ``await actor.method.remote(...)``; nothing
   blocks the pool's event loop (the one blocking lookup runs in a worker thread).
+
+The connection, the batching and the poll live in :mod:`sandboxkit.distributed._link`
+(:class:`~sandboxkit.distributed._link.ActorLink`, the base class); this module keeps the
+books: call slots and the lease cache, sandbox slots, reclaiming idle sandboxes.
 """
 
 from __future__ import annotations
@@ -22,28 +26,25 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import os
-import socket
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
 
 from sandboxkit.distributed._core import LimiterConfig
-from sandboxkit.distributed._wire import Outbox, encode_poll, encode_post
-from sandboxkit.errors import BackendUnavailable, PoolClosed, Transient
-from sandboxkit.limiter import LimiterStatistics
+from sandboxkit.distributed._link import ActorLink
+from sandboxkit.errors import PoolClosed, Transient
+from sandboxkit.limiter import Limiter, LimiterStatistics
 
 __all__ = ["NAMESPACE", "RayLimiter"]
 
 log = logging.getLogger("sandboxkit.distributed")
 
 NAMESPACE = "sandboxkit"
-MAX_ACTOR_CONCURRENCY = 10_000  # one long poll per client process is parked in the actor at a time
 UNREGISTER_TIMEOUT_S = 5.0
 CREDIT_LINGER_S = 0.05  # how long a sandbox slot granted after a refusal waits for the pool to take it
 
@@ -54,23 +55,7 @@ class _Waiter:
     future: asyncio.Future[None]
 
 
-class _RemoteBucket:
-    """The pool calls ``limiter.bucket.penalize(s)`` after a 429; forward it to the cluster."""
-
-    def __init__(self, limiter: RayLimiter) -> None:
-        self._limiter = limiter
-
-    @property
-    def rate(self) -> float | None:
-        return self._limiter.cluster_config.creation_rate
-
-    def penalize(self, seconds: float) -> None:
-        actor = self._limiter._actor
-        if actor is not None and seconds > 0:
-            actor.penalize.remote(float(seconds))
-
-
-class RayLimiter:
+class RayLimiter(ActorLink, Limiter):
     """Caps on calls in flight and open sandboxes, and the creation bucket, held cluster-wide.
 
     Every ``RayLimiter`` with the same ``name`` (in any driver, task or actor of the
@@ -113,19 +98,16 @@ class RayLimiter:
         idle_exit_s: float = 600.0,
         label: str = "",
     ) -> None:
-        self.config = LimiterConfig(max_calls, max_sandboxes, creation_rate, creation_burst, lease_ttl_s)
-        self.cluster_config = self.config
-        self.name = name
-        self.namespace = namespace
+        super().__init__(
+            LimiterConfig(max_calls, max_sandboxes, creation_rate, creation_burst, lease_ttl_s),
+            name=name,
+            namespace=namespace,
+            idle_exit_s=idle_exit_s,
+            label=label,
+            owner=uuid.uuid4().hex,
+        )
         self.linger_s = max(0.0, linger_s)
-        self.idle_exit_s = idle_exit_s
-        self.label = label
-        self.owner = uuid.uuid4().hex
-        self.bucket = _RemoteBucket(self)
         self._local_cap = anyio.CapacityLimiter(worker_max_calls) if worker_max_calls else None
-        self._actor: Any = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._connecting: asyncio.Task[None] | None = None
         self._seq = itertools.count()
         self._held = 0  # call slots granted to this process and not handed back
         self._busy: set[object] = set()
@@ -137,21 +119,18 @@ class RayLimiter:
         self._sandbox_waiting = False
         self._sandbox_credit = 0  # sandbox slots granted after a refusal, not used yet
         self._reclaim_owed = 0
-        self._need_ref = False
-        self._out = Outbox()
-        self._inflight = (0, 0)  # releases sent but not yet acknowledged
-        self._flush_scheduled = False
         self._linger_handle: asyncio.TimerHandle | None = None
         self._last_release = 0.0
-        self._poller: asyncio.Task[None] | None = None
         self._reclaim_task: asyncio.Task[None] | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
         self._on_capacity: Callable[[], None] | None = None
         self._reclaim_idle: Callable[[], Awaitable[bool]] | None = None
-        self._closed = False
-        self._warned_config = False
 
     # ------------------------------------------------------------------ pool hooks
+
+    def penalize_creation(self, seconds: float) -> None:
+        """The service answered 429 to a creation: drain the cluster's creation bucket (fire and forget)."""
+        if self._actor is not None and seconds > 0:
+            self._actor.penalize.remote(float(seconds))
 
     def attach(self, on_capacity: Callable[[], None], reclaim_idle: Callable[[], Awaitable[bool]]) -> None:
         """Called by the pool: how to wake its waiters, and how to close one of its idle sandboxes.
@@ -315,118 +294,12 @@ class RayLimiter:
     def __repr__(self) -> str:
         return f"RayLimiter(name={self.name!r}, {self.statistics()!r})"
 
-    # ------------------------------------------------------------------ connection
-
-    async def _ensure_connected(self) -> Any:
-        if self._closed:
-            raise PoolClosed(f"the Ray limiter {self.name!r} is closed")
-        if self._actor is not None:
-            return self._actor
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-        if self._connecting is None or self._connecting.done():
-            self._connecting = self._loop.create_task(self._connect())
-        connecting = self._connecting
-        try:
-            await asyncio.shield(connecting)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            raise BackendUnavailable(
-                f"cannot reach or create the Ray limiter actor {self.name!r} in namespace {self.namespace!r}: {exc}; "
-                "check that ray.init() connected to the cluster"
-            ) from exc
-        return self._actor
-
-    def _get_or_create_actor(self) -> Any:
-        import ray
-
-        from sandboxkit.distributed._actor import LimiterActor
-
-        actor_class = ray.remote(LimiterActor)
-        return actor_class.options(  # type: ignore[attr-defined]
-            name=self.name,
-            namespace=self.namespace,
-            lifetime="detached",
-            get_if_exists=True,
-            num_cpus=0,
-            max_concurrency=MAX_ACTOR_CONCURRENCY,
-            # Not restarted by Ray: if it dies (its node is lost), the next process to reach for it
-            # creates a new one and every process re-declares what it holds (see _connect).
-            max_restarts=0,
-        ).remote(self.config.as_dict(), self.idle_exit_s)
-
-    async def _connect(self) -> None:
-        delay = 0.05
-        while True:
-            actor = await asyncio.to_thread(self._get_or_create_actor)
-            try:
-                result = await actor.register.remote(
-                    self.owner, self._info(), self.config.as_dict(), self._holdings(), self._fresh_ref()
-                )
-                break
-            except Exception as exc:  # the actor exited (idle) or is restarting: look it up again
-                if self._closed:
-                    raise
-                log.info("limiter %s not ready (%s); retrying in %.2fs", self.name, exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
-        self.cluster_config = LimiterConfig(**result["config"])
-        if self.cluster_config != self.config and not self._warned_config:
-            self._warned_config = True
-            log.warning(
-                "the Ray limiter %r is already running with %s while this pool asked for %s; the running "
-                "limits apply (they change once no process uses the limiter, or use another limiter name)",
-                self.name,
-                self.cluster_config,
-                self.config,
-            )
-        self._actor = actor
-        if self._pending:  # after a reconnect: the queue may be gone (requests are idempotent)
-            self._out.requests[:0] = [r for r in self._pending if r not in self._out.requests]
-        self._handle_reply(result["reply"])
-        self._schedule_flush()
-        self._ensure_poller()
-
-    def _on_actor_error(self, exc: BaseException) -> None:
-        if self._closed or self._actor is None:
-            return
-        log.warning("lost the Ray limiter %s (%s: %s); reconnecting", self.name, type(exc).__name__, exc)
-        self._actor = None
-        self._contended = True
-        assert self._loop is not None
-        self._connecting = self._loop.create_task(self._connect())
-
-    def _info(self) -> dict[str, Any]:
-        import ray
-
-        ctx = ray.get_runtime_context()
-        return {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "node": ctx.get_node_id()[:12],
-            "actor": ctx.get_actor_id() or "",
-            "job": ctx.get_job_id(),
-            "label": self.label,
-        }
-
-    def _fresh_ref(self) -> list[Any]:
-        """An object this process owns: the actor's fetch of it fails once this process is dead."""
-        import ray
-
-        self._need_ref = False
-        return [ray.put(self.owner)]
-
     def _holdings(self) -> tuple[int, int]:
         """What the actor should count for us if it must adopt us: releases it has not seen are still ours."""
         return (
             self._held + self._out.releases + self._inflight[0],
             len(self._sandboxes) + self._sandbox_credit + self._out.sandbox_releases + self._inflight[1],
         )
-
-    @staticmethod
-    async def _await_ref(ref: Any) -> Any:
-        return await ref
 
     # ------------------------------------------------------------------ call slots
 
@@ -510,42 +383,6 @@ class RayLimiter:
         elif not self._waiters:
             self._give_back(self._spare())
 
-    # ------------------------------------------------------------------ messages
-
-    def _schedule_flush(self) -> None:
-        if not self._flush_scheduled and self._loop is not None and self._out:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        if self._actor is None or not self._out or self._closed:
-            return  # sent after the (re)connect
-        self._spawn(self._send(self._out.take()))
-
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        assert self._loop is not None
-        task: asyncio.Task[None] = self._loop.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _send(self, msg: Outbox) -> None:
-        actor = self._actor
-        self._inflight = (self._inflight[0] + msg.releases, self._inflight[1] + msg.sandbox_releases)
-        # Holdings *before* this message's releases: if the actor has to adopt us, it then applies them.
-        holdings = self._holdings()
-        try:
-            reply = await actor.post.remote(
-                encode_post(self.owner, msg.requests, msg.cancels, msg.releases, msg.sandbox_releases, holdings)
-            )
-        except Exception as exc:
-            self._out.merge(msg)
-            self._on_actor_error(exc)
-            return
-        finally:
-            self._inflight = (self._inflight[0] - msg.releases, self._inflight[1] - msg.sandbox_releases)
-        self._handle_reply(reply)
-
     def _needs_poll(self) -> bool:
         return bool(
             self._pending
@@ -556,27 +393,12 @@ class RayLimiter:
             or self._reclaim_owed
         )
 
-    def _ensure_poller(self) -> None:
-        if self._poller is None and not self._closed and self._loop is not None and self._needs_poll():
-            self._poller = self._loop.create_task(self._poll_forever())
+    def _on_connected(self) -> None:
+        if self._pending:  # after a reconnect: the queue may be gone (requests are idempotent)
+            self._out.requests[:0] = [r for r in self._pending if r not in self._out.requests]
 
-    async def _poll_forever(self) -> None:
-        try:
-            while not self._closed and self._needs_poll():
-                actor = self._actor
-                if actor is None:
-                    await asyncio.sleep(0.05)  # reconnecting
-                    continue
-                alive = self._fresh_ref() if self._need_ref else []
-                try:
-                    heartbeat = self.cluster_config.heartbeat_s
-                    reply = await actor.poll.remote(encode_poll(self.owner, self._holdings(), heartbeat), alive)
-                except Exception as exc:
-                    self._on_actor_error(exc)
-                    continue
-                self._handle_reply(reply)
-        finally:
-            self._poller = None
+    def _on_disconnected(self) -> None:
+        self._contended = True
 
     def _handle_reply(self, reply: dict[str, Any]) -> None:
         if self._closed:

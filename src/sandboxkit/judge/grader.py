@@ -22,7 +22,6 @@ import json
 import logging
 import shlex
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,7 +47,8 @@ from sandboxkit.judge.shaping import Shaping, parse_shaping
 from sandboxkit.judge.verdict import CaseResult, Verdict, VerdictStatus, status_from_cases, trim_message
 from sandboxkit.languages import Language, resolve_language
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status
-from sandboxkit.pool import SandboxPool, Session
+from sandboxkit.pool import SandboxPool
+from sandboxkit.session import Session
 
 __all__ = ["ROW_OPTIONS", "grade", "grade_many", "grade_row"]
 
@@ -58,7 +58,6 @@ log = logging.getLogger(__name__)
 ROW_OPTIONS = ("language", "shaping", "banned_patterns", "compare", "timeout_s")
 
 _MAX_RUN_S = 24 * 3600.0
-_session_slots: weakref.WeakKeyDictionary[SandboxPool, anyio.Semaphore] = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -518,7 +517,7 @@ def _first_run_verdict(job: _Job, group: list[tuple[int, Any]], result: RunResul
 async def _stdio_in_session(job: _Job, group: list[tuple[int, StdioCase]]) -> _Outcome:
     outcome = _Outcome()
     # The pool's own limits let the session take a warm idle sandbox; each run carries the case limits.
-    async with _session_slot(job.pool), job.pool.session() as session:
+    async with job.pool.session() as session:
         (first_index, first_case), rest = group[0], group[1:]
         first = await session.run(job.code, language=job.lang.name, stdin=first_case.stdin, limits=job.limits)
         verdict = _first_run_verdict(job, group, first)
@@ -544,13 +543,3 @@ async def _run_compiled(session: Session, job: _Job, stdin: str) -> RunResult:
     """
     launcher = "exec " + shlex.join(job.lang.run_argv(job.code)) + "\n"
     return await session.run(launcher, language="bash", stdin=stdin, limits=job.limits)
-
-
-def _session_slot(pool: SandboxPool) -> anyio.Semaphore:
-    # Sessions hold a sandbox across several calls. If they held every sandbox while pooled runs held
-    # every call slot waiting for a sandbox, neither could proceed: keep one sandbox out of their reach.
-    slot = _session_slots.get(pool)
-    if slot is None:
-        slot = anyio.Semaphore(max(1, pool.max_sandboxes - 1))
-        _session_slots[pool] = slot
-    return slot

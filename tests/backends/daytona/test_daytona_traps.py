@@ -103,3 +103,56 @@ async def test_labels_and_resources_options(fake: FakeDaytona, make_backend: Cal
         assert body["networkBlockAll"] is False
     finally:
         await sb.close()
+
+
+async def test_session_logs_are_line_labelled_so_output_comes_back_through_the_wrapper_frame(
+    make_backend: Callable[..., DaytonaBackend],
+) -> None:
+    """The daemon re-prints each line of session output with a newline and drops NUL bytes."""
+    from daytona import SessionExecuteRequest
+
+    sb = await make_backend().open(SHORT)
+    assert isinstance(sb, DaytonaSandbox)
+    try:
+        await sb._sdk.process.create_session("raw")
+        raw = await sb._sdk.process.execute_session_command(
+            "raw", SessionExecuteRequest(command=r"printf 'x'; printf 'a\0b' >&2", run_async=False)
+        )
+        assert (raw.stdout, raw.stderr) == ("x\n", "ab\n")  # not what the program wrote
+        exact = await sb.exec(r"printf 'x'; printf 'a\0b' >&2")
+        assert (exact.stdout, exact.stderr) == ("x", "a\0b")
+    finally:
+        await sb.close()
+
+
+async def test_the_org_quota_is_a_403_the_sdk_calls_forbidden_but_it_is_capacity(
+    fake: FakeDaytona, make_backend: Callable[..., DaytonaBackend]
+) -> None:
+    """Over the vCPU quota the API answers 403 "Total CPU limit exceeded" (400 on older releases)."""
+    from daytona import AsyncDaytona, DaytonaConfig, DaytonaForbiddenError
+
+    from sandboxkit.errors import BackendUnavailable, CapacityExceeded
+
+    fake.quota = 1
+    backend = make_backend()
+    held = await backend.open(SHORT)
+    try:
+        async with AsyncDaytona(DaytonaConfig(api_key=fake.api_key, api_url=fake.api_url)) as raw:
+            with pytest.raises(DaytonaForbiddenError, match=r"Total CPU limit exceeded\. Maximum allowed: 1"):
+                await raw.create(timeout=10)
+        for status in (403, 400):
+            fake.quota_status = status
+            with pytest.raises(CapacityExceeded) as info:
+                await backend.open(SHORT)
+            assert info.value.limit == 1 and "rejected the credentials" not in str(info.value)
+        fake.quota, fake.concurrency = None, 1  # a concurrent-sandbox cap answered 429
+        with pytest.raises(CapacityExceeded) as info:
+            await backend.open(SHORT)
+        assert info.value.limit == 1
+        assert fake.ledger.rejected == {403: 2, 400: 1, 429: 1}
+    finally:
+        await held.close()
+    fake.inject("create", status=403, message="Forbidden resource")  # a real permission problem stays fatal
+    with pytest.raises(BackendUnavailable, match="DAYTONA_API_KEY"):
+        await backend.open(SHORT)
+    assert fake.live_count == 0

@@ -81,3 +81,25 @@ def test_invalid_lifetime_is_refused(fake: FakeE2B) -> None:
     with pytest.raises(InvalidRequest, match="sandbox_timeout_s"):
         E2BBackend(api_key=fake.api_key, sandbox_timeout_s=0)
     assert E2BBackend.availability(api_key="k").usable
+
+
+async def test_the_concurrent_sandbox_429_is_capacity_not_rate(
+    fake: FakeE2B, make_backend: Callable[..., E2BBackend]
+) -> None:
+    """E2B answers a team at its limit with the same 429 as a rate limit; the body tells them apart."""
+    from e2b import AsyncSandbox, RateLimitException
+
+    from sandboxkit.errors import CapacityExceeded
+
+    fake.quota = 1
+    backend = make_backend()
+    held = await backend.open(SHORT)
+    try:
+        with pytest.raises(RateLimitException, match=r"maximum number of concurrent E2B sandboxes \(1\)"):
+            await AsyncSandbox.create(api_key=fake.api_key, api_url=fake.url, sandbox_url=fake.url, retries=0)
+        with pytest.raises(CapacityExceeded) as info:
+            await backend.open(SHORT)
+        assert info.value.limit == 1 and "e2b.dev" in str(info.value)
+    finally:
+        await held.close()
+    assert fake.live_count == 0

@@ -1,0 +1,262 @@
+"""What the cloud backends (Daytona, E2B) share on the backend side: one :class:`CloudBackend`.
+
+A cloud service's sandboxes are billed and counted against a quota, and can outlive the
+process that created them. The discipline that keeps them from leaking is the same for every
+service, so it is written once here:
+
+* the API key comes from an option or the environment, is held as a :class:`SecretStr` and is
+  redacted from every message built from an SDK error;
+* every sandbox is labelled ``sandboxkit=1``, ``sandboxkit-backend=<this object>`` and with a
+  label unique to its creation, so a create whose answer never came can still be found;
+* ``open()`` runs the create-or-reap ladder: a create that failed *after* it may have reached
+  the service (timeout, reset, 5xx, cancellation) is followed by a search for that creation's
+  label and a delete; one not found yet is looked for again at :meth:`CloudBackend.aclose`;
+* the ids of live sandboxes are kept, so :meth:`CloudBackend.emergency_cleanup` can delete
+  them synchronously at interpreter exit, without an event loop.
+
+A service plugs in four primitives (:meth:`~CloudBackend._create`,
+:meth:`~CloudBackend._delete_matching`, :meth:`~CloudBackend._delete_now_sync`,
+:meth:`~CloudBackend._map_error`) and :meth:`~CloudBackend._attach`, which turns the SDK's
+sandbox object into a :class:`~sandboxkit.backends._cloud.CloudSandbox`.
+
+Quota and capacity refusals ("Total CPU limit exceeded", "maximum number of concurrent
+sandboxes") are :class:`~sandboxkit.errors.CapacityExceeded`: the pool learns the service's
+real concurrency from them and queues calls behind it instead of failing them.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import os
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import anyio
+from pydantic import SecretStr
+
+from sandboxkit.backends._cloud import (
+    CREATE_LABEL,
+    ENFORCED_LIMITS,
+    INSTANCE_LABEL,
+    LABEL,
+    CloudSandbox,
+    never_sent,
+    redact,
+    resolve_secret,
+)
+from sandboxkit.base import Availability, Backend, Capabilities
+from sandboxkit.errors import BackendUnavailable, SandboxError, Transient
+from sandboxkit.languages import LANGUAGES, resolve_language
+from sandboxkit.models import Limits
+
+__all__ = ["CloudBackend", "named_limit"]
+
+log = logging.getLogger(__name__)
+
+_NUMBER = re.compile(r"(?:maximum allowed:\s*|\()(\d+(?:\.\d+)?)", re.IGNORECASE)
+
+
+def named_limit(text: str) -> float | None:
+    """The limit a quota message names ("Maximum allowed: 10." / "sandboxes (20)"), if any."""
+    match = _NUMBER.search(text)
+    return float(match.group(1)) if match else None
+
+
+class CloudBackend(Backend):
+    """Base of the backends whose sandboxes live in a cloud service.
+
+    Args:
+        api_key: API key (default: the ``key_env`` environment variable). Never logged or shown.
+        create_timeout_s: how long one creation may take before it is abandoned (and cleaned up).
+        grace_s: how much longer than a run's limit the host waits for the service.
+        languages: languages the image can run (default: all of sandboxkit's; a missing
+            toolchain is reported as ToolchainMissing when used).
+
+    Raises:
+        BackendUnavailable: no API key (names the environment variable).
+    """
+
+    #: Name of the service in messages ("Daytona", "E2B").
+    service: ClassVar[str] = ""
+    #: Environment variable holding the API key.
+    key_env: ClassVar[str] = ""
+    #: What the service does to a sandbox we drop ("deleted", "killed"), for messages.
+    removed: ClassVar[str] = "deleted"
+    #: Capability notes of the service (how network and memory are set).
+    notes: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(
+        self,
+        *,
+        api_key: str | SecretStr | None,
+        create_timeout_s: float,
+        grace_s: float,
+        languages: Sequence[str] | None,
+    ) -> None:
+        self._api_key = resolve_secret(api_key, os.environ.get(self.key_env))
+        if self._api_key is None:
+            raise BackendUnavailable(
+                f"{self.key_env} is not set; export {self.key_env}=<your key> (or pass api_key=...) "
+                f"to use the {self.name} backend",
+                backend=self.name,
+            )
+        self.create_timeout_s, self.grace_s = create_timeout_s, grace_s
+        self.languages = frozenset(resolve_language(x).name for x in (languages or LANGUAGES))
+        self.instance_id = uuid.uuid4().hex[:12]
+        self._live: set[str] = set()
+        self._pending_tokens: set[str] = set()
+
+    def _secret(self) -> str:
+        assert self._api_key is not None
+        return self._api_key.get_secret_value()
+
+    def _detail(self, exc: BaseException) -> str:
+        """An SDK error as text for our messages, with the API key redacted."""
+        return redact(f"{type(exc).__name__}: {exc}", self._secret())
+
+    @classmethod
+    def availability(cls, **options: object) -> Availability:
+        """Usable when an API key is configured (the service itself is not contacted)."""
+        if not (options.get("api_key") or os.environ.get(cls.key_env)):
+            return Availability(False, f"{cls.key_env} is not set; export it (or pass api_key=...)")
+        return Availability(True, cls._where(options))
+
+    @classmethod
+    def _where(cls, options: Mapping[str, object]) -> str:
+        """Where the service is, for ``sandboxkit backends`` (no request is made)."""
+        return cls.service
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Languages of the image, separate streams, limits enforced inside the sandbox."""
+        return Capabilities(
+            languages=self.languages,
+            stateful=True,
+            network_control=True,
+            limits=ENFORCED_LIMITS,
+            resettable=True,
+            notes=self.notes,
+        )
+
+    def _forget(self, sandbox_id: str) -> None:
+        self._live.discard(sandbox_id)
+
+    # ------------------------------------------------------------------ the four primitives
+
+    @abc.abstractmethod
+    async def _create(self, limits: Limits, labels: Mapping[str, str]) -> tuple[str, Any]:
+        """Create one sandbox with ``labels`` (network from ``limits``); return its id and the SDK object.
+
+        Must give up (raise) after about :attr:`create_timeout_s`.
+        """
+
+    @abc.abstractmethod
+    async def _delete_matching(self, labels: Mapping[str, str], *, sandbox_id: str | None = None) -> int:
+        """Delete every sandbox carrying ``labels`` (plus ``sandbox_id``, known to match); return how many."""
+
+    @abc.abstractmethod
+    def _delete_now_sync(self, sandbox_id: str) -> None:
+        """Delete one sandbox with a plain blocking HTTP call (no event loop: interpreter exit)."""
+
+    @abc.abstractmethod
+    def _map_error(self, exc: BaseException, *, op: str, sandbox_id: str | None = None) -> SandboxError:
+        """Translate an SDK / transport error raised during ``op`` into the sandboxkit error tree."""
+
+    @abc.abstractmethod
+    async def _attach(self, sandbox_id: str, sdk: Any, limits: Limits) -> CloudSandbox:
+        """Wrap a created SDK sandbox (closing it if that fails)."""
+
+    def _create_timed_out(self, exc: BaseException) -> bool:
+        """Whether a failed create gave up on time (the SDK's own timeout error counts too)."""
+        return isinstance(exc, TimeoutError)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _may_have_created(self, exc: BaseException) -> bool:
+        """Whether a failed create may still have left a sandbox behind (so it must be looked for).
+
+        A refusal (4xx: credentials, parameters, quota, rate) created nothing; a cancellation,
+        a timeout, a reset or a 5xx may have, unless the connection was never even made.
+        """
+        if not isinstance(exc, Exception):
+            return True  # cancelled mid-request
+        if never_sent(exc):
+            return False
+        err = self._map_error(exc, op="create")
+        return type(err) is Transient
+
+    async def open(self, limits: Limits | None = None) -> CloudSandbox:
+        """Create a labelled sandbox; whatever a failed creation may have left is deleted.
+
+        Raises:
+            BackendUnavailable: bad credentials or service URL.
+            CapacityExceeded: the account is at its quota / concurrent-sandbox limit (the pool
+                lowers its sandbox cap and waits).
+            RateLimited: the service said 429 (``retry_after`` set when it said how long).
+            Transient: 5xx, a timeout or a connection failure; anything created is deleted.
+            InvalidRequest: the service rejected the parameters.
+        """
+        limits = limits or Limits()
+        token = uuid.uuid4().hex
+        labels = {LABEL: "1", INSTANCE_LABEL: self.instance_id, CREATE_LABEL: token}
+        try:
+            sandbox_id, sdk = await self._create(limits, labels)
+        except BaseException as exc:
+            if self._may_have_created(exc):
+                with anyio.CancelScope(shield=True):
+                    await self._reap(token, getattr(exc, "sandbox_id", None))
+            if self._create_timed_out(exc):
+                raise Transient(
+                    f"creating a {self.service} sandbox took longer than {self.create_timeout_s:g}s; "
+                    f"anything it created was {self.removed}",
+                    backend=self.name,
+                ) from exc
+            if isinstance(exc, Exception):
+                raise self._map_error(exc, op="create") from exc
+            raise
+        self._live.add(sandbox_id)
+        return await self._attach(sandbox_id, sdk, limits)
+
+    async def _reap(self, token: str, sandbox_id: str | None) -> None:
+        """Delete what a failed create may have left: by the id the SDK reported, and by label."""
+        found = 0
+        with anyio.move_on_after(20):
+            try:
+                found = await self._delete_matching({CREATE_LABEL: token}, sandbox_id=sandbox_id)
+            except Exception as exc:
+                log.debug("cleaning up after a failed %s create: %s", self.service, type(exc).__name__)
+        if found:
+            log.info("%s %d %s sandbox(es) left by a failed create", self.removed, found, self.service)
+        else:
+            self._pending_tokens.add(token)  # it may still appear: look again at aclose()
+
+    async def cleanup(self) -> int:
+        """Delete every sandbox labelled ``sandboxkit=1`` in this account (all runs, not just ours)."""
+        try:
+            return await self._delete_matching({LABEL: "1"})
+        except Exception as exc:
+            raise self._map_error(exc, op="clean up") from exc
+
+    async def aclose(self) -> None:
+        """Sweep creates that failed without a trace (their sandbox may have appeared since)."""
+        if not self._pending_tokens:
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(20):
+            for token in list(self._pending_tokens):
+                try:
+                    await self._delete_matching({CREATE_LABEL: token})
+                    self._pending_tokens.discard(token)
+                except Exception:
+                    log.debug("sweeping a failed %s create failed", self.service, exc_info=True)
+
+    def emergency_cleanup(self) -> None:
+        """Delete the sandboxes this object still holds, synchronously (interpreter exit)."""
+        for sandbox_id in list(self._live):
+            try:
+                self._delete_now_sync(sandbox_id)
+                self._live.discard(sandbox_id)
+            except Exception:
+                log.debug("emergency delete of %s sandbox %s failed", self.service, sandbox_id)

@@ -101,6 +101,10 @@ class SubprocessConfig(BaseBackendConfig):
     """Size of each sandbox's tmpfs workspace in MiB (when tmpfs is available)."""
     tmp_mb: int = Field(256, gt=0)
     """Size of each sandbox's private ``/tmp`` in MiB."""
+    preload_modules: tuple[str, ...] | None = None
+    """Modules the fork server imports before its first command (None: the backend's ``DEFAULT_PRELOAD``)."""
+    seccomp: bool = True
+    """Refuse dangerous system calls (keyring, io_uring, bpf, mounts...) with a seccomp filter."""
 
 
 class DockerConfig(BaseBackendConfig):

@@ -87,7 +87,8 @@ def check_relative_path(path: str) -> str:
     """Normalise a sandbox path and reject anything that could escape the workspace.
 
     Raises:
-        ValueError: for an empty path, an absolute path, a NUL byte or a ``..`` component.
+        ValueError: for an empty path, an absolute path, a NUL byte, a ``..`` component, a name
+            over 255 bytes (what every Linux filesystem allows) or text that is not valid Unicode.
     """
     if not isinstance(path, str) or not path or "\x00" in path:
         raise ValueError(f"file path {path!r} is empty or contains a NUL byte; use a relative path like 'data/in.txt'")
@@ -96,6 +97,14 @@ def check_relative_path(path: str) -> str:
     parts = path.replace("\\", "/").split("/")
     if ".." in parts:
         raise ValueError(f"file path {path!r} contains '..'; paths must stay inside the sandbox workspace")
+    try:
+        too_long = [part for part in parts if len(part.encode("utf-8")) > 255]
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"file path {path!r} is not valid Unicode (a lone surrogate); use a proper text path"
+        ) from None
+    if too_long:
+        raise ValueError(f"file path {path!r} has a name over 255 bytes ({too_long[0][:40]!r}...); use shorter names")
     norm = posixpath.normpath(path.replace("\\", "/"))
     if norm in (".", ""):
         raise ValueError(f"file path {path!r} names the workspace itself; give a file name")

@@ -127,14 +127,6 @@ async def test_memory_limit_is_applied(app_client: AppClient) -> None:
     assert "allocated" not in (body["run_result"]["stdout"] or "")
 
 
-# Issue 18 item 2 on the subprocess backend is the subprocess engineer's; until it lands the backend still
-# stops a program at the cap, so these two end-to-end checks of /run_code wait for it.
-NEEDS_SUBPROCESS_HEAD_TAIL = pytest.mark.xfail(
-    reason="issue 18 item 2 on the subprocess backend: fixed by the subproc branch (then delete this mark)", strict=True
-)
-
-
-@NEEDS_SUBPROCESS_HEAD_TAIL
 async def test_output_over_the_cap_keeps_head_and_tail_and_is_flagged(app_client: AppClient) -> None:
     flood = "import sys\nfor _ in range(64): sys.stdout.write('y' * 16384)\nprint('end')"
     async with app_client(limits=Limits(output_bytes=64 * 1024)) as client:
@@ -150,7 +142,6 @@ async def test_output_over_the_cap_keeps_head_and_tail_and_is_flagged(app_client
     assert "head and the tail are kept" in body["message"]
 
 
-@NEEDS_SUBPROCESS_HEAD_TAIL
 async def test_ten_megabytes_then_a_traceback_keeps_the_traceback(app_client: AppClient) -> None:
     """Issue 18: a program that prints 10 MB and then raises; stdout and stderr end as the program ended them."""
     code = (

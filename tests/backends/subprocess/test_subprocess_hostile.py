@@ -82,11 +82,33 @@ async def test_memory_bomb_in_a_memory_hungry_runtime(pool: SandboxPool, backend
 
 
 async def test_100mb_of_stdout(pool: SandboxPool, backend: RecordingBackend) -> None:
-    code = "import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(100):\n    sys.stdout.write(chunk)"
+    # Past Limits.stop_bytes() (64 MiB by default) the flood is stopped: output_limit, head + tail kept.
+    code = "import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(100):\n    sys.stdout.write(chunk)\nprint('never')"
     result = await contained(pool, backend, code)
     assert result.status is Status.OUTPUT_LIMIT
     assert result.stdout_truncated
-    assert len(result.stdout) == HOSTILE.output_bytes
+    head, _, tail = result.stdout.partition("\n[... sandboxkit: ")
+    assert len(head) == len(tail.split("]\n", 1)[1]) == HOSTILE.output_bytes // 2, result.stdout[:100]
+    assert "never" not in result.stdout
+
+
+async def test_10mb_then_a_traceback_keeps_both_ends(pool: SandboxPool, backend: RecordingBackend) -> None:
+    # Issue 18: past output_bytes the program runs on; the result keeps the head, marks the cut and
+    # keeps the tail, so the traceback (and a final answer) at the end survive.
+    code = (
+        "import sys\nfor i in range(10 * 1024):\n    print(f'line {i:07d} ' + 'y' * 1000)\n"
+        "print('final answer 42')\nsys.stderr.write('e' * (200 << 10))\nraise RuntimeError('boom at the end')"
+    )
+    result = await contained(pool, backend, code)
+    assert result.status is Status.FAILED and result.exit_code == 1, result.status
+    assert result.stdout_truncated and result.stderr_truncated
+    assert result.stdout.startswith("line 0000000 ")
+    assert "bytes cut ...]\n" in result.stdout
+    assert result.stdout.endswith("final answer 42\n")
+    assert result.stderr.startswith("eeee") and "bytes cut ...]" in result.stderr
+    assert result.stderr.rstrip().endswith("RuntimeError: boom at the end"), result.stderr[-300:]
+    assert 'File "/work/main.py", line 6, in <module>' in result.stderr or "main.py" in result.stderr
+    assert len(result.stdout) < HOSTILE.output_bytes + 100
 
 
 async def test_non_utf8_stdout(pool: SandboxPool, backend: RecordingBackend) -> None:

@@ -54,15 +54,15 @@ def test_capabilities_match_this_machine() -> None:
 
 
 def test_network_is_off_unless_asked() -> None:
-    argv = bwrap_argv(FULL, bwrap="bwrap", workspace="/tmp/w/x", root="/tmp/w", network=False, tmp_mb=8)
+    argv = bwrap_argv(FULL, bwrap="bwrap", workspace="/tmp/w/x", inner="/work", root="/tmp/w", network=False, tmp_mb=8)
     assert "--unshare-net" in argv
-    argv = bwrap_argv(FULL, bwrap="bwrap", workspace="/tmp/w/x", root="/tmp/w", network=True, tmp_mb=8)
+    argv = bwrap_argv(FULL, bwrap="bwrap", workspace="/tmp/w/x", inner="/work", root="/tmp/w", network=True, tmp_mb=8)
     assert "--unshare-net" not in argv
 
 
 def test_other_workspaces_are_never_bound() -> None:
     root = "/var/tmp/sandboxkit-test-root"
-    argv = bwrap_argv(FULL, bwrap="bwrap", workspace=f"{root}/mine", root=root, network=False, tmp_mb=8)
+    argv = bwrap_argv(FULL, bwrap="bwrap", workspace=f"{root}/mine", inner="/work", root=root, network=False, tmp_mb=8)
     bound = {argv[i + 1] for i, a in enumerate(argv) if a in ("--ro-bind-try", "--bind")}
     assert f"{root}/mine" in bound
     assert not any(p == root or p in ("/", "/tmp", "/var", "/var/tmp", "/root") for p in bound)

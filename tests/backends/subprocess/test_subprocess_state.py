@@ -92,7 +92,7 @@ async def test_python_env_options_use_the_cold_path(sandbox: SubprocessSandbox) 
 async def test_program_identity(sandbox: SubprocessSandbox, backend: RecordingBackend) -> None:
     result = await sandbox.exec(["python3", "-c", "import os; print(os.getuid(), os.getcwd())"])
     uid, cwd = result.stdout.split()
-    assert cwd == sandbox.workspace.path
+    assert cwd == sandbox.inner_path  # /work under bubblewrap: the host layout stays hidden
     if backend.isolation.bwrap is not None:
         assert int(uid) == INNER_UID
     elif backend.isolation.is_root:

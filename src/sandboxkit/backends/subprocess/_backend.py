@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import secrets
@@ -18,9 +19,11 @@ import tempfile
 from collections.abc import Mapping, Sequence
 
 from sandboxkit.backends.subprocess import _isolation as isolation
+from sandboxkit.backends.subprocess import _seccomp as seccomp
 from sandboxkit.backends.subprocess._cgroup import SandboxCgroup
 from sandboxkit.backends.subprocess._cold import Command, run_cold
 from sandboxkit.backends.subprocess._forkserver import ForkServer, ServerStartError
+from sandboxkit.backends.subprocess._output import OutputLimits
 from sandboxkit.backends.subprocess._status import Outcome, classify, rlimits_for
 from sandboxkit.backends.subprocess._workspace import SANDBOX_PATH, Workspace, program_env
 from sandboxkit.base import Availability, Backend, Capabilities, Sandbox
@@ -38,6 +41,24 @@ SERVER_MEMORY = 32 << 20
 SERVER_PIDS = 4
 #: Tries to start a sandbox's fork server before giving up.
 START_ATTEMPTS = 3
+#: Modules the fork server imports before its first command (``preload_modules``): what test
+#: harnesses and competitive-programming solutions import, so a warm run finds them loaded.
+#: Kept to modules that cost little: every preloaded page makes each fork (every run) a little
+#: dearer, so heavier ones (``dataclasses`` ~2.5 MB, ``tempfile``, ``fractions``, ``hashlib``) are
+#: for callers that import them in every run (``preload_modules=[...]``). ``random`` is left out
+#: on purpose: once loaded, every forked child re-seeds it (an at-fork hook), ~15 copied pages a run.
+DEFAULT_PRELOAD = (
+    "bisect", "collections", "copy", "functools", "heapq", "io", "itertools", "json", "math", "operator",
+    "re", "string", "traceback", "typing",
+)  # fmt: skip
+#: Largest value an rlimit or a cgroup byte count can hold (a signed 64-bit integer).
+_MAX_BYTES = (1 << 63) - 1
+#: The kernel's PID_MAX_LIMIT: no sandbox can have more processes than this.
+_MAX_PIDS = 1 << 22
+
+
+def _seccomp_supported() -> bool:
+    return seccomp.supported()
 
 
 def _toolchain_present(lang: Language, path: str) -> bool:
@@ -63,7 +84,9 @@ class SubprocessSandbox(Sandbox):
         # The owner's pid in the names lets ``cleanup`` tell a crashed process's leftovers from live ones.
         tag = f"{self.id}-p{os.getpid()}"
         path = os.path.realpath(tempfile.mkdtemp(prefix=f"{tag}-", dir=backend.root))
-        self.workspace = Workspace(path, owner)
+        self.workspace = Workspace(path, owner, self.id)
+        #: Why the sandbox can no longer be used (its fork server died on its own), or None.
+        self._broken: str | None = None
         self._mounted = False
         self.cgroup: SandboxCgroup | None = None
         try:
@@ -83,45 +106,124 @@ class SubprocessSandbox(Sandbox):
     def _check_open(self) -> None:
         if self._closed:
             raise SandboxCrashed("the sandbox is closed; open a new one", backend=NAME, sandbox_id=self.id)
+        if self._broken is not None:
+            raise SandboxCrashed(self._broken, backend=NAME, sandbox_id=self.id)
+
+    def _discard(self) -> None:
+        """The server died on its own: never start another in a workspace the program controlled."""
+        self._broken = (
+            "the sandbox's fork server died during an earlier command (a program can kill its parent); "
+            "the sandbox is discarded rather than restarted in a workspace the program controlled: "
+            "open a new one (a pool does so by itself)"
+        )
+        if self._server is not None:
+            self._server.kill()
+
+    def _text(self, value: str, what: str) -> bytes:
+        """``value`` as UTF-8, or InvalidRequest for text that cannot be (lone surrogates)."""
+        try:
+            return value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidRequest(
+                f"{what} {value[:60]!r} is not valid Unicode ({exc.reason} at position {exc.start}); "
+                "remove lone surrogates",
+                backend=NAME,
+                sandbox_id=self.id,
+            ) from None
+
+    def _check_texts(self, env: Mapping[str, str], argv: Sequence[str]) -> None:
+        for key, value in env.items():
+            self._text(key, "environment variable name")
+            self._text(value, f"environment variable {key!r}")
+        for arg in argv:
+            self._text(arg, "argument")
 
     def _env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
-        return program_env(self.workspace.path, self._backend.path, extra)
+        return program_env(self.inner_path, self._backend.path, extra)
 
-    def _prefix(self, network: bool, cwd: str | None = None) -> list[str]:
-        """The namespace wrapper of this sandbox's processes (empty without bubblewrap)."""
+    @property
+    def inner_path(self) -> str:
+        """Where the program sees its workspace: :data:`INNER_WORKDIR` under bubblewrap, else the host path.
+
+        A fixed path hides the host's layout from the program and keeps tracebacks free of
+        sandboxkit's directory names (``File "/work/main.py"``, as on the Docker backend).
+        """
+        return isolation.INNER_WORKDIR if self._iso.bwrap is not None else self.workspace.path
+
+    def _inner(self, host_path: str) -> str:
+        """``host_path`` (the workspace or a path inside it) as the program sees it."""
+        ws = self.workspace.path
+        if self._iso.bwrap is None or host_path == ws:
+            return self.inner_path if host_path == ws else host_path
+        return isolation.INNER_WORKDIR + host_path[len(ws) :] if host_path.startswith(ws + "/") else host_path
+
+    def _prefix(self, network: bool, cwd: str | None = None) -> tuple[list[str], list[int]]:
+        """The namespace wrapper of this sandbox's processes (empty without bubblewrap).
+
+        Returns:
+            The argv prefix and the descriptors it names (the seccomp program), which the
+            process starting it must pass on and then close.
+        """
         iso = self._iso
         if iso.bwrap is None:
-            return []
-        return isolation.bwrap_argv(
+            return [], []
+        fds = []
+        if self._backend.seccomp:
+            fds.append(seccomp.seccomp_fd(seccomp.filter_program(deny_unix_sockets=not network)))
+        cg = self.cgroup
+        own = []
+        if cg is not None:
+            if cg.support.version == 2 and cg.memory_dir is not None:
+                own.append((cg.memory_dir, isolation.CGROUP_ROOT))
+            else:
+                own += [
+                    (d, f"{isolation.CGROUP_ROOT}/{c}")
+                    for d, c in ((cg.memory_dir, "memory"), (cg.pids_dir, "pids"))
+                    if d
+                ]
+        argv = isolation.bwrap_argv(
             iso,
             bwrap=iso.bwrap,
             workspace=self.workspace.path,
+            inner=self.inner_path,
             root=self._backend.root,
             network=network,
             tmp_mb=self._backend.tmp_mb,
-            cwd=cwd,
+            cwd=self._inner(cwd) if cwd is not None else None,
+            seccomp_fd=fds[0] if fds else None,
+            cgroup_dirs=own,
         )
+        return argv, fds
 
     async def _server_for(self, network: bool) -> ForkServer | None:
         """The running fork server, (re)started when missing, dead or on the wrong network."""
         python = self._backend.server_python
         if python is None:
             return None
-        if self._server is not None and self._server.alive and self._server_network == network:
-            return self._server
         if self._server is not None:
+            if self._server.died:
+                self._discard()
+                self._check_open()
+            if self._server.alive and self._server_network == network:
+                return self._server
+            # Killed by the host (a late reply, a cancelled call, state left for reset) or on the
+            # other network: a new server is safe, it imports nothing the program could have planted.
             self._server.kill()
         iso = self._iso
-        server = ForkServer(
-            python=python,
-            prefix=self._prefix(network),
-            user=(self.uid, self.uid) if self.uid is not None else None,
-            env=self._env(None),
-            cwd=self.workspace.path,
-            cgroup=self.cgroup,
-            sweep_all=iso.bwrap is not None or self.uid is not None,
-        )
         for attempt in range(START_ATTEMPTS):
+            prefix, fds = self._prefix(network)
+            server = ForkServer(
+                python=python,
+                prefix=prefix,
+                user=(self.uid, self.uid) if self.uid is not None else None,
+                env=self._env(None),
+                cwd=self.workspace.path,
+                cgroup=self.cgroup,
+                sweep_all=iso.bwrap is not None or self.uid is not None,
+                preload=self._backend.preload_modules,
+                private_state=iso.bwrap is not None,
+                pass_fds=fds,
+            )
             try:
                 await server.start()
                 break
@@ -140,10 +242,16 @@ class SubprocessSandbox(Sandbox):
         self._server, self._server_network = server, network
         return server
 
-    def _rlimits(self, limits: Limits, timeout_s: float, lang: Language | None) -> list[tuple[int, int]]:
+    def _rlimits(
+        self, limits: Limits, timeout_s: float, lang: Language | None, *, compiler: bool = False
+    ) -> list[tuple[int, int]]:
         import resource
 
-        hungry = lang is not None and lang.virtual_memory_hungry
+        self._check_limits(limits)
+        # Compilers (rustc/LLVM, javac, go) reserve far more address space than they touch: an
+        # RLIMIT_AS at memory_mb makes a correct program a compile_error, a wrong reward caused by
+        # the sandbox. Their memory is held by the cgroup (RSS) instead, like the hungry runtimes'.
+        hungry = compiler or (lang is not None and lang.virtual_memory_hungry)
         out = rlimits_for(limits, timeout_s, address_space=not hungry)
         if limits.pids is not None and self.uid is not None:
             # Counted per host uid, and this uid is the sandbox's alone: a per-sandbox cap.
@@ -152,13 +260,51 @@ class SubprocessSandbox(Sandbox):
             out.append((resource.RLIMIT_DATA, limits.memory_mb << 20))  # no cgroup: cap the heap instead
         return out
 
+    def _check_limits(self, limits: Limits) -> None:
+        """Reject limits no kernel interface can hold (they would fail deep inside as OverflowError)."""
+        for field, value, unit in (
+            ("memory_mb", limits.memory_mb, 1 << 20),
+            ("file_size_mb", limits.file_size_mb, 1 << 20),
+        ):
+            if value is not None and value * unit + SERVER_MEMORY > _MAX_BYTES:
+                raise InvalidRequest(
+                    f"limits.{field}={value!r} is more than the kernel can represent (at most "
+                    f"{(_MAX_BYTES - SERVER_MEMORY) // unit}); use a smaller value, or None for the default",
+                    backend=NAME,
+                    sandbox_id=self.id,
+                )
+        if limits.pids is not None and limits.pids + SERVER_PIDS > _MAX_PIDS:
+            raise InvalidRequest(
+                f"limits.pids={limits.pids!r} is more than the kernel allows (at most {_MAX_PIDS - SERVER_PIDS}); "
+                "use a smaller value, or None for the default",
+                backend=NAME,
+                sandbox_id=self.id,
+            )
+
     def _apply_cgroup(self, limits: Limits) -> None:
         if self.cgroup is None:
             return
-        if limits.memory_mb is not None:
-            self.cgroup.set_memory((limits.memory_mb << 20) + SERVER_MEMORY)
-        if limits.pids is not None:
-            self.cgroup.set_pids(limits.pids + SERVER_PIDS)
+        try:
+            if limits.memory_mb is not None:
+                self.cgroup.set_memory((limits.memory_mb << 20) + SERVER_MEMORY)
+            if limits.pids is not None:
+                self.cgroup.set_pids(limits.pids + SERVER_PIDS)
+        except OSError as exc:
+            if exc.errno == errno.EBUSY:  # cgroup v1 refuses a limit below what is charged already
+                held = self.cgroup.memory_usage()
+                raise InvalidRequest(
+                    f"limits.memory_mb={limits.memory_mb!r} is less than this sandbox already holds "
+                    f"({held >> 20} MB: files in /tmp, /dev/shm and the workspace count against its memory); "
+                    "remove those files first, or ask for more memory",
+                    backend=NAME,
+                    sandbox_id=self.id,
+                ) from exc
+            raise InvalidRequest(
+                f"the kernel refused limits memory_mb={limits.memory_mb!r}, pids={limits.pids!r} for this "
+                f"sandbox's cgroup ({exc.strerror}); use smaller values",
+                backend=NAME,
+                sandbox_id=self.id,
+            ) from exc
 
     async def _spawn(
         self,
@@ -171,45 +317,50 @@ class SubprocessSandbox(Sandbox):
         limits: Limits,
         lang: Language | None,
         python_file: str | None = None,
+        compiler: bool = False,
     ) -> Outcome:
         """Run one command through the fork server (or the cold path when there is none).
 
         Raises:
             InvalidRequest: the command and its environment are too large to send.
         """
-        rlimits = self._rlimits(limits, timeout_s, lang)
+        rlimits = self._rlimits(limits, timeout_s, lang, compiler=compiler)
         server = await self._server_for(limits.network)
+        output = OutputLimits.of(limits)
         if server is None:
+            prefix, fds = self._prefix(limits.network, cwd)
             cmd = Command(
                 argv,
                 cwd,
                 env,
                 stdin,
                 timeout_s,
-                limits.output_bytes,
+                output,
                 rlimits,
-                prefix=self._prefix(limits.network, cwd),
+                prefix=prefix,
                 user=(self.uid, self.uid) if self.uid is not None else None,
+                pass_fds=fds,
             )
             try:
                 return await run_cold(cmd)
             except FileNotFoundError:
                 return Outcome(127, None, b"", f"{argv[0]}: command not found\n".encode(), False, False, 0.0)
         self._apply_cgroup(limits)
-        request: dict[str, object] = {"cwd": cwd, "env": dict(env), "rlimits": rlimits}
+        request: dict[str, object] = {"cwd": self._inner(cwd), "env": dict(env), "rlimits": rlimits}
         if python_file is not None:
-            request.update(python=python_file, args=list(argv))
+            request.update(python=self._inner(python_file), args=list(argv))
         else:
             request["argv"] = list(argv)
         try:
-            try:
-                return await server.run(request, stdin=stdin, timeout_s=timeout_s, output_bytes=limits.output_bytes)
-            except ConnectionError:  # died between commands (killed from outside): one fresh try
-                server = await self._server_for(limits.network)
-                assert server is not None
-                return await server.run(request, stdin=stdin, timeout_s=timeout_s, output_bytes=limits.output_bytes)
+            outcome = await server.run(request, stdin=stdin, timeout_s=timeout_s, output=output)
+        except ConnectionError as exc:  # died between commands: its killer controlled this workspace
+            self._discard()
+            raise SandboxCrashed(self._broken or str(exc), backend=NAME, sandbox_id=self.id) from exc
         except ValueError as exc:
             raise InvalidRequest(str(exc), backend=NAME, sandbox_id=self.id) from exc
+        if server.died:  # this command's program killed the server: its result stands, the sandbox goes
+            self._discard()
+        return outcome
 
     def _warm_python(self, lang: Language, request: RunRequest) -> bool:
         # The warm path runs the code inside an already started interpreter, so interpreter
@@ -238,6 +389,8 @@ class SubprocessSandbox(Sandbox):
                 sandbox_id=self.id,
             )
         limits = request.limits
+        stdin = self._text(request.stdin or "", "stdin")
+        self._check_texts(request.env, request.argv)
         async with self._lock:
             self._check_open()
             src = lang.source_name(request.code)
@@ -256,6 +409,7 @@ class SubprocessSandbox(Sandbox):
                         output_bytes=max(limits.output_bytes, 1 << 20), pids=max(limits.pids or 0, 64)
                     ),
                     lang=lang,
+                    compiler=True,
                 )
                 compile_result = classify(compiled)
                 if compile_result.status is not Status.OK:
@@ -267,7 +421,6 @@ class SubprocessSandbox(Sandbox):
                         sandbox_id=self.id,
                         duration_s=compile_result.duration_s,
                     )
-            stdin = (request.stdin or "").encode("utf-8")
             if self._warm_python(lang, request):
                 outcome = await self._spawn(
                     request.argv,
@@ -323,6 +476,8 @@ class SubprocessSandbox(Sandbox):
         argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
         if not argv:
             raise InvalidRequest("exec needs a non-empty command", backend=NAME, sandbox_id=self.id)
+        stdin_data = self._text(stdin or "", "stdin")
+        self._check_texts(env or {}, argv)
         timeout_s = float(timeout) if timeout is not None else self.limits.timeout_s
         async with self._lock:
             self._check_open()
@@ -332,7 +487,7 @@ class SubprocessSandbox(Sandbox):
                 argv,
                 cwd=workdir,
                 env=self._env(env),
-                stdin=(stdin or "").encode("utf-8"),
+                stdin=stdin_data,
                 timeout_s=timeout_s,
                 limits=self.limits,
                 lang=None,
@@ -360,14 +515,27 @@ class SubprocessSandbox(Sandbox):
         return self.workspace.read(paths)
 
     async def alive(self) -> bool:
-        """True until closed (and while the workspace exists). Never raises."""
-        return not self._closed and os.path.isdir(self.workspace.path)
+        """True until closed or discarded (and while the workspace exists). Never raises."""
+        return not self._closed and self._broken is None and os.path.isdir(self.workspace.path)
 
     async def reset(self) -> bool:
-        """Wipe the workspace (no process survives a command, so files are all that is left)."""
-        if self._closed:
+        """Give the next run what a fresh sandbox gives.
+
+        No process survives a command, so what is left is files in the workspace (wiped here)
+        and state in the server's namespaces: files in ``/tmp``, ``/dev/shm``, ``/dev/mqueue``
+        and SysV IPC objects, which also stay charged to the sandbox's memory. The server
+        reports when a command left any; then it is stopped, and the next command starts one
+        in fresh namespaces. A sandbox whose server died on its own is not reset (False).
+        """
+        if self._closed or self._broken is not None:
             return False
         async with self._lock:
+            if self._server is not None and (self._server.dirty or self._server.died):
+                if self._server.died:
+                    self._discard()
+                    return False
+                self._server.kill()
+                self._server = None
             try:
                 self.workspace.wipe()
             except OSError:
@@ -410,6 +578,14 @@ class SubprocessBackend(Backend):
         warm_python: run Python programs in a child forked from a warm interpreter (default on).
         disk_mb: size of each workspace's tmpfs (where mounting one is allowed).
         tmp_mb: size of each sandbox's private ``/tmp`` and ``/dev/shm``.
+        preload_modules: modules the fork server imports before its first command, so warm
+            Python runs find them loaded (``None``: :data:`DEFAULT_PRELOAD`; ``()``: none). Only the server's own
+            imports happen before untrusted code exists, which is why this is a backend option
+            and not something a run can ask for. A workspace file with the same name still wins.
+        seccomp: refuse dangerous system calls with a seccomp filter (needs bubblewrap).
+
+    Raises:
+        InvalidRequest: a ``preload_modules`` entry is not a module name.
     """
 
     name = NAME
@@ -422,8 +598,20 @@ class SubprocessBackend(Backend):
         warm_python: bool = True,
         disk_mb: int = 1024,
         tmp_mb: int = 256,
+        preload_modules: Sequence[str] | None = None,
+        seccomp: bool = True,
     ) -> None:
+        if preload_modules is None:
+            preload_modules = DEFAULT_PRELOAD
+        bad = [m for m in preload_modules if not isinstance(m, str) or not all(p.isidentifier() for p in m.split("."))]
+        if bad or isinstance(preload_modules, str):
+            raise InvalidRequest(
+                f"preload_modules must be a list of module names like ['json', 'numpy'], got {preload_modules!r}",
+                backend=NAME,
+            )
+        self.preload_modules = tuple(preload_modules)
         self.isolation = isolation.probe()
+        self.seccomp = seccomp and self.isolation.bwrap is not None and _seccomp_supported()
         default_root = os.path.join(tempfile.gettempdir(), f"sandboxkit-{os.geteuid()}")
         self.root = os.path.realpath(root or default_root)
         os.makedirs(self.root, mode=0o711, exist_ok=True)
@@ -453,6 +641,8 @@ class SubprocessBackend(Backend):
             if iso.bwrap is not None:
                 limits.add("network")
             missing = list(iso.missing())
+            if iso.bwrap is not None and not self.seccomp:
+                missing.append("seccomp filter: off (seccomp=False or an architecture without a syscall table)")
             if self.server_python is None:
                 missing.append("fork server: no python3 on the sandbox PATH; commands start cold, without the cgroup")
             self._caps = Capabilities(
@@ -475,6 +665,8 @@ class SubprocessBackend(Backend):
         if iso.bwrap:
             extra = ", nested user namespaces disabled" if iso.disable_userns else ""
             out.append(f"bubblewrap {iso.bwrap}: user, pid, mount, ipc, uts and network namespaces{extra}")
+        if self.seccomp:
+            out.append("seccomp filter: keyring, io_uring, bpf, perf, mount and namespace calls refused")
         cg = iso.cgroup
         if cg.version is not None:
             parts = [name for name, parent in (("memory", cg.memory_parent), ("pids", cg.pids_parent)) if parent]

@@ -161,6 +161,16 @@ class SandboxCgroup:
                             raise
         self._memory = limit
 
+    def memory_usage(self) -> int:
+        """Bytes charged to the sandbox's memory cgroup now (0 when unknown)."""
+        if self.memory_dir is None:
+            return 0
+        name = "memory.current" if self.support.version == 2 else "memory.usage_in_bytes"
+        try:
+            return int(_read(os.path.join(self.memory_dir, name)))
+        except (OSError, ValueError):
+            return 0
+
     def set_pids(self, limit: int) -> None:
         """Cap the processes and threads of the sandbox."""
         if self.pids_dir is not None and limit != self._pids:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sandboxkit.backends.subprocess._output import Drain
+from sandboxkit.backends.subprocess._output import Drain, OutputLimits
 from sandboxkit.backends.subprocess._status import Outcome
 
 __all__ = ["Command", "run_cold"]
@@ -35,10 +35,11 @@ class Command:
     env: Mapping[str, str]
     stdin: bytes
     timeout_s: float
-    output_bytes: int
+    output: OutputLimits
     rlimits: Sequence[tuple[int, int]]
     prefix: Sequence[str] = ()  # isolation wrapper (bwrap ... --), if any
     user: tuple[int, int] | None = None  # host (uid, gid) to run as
+    pass_fds: Sequence[int] = ()  # descriptors the prefix refers to (bwrap --seccomp FD); closed here
 
 
 def _killpg(pgid: int) -> None:
@@ -97,19 +98,20 @@ async def run_cold(cmd: Command) -> Outcome:
             group=gid,
             extra_groups=[] if uid is not None else None,
             preexec_fn=child_setup,
+            pass_fds=tuple(cmd.pass_fds),
         )
     except BaseException:
         for fd in (in_r, in_w, out_r, out_w, err_r, err_w):
             os.close(fd)
         raise
     finally:
-        for fd in (in_r, out_w, err_w):
+        for fd in (in_r, out_w, err_w, *cmd.pass_fds):
             try:
                 os.close(fd)
             except OSError:
                 pass
     pgid = proc.pid
-    drain = Drain(out_r, err_r, in_w, cmd.stdin, cmd.output_bytes, lambda: _killpg(pgid))
+    drain = Drain(out_r, err_r, in_w, cmd.stdin, cmd.output, lambda: _killpg(pgid))
     timed_out = False
     try:
         try:
@@ -134,5 +136,5 @@ async def run_cold(cmd: Command) -> Outcome:
         stderr_truncated=drain.stderr_truncated,
         duration_s=duration,
         timed_out=timed_out,
-        output_limit=drain.overflowed,
+        output_limit=drain.stopped,
     )

@@ -5,14 +5,16 @@ a small ``marshal`` message plus three pipe descriptors passed with ``SCM_RIGHTS
 host drains the pipes itself, so output capping works exactly as on the cold path.
 
 The host keeps its own timer (``timeout + GRACE_S``): if the server does not report in
-time, or dies (a program may kill it: it is its parent), the whole sandbox is killed and
-the next command starts a fresh server. Files survive that; they live on the host.
+time, or dies (a program may kill it: it is its parent), the whole sandbox is killed. A
+server that died on its own (``died``) is never replaced inside the same workspace: the
+program that killed it controlled that workspace, so the sandbox is discarded instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import marshal
 import os
 import signal
@@ -24,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sandboxkit.backends.subprocess._cgroup import SandboxCgroup
-from sandboxkit.backends.subprocess._output import Drain
+from sandboxkit.backends.subprocess._output import Drain, OutputLimits
 from sandboxkit.backends.subprocess._status import Outcome
 
 __all__ = ["GRACE_S", "ForkServer", "ServerStartError"]
@@ -35,8 +37,11 @@ GRACE_S = 0.5
 #: server has killed every other process of the sandbox by then).
 EOF_GRACE_S = 0.25
 START_TIMEOUT_S = 15.0
-#: Largest command message (argv + env); the server reads messages up to this size.
+#: Largest command message (argv + env): what one pipe can hold (``/proc/sys/fs/pipe-max-size``).
 MAX_MESSAGE = 1 << 20
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+#: The interpreter's own pipe buffer; a larger request needs the pipe grown first.
+_PIPE_DEFAULT = 1 << 16
 SERVER_SOURCE = (Path(__file__).with_name("_server_main.py")).read_text()
 
 
@@ -56,6 +61,10 @@ class ForkServer:
         cgroup: the sandbox's cgroup, which the server tree joins before its first command.
         sweep_all: after each command, kill every other process the server may signal
             (true inside a PID namespace or under a private uid); otherwise the process group.
+        preload: modules the server imports before its first command (see ``_server_main``).
+        private_state: ``/tmp``, ``/dev/shm``, ``/dev/mqueue`` and SysV IPC are the sandbox's own,
+            so the server reports when a command leaves something there (``dirty``).
+        pass_fds: descriptors ``prefix`` refers to (bwrap's ``--seccomp FD``); closed here after start.
     """
 
     def __init__(
@@ -68,8 +77,18 @@ class ForkServer:
         cwd: str,
         cgroup: SandboxCgroup | None,
         sweep_all: bool,
+        preload: Sequence[str] = (),
+        private_state: bool = False,
+        pass_fds: Sequence[int] = (),
     ) -> None:
         self.python = python
+        self.preload = ",".join(preload)
+        self.private_state = private_state
+        self.pass_fds = list(pass_fds)
+        #: A command left state outside the workspace (files in /tmp, IPC objects): restart before reuse.
+        self.dirty = False
+        #: The server died on its own (a program killed it): never start another in this workspace.
+        self.died = False
         self.prefix = list(prefix)
         self.user = user
         self.env = dict(env)
@@ -95,10 +114,13 @@ class ForkServer:
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         host.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         uid, gid = self.user if self.user is not None else (None, None)
+        # -I: no current directory (the workspace) or user site on sys.path, no PYTHON* variables.
+        argv = [self.python, "-I", "-u", "-c", SERVER_SOURCE, str(child.fileno()), self.preload]
+        argv.append("1" if self.private_state else "0")
         try:
             self.proc = subprocess.Popen(
-                [*self.prefix, self.python, "-u", "-c", SERVER_SOURCE, str(child.fileno())],
-                pass_fds=[child.fileno()],
+                [*self.prefix, *argv],
+                pass_fds=[child.fileno(), *self.pass_fds],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
@@ -114,6 +136,10 @@ class ForkServer:
             raise ServerStartError(f"cannot start {self.prefix[:1] or [self.python]}: {exc}") from exc
         finally:
             child.close()
+            for fd in self.pass_fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self.pass_fds = []
         self.sock = host
         try:
             msg, pid = await self._recv(time.monotonic() + START_TIMEOUT_S)
@@ -243,37 +269,39 @@ class ForkServer:
         *,
         stdin: bytes,
         timeout_s: float,
-        output_bytes: int,
+        output: OutputLimits,
     ) -> Outcome:
-        """Run one command (``request`` as ``_server_main`` expects it, minus ``timeout``/``sweep``).
+        """Run one command (``request``: the child's part of the protocol, see ``_server_main``).
 
         Raises:
-            ConnectionError: the server is not running (the caller starts a new one).
+            ConnectionError: the server is not running (``died`` says whether it died on its own).
+            ValueError: the request is too large to send.
         """
         sock = self.sock
         if sock is None or not self.alive:
             raise ConnectionError("fork server is not running")
+        body = marshal.dumps(request)
+        if len(body) > MAX_MESSAGE:
+            raise ValueError(f"command, environment and arguments take {len(body)} bytes; the limit is {MAX_MESSAGE}")
         oom_before = self.cgroup.oom_kills() if self.cgroup is not None else 0
-        message = marshal.dumps({**request, "timeout": timeout_s, "sweep": self.sweep_all})
-        if len(message) > MAX_MESSAGE:
-            raise ValueError(
-                f"command, environment and arguments take {len(message)} bytes; the limit is {MAX_MESSAGE}"
-            )
+        header = marshal.dumps({"timeout": timeout_s, "sweep": self.sweep_all})
+        req_r, req_w = _request_pipe(body)
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         started = time.perf_counter()
         try:
-            socket.send_fds(sock, [message], [in_r, out_w, err_w])
+            socket.send_fds(sock, [header], [in_r, out_w, err_w, req_r])
         except OSError:
             for fd in (in_w, out_r, err_r):
                 os.close(fd)
+            self.died = True
             self.kill()
             raise ConnectionError("fork server is gone") from None
         finally:
-            for fd in (in_r, out_w, err_w):
+            for fd in (in_r, out_w, err_w, req_r, req_w):
                 os.close(fd)
-        drain = Drain(out_r, err_r, in_w, stdin, output_bytes, self._send_kill)
+        drain = Drain(out_r, err_r, in_w, stdin, output, self._send_kill)
         status: int | None = None
         timed_out = crashed = False
         try:
@@ -282,13 +310,14 @@ class ForkServer:
             self.kill()
             drain.close()
             raise
-        if reply is None:  # the server did not report in time: the host's own timeout
+        if reply is None:  # the server did not report in time (stopped, starved): the host's own timeout
             timed_out = crashed = True
         elif reply.startswith(b"exit "):
-            _, raw_status, raw_timeout = reply.split()
+            _, raw_status, raw_timeout, raw_dirty = reply.split()
             status, timed_out = int(raw_status), raw_timeout == b"1"
+            self.dirty = self.dirty or raw_dirty == b"1"
         else:  # b"": the server died (a program may kill its parent) or answered nonsense
-            crashed = True
+            crashed = self.died = True
         if crashed:
             self.kill()  # also ends every writer of the pipes
         try:
@@ -307,9 +336,30 @@ class ForkServer:
             stderr_truncated=drain.stderr_truncated,
             duration_s=time.perf_counter() - started,
             timed_out=timed_out,
-            output_limit=drain.overflowed,
+            output_limit=drain.stopped,
             oom_killed=oom,
         )
+
+
+def _request_pipe(body: bytes) -> tuple[int, int]:
+    """A pipe already holding ``body`` (the child reads it; the server never does)."""
+    r, w = os.pipe()
+    try:
+        os.set_blocking(w, False)
+        if len(body) > _PIPE_DEFAULT:
+            fcntl.fcntl(w, _F_SETPIPE_SZ, len(body))
+        view = memoryview(body)
+        while view:  # the pipe holds it all, or BlockingIOError says the request is too large
+            view = view[os.write(w, view) :]
+    except OSError as exc:
+        os.close(r)
+        os.close(w)
+        raise ValueError(f"command, environment and arguments ({len(body)} bytes) do not fit a pipe: {exc}") from exc
+    except BaseException:
+        os.close(r)
+        os.close(w)
+        raise
+    return r, w
 
 
 def _set_done(fut: asyncio.Future[None]) -> None:

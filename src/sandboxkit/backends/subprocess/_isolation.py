@@ -7,8 +7,10 @@ what is really active, never a silently weaker set):
   files that are not world-readable (``/etc/shadow``, ``/root``, other sandboxes) stay closed
   and ``kill(-1)`` from inside reaches only that sandbox's processes.
 * **bubblewrap** (``bwrap``, apt ``bubblewrap``): user, PID, mount, IPC, UTS and (by default)
-  network namespaces. Only the workspace and a private ``/tmp`` are writable; other
-  workspaces are hidden; every descendant dies with the sandbox's PID namespace.
+  network namespaces. Only the workspace and a private ``/tmp``, ``/dev/shm`` and
+  ``/dev/mqueue`` are writable; other workspaces and other sandboxes' cgroups are hidden;
+  every descendant dies with the sandbox's PID namespace; a seccomp filter (``_seccomp``)
+  refuses the system calls a program has no business making.
 * **cgroup** (see ``_cgroup``): memory and pids limits for the whole sandbox.
 * **tmpfs workspace**: a size-capped tmpfs per workspace (root only), so filling the disk
   stops at the quota instead of at the host's free space.
@@ -25,16 +27,29 @@ import secrets
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sandboxkit.backends.subprocess._cgroup import CgroupSupport, probe_cgroup
 
-__all__ = ["INNER_UID", "Isolation", "allocate_uid", "bwrap_argv", "mount_tmpfs", "probe", "release_uid", "unmount"]
+__all__ = [
+    "INNER_UID",
+    "INNER_WORKDIR",
+    "Isolation",
+    "allocate_uid",
+    "bwrap_argv",
+    "mount_tmpfs",
+    "probe",
+    "release_uid",
+    "unmount",
+]
 
 log = logging.getLogger(__name__)
 
 #: uid/gid the program sees inside the user namespace (mapped to a private host uid).
 INNER_UID = 1000
+#: Where a sandbox's workspace appears inside bubblewrap (the Docker backend's default workdir too).
+INNER_WORKDIR = "/work"
 _UID_BASE = 1_500_000_000
 _UID_SPAN = 500_000_000
 _used_uids: set[int] = set()
@@ -87,11 +102,25 @@ def release_uid(uid: int) -> None:
 
 
 def bwrap_argv(
-    iso: Isolation, *, bwrap: str, workspace: str, root: str, network: bool, tmp_mb: int, cwd: str | None = None
+    iso: Isolation,
+    *,
+    bwrap: str,
+    workspace: str,
+    inner: str,
+    root: str,
+    network: bool,
+    tmp_mb: int,
+    cwd: str | None = None,
+    seccomp_fd: int | None = None,
+    cgroup_dirs: Sequence[tuple[str, str]] = (),
 ) -> list[str]:
     """The bwrap prefix that puts a command in a fresh set of namespaces around ``workspace``.
 
-    ``cwd`` (default: the workspace) is where the command starts, inside the workspace.
+    ``inner`` is where the workspace appears inside; ``cwd`` (default: ``inner``) is where the
+    command starts, as a path inside the sandbox.
+    ``seccomp_fd`` holds a compiled filter (see ``_seccomp``); ``cgroup_dirs`` are
+    ``(host dir, path inside)`` pairs: the sandbox's own cgroups, shown read-only where the
+    host's whole cgroup tree would be (which would name every sibling sandbox and its usage).
     """
     argv = [
         bwrap,
@@ -121,15 +150,25 @@ def bwrap_argv(
         str(tmp_mb << 20),
         "--tmpfs",
         "/dev/shm",
+        "--mqueue",
+        "/dev/mqueue",  # so the server can see (and reset can clear) the run's POSIX message queues
     ]
+    if cgroup_dirs:
+        argv += ["--dir", CGROUP_ROOT] if any(dest != CGROUP_ROOT for _, dest in cgroup_dirs) else []
+        for host_dir, dest in cgroup_dirs:
+            argv += ["--ro-bind", host_dir, dest]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
     if not network:
         argv.append("--unshare-net")
     if iso.disable_userns:
         argv.append("--disable-userns")
-    argv += ["--bind", workspace, workspace, "--chdir", cwd or workspace, "--"]
+    argv += ["--bind", workspace, inner, "--chdir", cwd or inner, "--"]
     return argv
 
 
+#: Where the host's cgroup tree is mounted; never bound whole (see ``bwrap_argv``'s ``cgroup_dirs``).
+CGROUP_ROOT = "/sys/fs/cgroup"
 #: Top-level paths never bound into a sandbox: replaced (/proc, /dev, /tmp) or private (/root).
 _SKIP = frozenset({"/proc", "/dev", "/tmp", "/root", "/lost+found"})
 #: Paths where other software mounts and unmounts all the time. bwrap re-mounts every submount
@@ -143,7 +182,7 @@ def _root_binds(root: str) -> list[str]:
     Binding ``/`` as a whole would also bind every other sandbox's workspace mount (and
     Docker's), which is both a leak of their existence and a start-up race.
     """
-    return _binds_below("/", frozenset({os.path.normpath(root), *_CHURN}))
+    return _binds_below("/", frozenset({os.path.normpath(root), CGROUP_ROOT, *_CHURN}))
 
 
 def _binds_below(directory: str, exclude: frozenset[str]) -> list[str]:

@@ -2,9 +2,12 @@
 
 Why by hand instead of ``asyncio.subprocess``: the program may be started by a fork server
 inside the sandbox rather than by us, so all we hold are pipe file descriptors. Reading them
-with ``loop.add_reader`` costs a few microseconds per chunk, never blocks, and lets us stop
-keeping bytes (but keep draining, so the writer never blocks on a full pipe) once a stream
-passes its cap.
+with ``loop.add_reader`` costs a few microseconds per chunk, never blocks, and keeps draining
+(so the writer never blocks on a full pipe) however long a stream gets.
+
+Long output keeps both ends (:class:`sandboxkit.output.HeadTail`): a program that prints a lot
+and then fails puts its traceback at the end, which is what a grader or a model needs to see.
+The program runs on past ``output_bytes``; only a stream passing ``stop_bytes`` stops it.
 """
 
 from __future__ import annotations
@@ -13,20 +16,35 @@ import asyncio
 import errno
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 
-__all__ = ["Drain"]
+from sandboxkit.models import Limits
+from sandboxkit.output import HeadTail
+
+__all__ = ["Drain", "OutputLimits"]
 
 CHUNK = 1 << 16
 
 
-class _Reader:
-    __slots__ = ("buf", "cap", "done", "fd", "truncated")
+@dataclass(frozen=True)
+class OutputLimits:
+    """How much of each stream is kept, how it is split, and when the program is stopped."""
 
-    def __init__(self, fd: int, cap: int) -> None:
+    keep: int
+    head_fraction: float = 0.5
+    stop: int = 64 << 20
+
+    @classmethod
+    def of(cls, limits: Limits) -> OutputLimits:
+        return cls(limits.output_bytes, limits.output_head_fraction, limits.stop_bytes())
+
+
+class _Reader:
+    __slots__ = ("done", "fd", "kept")
+
+    def __init__(self, fd: int, output: OutputLimits) -> None:
         self.fd = fd
-        self.cap = cap
-        self.buf = bytearray()
-        self.truncated = False
+        self.kept = HeadTail(output.keep, output.head_fraction)
         self.done = False
 
 
@@ -37,8 +55,8 @@ class Drain:
         stdout_fd / stderr_fd: read ends of the program's output pipes (owned; closed here).
         stdin_fd: write end of the program's input pipe (owned; closed here), or ``None``.
         stdin_data: bytes to feed; the pipe is closed afterwards so the program sees EOF.
-        cap: bytes kept per stream; past it ``on_overflow`` is called once.
-        on_overflow: called the first time a stream passes the cap (kills the program).
+        output: bytes kept per stream (head + tail) and the stop threshold.
+        on_stop: called once, the first time a stream passes ``output.stop`` (kills the program).
     """
 
     def __init__(
@@ -47,13 +65,15 @@ class Drain:
         stderr_fd: int,
         stdin_fd: int | None,
         stdin_data: bytes,
-        cap: int,
-        on_overflow: Callable[[], None],
+        output: OutputLimits,
+        on_stop: Callable[[], None],
     ) -> None:
         self._loop = asyncio.get_running_loop()
-        self._readers = [_Reader(stdout_fd, cap), _Reader(stderr_fd, cap)]
-        self._on_overflow = on_overflow
-        self.overflowed = False
+        self._readers = [_Reader(stdout_fd, output), _Reader(stderr_fd, output)]
+        self._stop_at = output.stop
+        self._on_stop = on_stop
+        #: A stream passed the stop threshold and the program was stopped (status ``output_limit``).
+        self.stopped = False
         self._eof = self._loop.create_future()
         self._open = 2
         for reader in self._readers:
@@ -70,19 +90,19 @@ class Drain:
 
     @property
     def stdout(self) -> bytes:
-        return bytes(self._readers[0].buf)
+        return self._readers[0].kept.value()
 
     @property
     def stderr(self) -> bytes:
-        return bytes(self._readers[1].buf)
+        return self._readers[1].kept.value()
 
     @property
     def stdout_truncated(self) -> bool:
-        return self._readers[0].truncated
+        return self._readers[0].kept.truncated
 
     @property
     def stderr_truncated(self) -> bool:
-        return self._readers[1].truncated
+        return self._readers[1].kept.truncated
 
     def _on_readable(self, reader: _Reader) -> None:
         try:
@@ -94,15 +114,10 @@ class Drain:
         if not data:
             self._finish_reader(reader)
             return
-        room = reader.cap - len(reader.buf)
-        if len(data) > room:
-            reader.buf += data[: max(room, 0)]
-            reader.truncated = True
-            if not self.overflowed:
-                self.overflowed = True
-                self._on_overflow()
-        else:
-            reader.buf += data
+        reader.kept.feed(data)
+        if reader.kept.total > self._stop_at and not self.stopped:
+            self.stopped = True
+            self._on_stop()
 
     def _finish_reader(self, reader: _Reader) -> None:
         if reader.done:

@@ -1,4 +1,4 @@
-"""The fork server: the one long-lived process inside a sandbox. Runs with ``python3 -u -c``.
+"""The fork server: the one long-lived process inside a sandbox. Runs with ``python3 -I -u -c``.
 
 It is started once per sandbox, inside the sandbox's namespaces and as the sandbox's user,
 and forks one child per command, so a command pays neither interpreter start-up nor
@@ -9,49 +9,121 @@ Why children do not share state: the server never runs user code and never reads
 child reads ``main.py`` from disk after the fork), so every child starts from the same
 pristine interpreter, and whatever a child imports or changes dies with it.
 
+Why a program cannot take the server over (issue 20): it starts in isolated mode (``-I``: no
+current directory or user site on ``sys.path``, no ``PYTHON*`` variables), imports every module
+it will ever use -- its own and the preload list -- before the first command exists, and never
+sees a command's environment or arguments: those travel in a pipe that only the forked child
+reads, so no earlier run's secrets sit in the heap that later runs inherit.
+
 This file must stay standalone (stdlib only, no sandboxkit import): the host passes its
 source text to the sandbox's own ``python3``, which cannot see sandboxkit's installation.
 
+Command line: ``CTL_FD PRELOAD PRIVATE``: the control socket's descriptor, the comma-separated
+modules to import before serving, and ``1`` when ``/tmp``, ``/dev/shm``, ``/dev/mqueue`` and the
+IPC namespace are the sandbox's own (then the server reports when a command left state there).
+
 Protocol on the control socket (``SOCK_SEQPACKET``, one message per datagram):
-    host -> server: ``marshal`` dict {"argv"|"python", "cwd", "env", "timeout", "rlimits", "sweep"}
-                    with three descriptors attached (stdin read end, stdout and stderr write ends);
-                    or ``b"kill"`` while a command runs (output cap reached).
-    server -> host: ``b"ready"`` once at start; ``b"exit <waitstatus> <timed_out>"`` after each command.
+    host -> server: ``marshal`` dict {"timeout", "sweep"} with four descriptors attached (stdin
+                    read end, stdout and stderr write ends, and the read end of a pipe holding the
+                    ``marshal`` request {"argv"|"python", "cwd", "env", "rlimits"} for the child);
+                    or ``b"kill"`` while a command runs (output stop reached).
+    server -> host: ``b"ready"`` once at start; ``b"exit <waitstatus> <timed_out> <dirty>"`` after
+                    each command (``dirty``: state was left outside the workspace, see ``_dirty``).
 """
 
 from __future__ import annotations
 
-import _socket  # not ``socket``: that module pulls in enum/selectors, ~1 MB per sandbox
-import atexit
-import builtins
-import gc
-import marshal
-import os
-import resource
-import select
-import signal
 import sys
-import time
+
+#: Modules loaded before the server's own imports: a workspace file cannot shadow these in
+#: ``python3 main.py`` either. Anything the server adds after this, a workspace file may shadow.
+_STARTUP = frozenset(sys.modules)
+
+import _socket  # noqa: E402  # not ``socket``: that module pulls in enum/selectors, ~1 MB per sandbox
+import atexit  # noqa: E402
+import builtins  # noqa: E402
+import ctypes  # noqa: E402
+import gc  # noqa: E402
+import marshal  # noqa: E402
+import os  # noqa: E402
+import resource  # noqa: E402
+import select  # noqa: E402
+import signal  # noqa: E402
+import time  # noqa: E402
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing would cost every sandbox memory
 if TYPE_CHECKING:
     from typing import Any
 
 CTL_FD = int(sys.argv[1])
+PRELOAD = [name for name in (sys.argv[2] if len(sys.argv) > 2 else "").split(",") if name]
+PRIVATE = len(sys.argv) > 3 and sys.argv[3] == "1"
 os.environ.pop("PWD", None)  # set by bwrap --chdir; programs get exactly the environment the host sent
 BASE_ENV = dict(os.environ)
-MAX_MSG = 1 << 20
+MAX_MSG = 4096
+#: Where a command can leave files outside the workspace (all private to this server's namespaces).
+STATE_DIRS = ("/tmp", "/dev/shm", "/dev/mqueue")
+#: shmctl(SHM_INFO), msgctl(MSG_INFO), semctl(SEM_INFO): counts of SysV objects in this IPC namespace.
+_SHM_INFO, _MSG_INFO, _SEM_INFO = 14, 12, 19
+#: Top-level names of modules a workspace file may shadow (filled in by ``main``).
+SHADOWABLE: frozenset[str] = frozenset()
 
 
 def _no_ptrace() -> None:
     # Children run as the same uid; without this they could ptrace the server or write its
     # /proc/PID/mem and forge results. A non-dumpable process needs CAP_SYS_PTRACE to trace.
     try:
-        import ctypes
-
         ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
     except Exception:
         pass
+
+
+def _preload() -> None:
+    """Import the preload list now, while nothing the program wrote can be on ``sys.path``."""
+    global SHADOWABLE
+    for name in PRELOAD:
+        try:
+            __import__(name)
+        except Exception:  # not installed here: the child imports it (or fails) as python3 would
+            pass
+    SHADOWABLE = frozenset(n.partition(".")[0] for n in sys.modules) - {n.partition(".")[0] for n in _STARTUP}
+
+
+def _unshadow(directory: str) -> None:
+    """Forget preloaded modules that a file in ``directory`` shadows, as ``python3 main.py`` would.
+
+    ``sys.path[0]`` is the script's directory, so a workspace ``json.py`` must win over the
+    preloaded ``json``. Costs one ``listdir`` of the (small) workspace.
+    """
+    try:
+        entries = os.listdir(directory)
+    except OSError:
+        return
+    for entry in entries:
+        if entry.endswith(".py"):
+            name = entry[:-3]
+        elif "." not in entry or entry.endswith(".so"):  # a package directory, an extension module
+            name = entry.partition(".")[0]
+        else:
+            continue
+        if name in SHADOWABLE:
+            for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
+                del sys.modules[key]
+
+
+def _frames_below() -> int:
+    # Walking f_back makes a frame object per frame: done once in the server, not per child
+    # (in a child each would cost copied pages).
+    frame, depth = sys._getframe(), 0
+    while frame is not None:
+        depth += 1
+        frame = frame.f_back  # type: ignore[assignment]
+    return depth
+
+
+#: Frames under the program's ``<module>``: the server's module, ``main``, ``_serve_one``,
+#: ``_child`` and ``_run_python`` (set in ``main``).
+SERVER_FRAMES = 5
 
 
 def _run_python(path: str, args: list[str]) -> int:
@@ -60,7 +132,11 @@ def _run_python(path: str, args: list[str]) -> int:
     main.__dict__.update(__file__=path, __builtins__=builtins, __cached__=None)
     sys.modules["__main__"] = main
     sys.argv = [path, *args]
-    sys.path[0] = os.path.dirname(path)
+    directory = os.path.dirname(path)
+    sys.path.insert(0, directory)  # isolated mode put no script directory first; python3 main.py does
+    _unshadow(directory)
+    # The server's own frames are below the program's: give it the recursion depth it would have.
+    sys.setrecursionlimit(sys.getrecursionlimit() + SERVER_FRAMES)
     code = 0
     try:
         with open(path, "rb") as f:
@@ -68,14 +144,18 @@ def _run_python(path: str, args: list[str]) -> int:
         try:
             compiled = compile(source, path, "exec")
         except SyntaxError as exc:
+            exc.__traceback__ = None  # raised by compile() here: no frame is the program's
             sys.excepthook(type(exc), exc, None)
             return 1
         exec(compiled, main.__dict__)
     except SystemExit as exc:
         code = _exit_code(exc.code)
     except BaseException as exc:
+        # Drop this function's frame. excepthook prints ``exc.__traceback__`` (not its argument)
+        # since Python 3.11, so the exception itself must carry the shortened traceback.
         tb = exc.__traceback__
-        sys.excepthook(type(exc), exc, tb.tb_next if tb is not None else None)  # hide this frame
+        exc.__traceback__ = tb.tb_next if tb is not None else None
+        sys.excepthook(type(exc), exc, exc.__traceback__)
         code = 1
     return _shutdown(code)
 
@@ -111,17 +191,31 @@ def _shutdown(code: int) -> int:
     return code
 
 
-def _child(ctl: _socket.socket, req: dict[str, Any], fds: list[int]) -> None:
-    """In the forked child: become the command. Never returns."""
+def _read_request(fd: int) -> dict[str, Any]:
+    """The command, read by the child only (the server never holds a command's env or argv)."""
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(fd)
+    req: dict[str, Any] = marshal.loads(b"".join(chunks))
+    return req
+
+
+def _child(ctl: _socket.socket, fds: list[int]) -> None:
+    """In the forked child: read the command, become it. Never returns."""
     code = 127
     try:
         os.setsid()
-        for target, fd in enumerate(fds):
+        os.close(ctl.detach())  # the program must not be able to talk to the host
+        req = _read_request(fds[3])
+        for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)
-        for fd in fds:
+        for fd in fds[:3]:
             if fd > 2:
                 os.close(fd)
-        os.close(ctl.detach())  # the program must not be able to talk to the host
         for res, value in req["rlimits"]:
             try:
                 resource.setrlimit(res, (value, value))
@@ -153,9 +247,7 @@ def _child(ctl: _socket.socket, req: dict[str, Any], fds: list[int]) -> None:
                 code = 127
     except BaseException:
         try:
-            import traceback
-
-            traceback.print_exc()
+            sys.excepthook(*sys.exc_info())  # C code: nothing imported (a workspace file could shadow it)
         except BaseException:
             pass
     os._exit(code)
@@ -181,10 +273,56 @@ def _sweep(sweep_all: bool, pgid: int) -> None:
         select.select([], [], [], 0.005)  # let init reap them, then check again
 
 
-def _serve_one(ctl: _socket.socket, req: dict[str, Any], fds: list[int]) -> None:
+class _SysV:
+    """Counts SysV IPC objects with three system calls (reading /proc/sysvipc costs ~5x more)."""
+
+    def __init__(self) -> None:
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.buf = ctypes.create_string_buffer(256)  # larger than shm_info, msginfo and seminfo
+        self.ints = ctypes.cast(self.buf, ctypes.POINTER(ctypes.c_int))
+
+    def any(self) -> bool:
+        libc, buf, ints = self.libc, self.buf, self.ints
+        # shm_info.used_ids, msginfo.msgpool (queues in use, for MSG_INFO), seminfo.semusz (sets in use)
+        if libc.shmctl(0, _SHM_INFO, buf) >= 0 and ints[0] > 0:
+            return True
+        if libc.msgctl(0, _MSG_INFO, buf) >= 0 and ints[0] > 0:
+            return True
+        return bool(libc.semctl(0, 0, _SEM_INFO, buf) >= 0 and ints[7] > 0)
+
+
+SYSV: _SysV | None = None
+
+
+def _dirty() -> bool:
+    """Whether a command left files in /tmp, /dev/shm, /dev/mqueue or SysV IPC objects.
+
+    Those outlive the command (they are the server's namespaces, not the workspace), so the
+    host restarts the server before an unrelated run. An empty tmpfs or mqueue directory has
+    size 40 (two entries of 20): one ``stat`` per directory instead of a listing.
+    """
+    for path in STATE_DIRS:
+        try:
+            if os.stat(path).st_size > 40:
+                return True
+        except OSError:
+            pass
+    try:
+        return SYSV is not None and SYSV.any()
+    except Exception:
+        return True
+
+
+def _serve_one(ctl: _socket.socket, req: dict[str, Any], fds: list[int], dirty: bool) -> bool:
+    """Run one command; return whether the sandbox now holds state outside its workspace."""
+    if len(fds) != 4:
+        for fd in fds:
+            os.close(fd)
+        ctl.send(b"exit %d 0 %d" % (127 << 8, dirty))
+        return dirty
     pid = os.fork()
     if pid == 0:
-        _child(ctl, req, fds)
+        _child(ctl, fds)
     for fd in fds:
         os.close(fd)
     pidfd = os.pidfd_open(pid)
@@ -212,7 +350,9 @@ def _serve_one(ctl: _socket.socket, req: dict[str, Any], fds: list[int]) -> None
     _, status = os.waitpid(pid, 0)
     os.close(pidfd)
     _sweep(req["sweep"], pid)
-    ctl.send(b"exit %d %d" % (status, timed_out))
+    dirty = dirty or (PRIVATE and _dirty())
+    ctl.send(b"exit %d %d %d" % (status, timed_out, dirty))
+    return dirty
 
 
 def _kill_group(pid: int) -> None:
@@ -237,9 +377,21 @@ def _warm_up() -> None:
         f.read()
 
 
+def _trim() -> None:
+    """Give the allocator's free pages back: a fork copies a page-table entry for every resident page.
+
+    Imports leave much freed memory behind (compiler and unmarshal temporaries); resident but
+    free, it would make every fork, and every child's exit, dearer for nothing.
+    """
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except Exception:
+        pass
+
+
 def _recv(ctl: _socket.socket) -> tuple[bytes, list[int]]:
     """One message and the descriptors attached to it (SCM_RIGHTS)."""
-    msg, ancdata, _, _ = ctl.recvmsg(MAX_MSG, _socket.CMSG_LEN(3 * 4))
+    msg, ancdata, _, _ = ctl.recvmsg(MAX_MSG, _socket.CMSG_LEN(4 * 4))
     fds: list[int] = []
     for level, kind, data in ancdata:
         if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
@@ -251,12 +403,19 @@ def _recv(ctl: _socket.socket) -> tuple[bytes, list[int]]:
 def main() -> None:
     _no_ptrace()
     ctl = _socket.socket(-1, -1, -1, CTL_FD)  # family/type detected from the descriptor
+    global SYSV, SERVER_FRAMES
+    SERVER_FRAMES = _frames_below() + 3  # main's depth, then _serve_one, _child, _run_python
+    if PRIVATE:
+        SYSV = _SysV()
+    _preload()
     _warm_up()
     # Move everything alive now out of the collector's reach: a child's GC then never
     # touches (and copies) the server's pages, which keeps forks cheap.
     gc.collect()
     gc.freeze()
+    _trim()
     ctl.send(b"ready")
+    dirty = False
     while True:
         try:
             msg, fds = _recv(ctl)
@@ -268,7 +427,7 @@ def main() -> None:
             for fd in fds:
                 os.close(fd)
             continue
-        _serve_one(ctl, marshal.loads(msg), fds)
+        dirty = _serve_one(ctl, marshal.loads(msg), fds, dirty)
 
 
 if __name__ == "__main__":

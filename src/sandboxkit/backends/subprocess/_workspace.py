@@ -1,15 +1,26 @@
-"""The sandbox's working directory on the host: file I/O, wipe, and the scrubbed environment."""
+"""The sandbox's working directory on the host: file I/O, wipe, and the scrubbed environment.
+
+Every host operation on a workspace assumes the program planted traps there between calls:
+symlinks pointing out, FIFOs (an ``open`` for writing blocks until a reader comes, which on the
+event-loop thread would freeze every sandbox of the process), sockets, device nodes, a file
+where a directory is expected. So paths are opened with ``O_NOFOLLOW | O_NONBLOCK``, only
+regular files and directories are used, and anything else in the way is removed first.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import stat
 from collections.abc import Mapping, Sequence
 
 from sandboxkit.errors import InvalidRequest
 from sandboxkit.models import check_relative_path
 
 __all__ = ["SANDBOX_PATH", "Workspace", "program_env"]
+
+BACKEND = "subprocess"
 
 #: PATH inside the sandbox. Not the host's: the host's may point into directories the
 #: sandbox user cannot enter (``/root/.pyenv``) or that hold private tools.
@@ -40,9 +51,10 @@ class Workspace:
             files written from the host are given to that user so the program may change them.
     """
 
-    def __init__(self, path: str, owner: tuple[int, int] | None = None) -> None:
+    def __init__(self, path: str, owner: tuple[int, int] | None = None, sandbox_id: str | None = None) -> None:
         self.path = path
         self.owner = owner
+        self.sandbox_id = sandbox_id
 
     def resolve(self, rel: str, *, strict: bool = False) -> str:
         """Absolute host path of a workspace-relative path.
@@ -57,28 +69,32 @@ class Workspace:
         try:
             norm = check_relative_path(rel)
         except ValueError as exc:
-            raise InvalidRequest(str(exc)) from exc
+            raise InvalidRequest(str(exc), backend=BACKEND, sandbox_id=self.sandbox_id) from exc
         full = os.path.join(self.path, norm)
         if not strict and "/" not in norm:
             return full
         real = os.path.realpath(full)
         if real != self.path and not real.startswith(self.path + os.sep):
-            raise InvalidRequest(f"file path {rel!r} resolves outside the sandbox workspace through a symlink")
+            raise InvalidRequest(
+                f"file path {rel!r} resolves outside the sandbox workspace through a symlink",
+                backend=BACKEND,
+                sandbox_id=self.sandbox_id,
+            )
         return full
 
     def write(self, files: Mapping[str, bytes | str]) -> None:
-        """Write files (parents created), owned by the sandbox user."""
-        for rel, body in files.items():
-            full = self.resolve(rel)
-            data = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+        """Write files (parents created), owned by the sandbox user; never blocks.
+
+        Raises:
+            InvalidRequest: a bad path or text that is not valid Unicode.
+            OSError: the workspace is full (ENOSPC) or gone.
+        """
+        encoded = [(self.resolve(rel), rel, self._encode(rel, body)) for rel, body in files.items()]
+        for full, _, data in encoded:
             parent = os.path.dirname(full)
             if parent != self.path:
                 self._makedirs(parent)
-            if os.path.islink(full):  # replace a link the program planted, never write through it
-                os.unlink(full)
-            elif os.path.isdir(full):
-                shutil.rmtree(full)
-            fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            fd = self._open_for_write(full)
             try:
                 if self.owner is not None:
                     os.fchown(fd, *self.owner)
@@ -88,14 +104,48 @@ class Workspace:
             finally:
                 os.close(fd)
 
+    def _encode(self, rel: str, body: bytes | str) -> bytes:
+        if not isinstance(body, str):
+            return bytes(body)
+        try:
+            return body.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidRequest(
+                f"file {rel!r} is not valid Unicode text ({exc.reason} at position {exc.start}); "
+                "pass bytes, or text without lone surrogates",
+                backend=BACKEND,
+                sandbox_id=self.sandbox_id,
+            ) from None
+
+    def _open_for_write(self, full: str) -> int:
+        """Open ``full`` as a fresh regular file, removing whatever the program left in its place."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        for _ in range(3):
+            _remove_unless_regular(full)
+            try:
+                fd = os.open(full, flags, 0o644)
+            except OSError as exc:  # ELOOP/ENXIO/EISDIR: replaced between the check and the open
+                if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.EEXIST):
+                    continue
+                raise
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                return fd
+            os.close(fd)
+        raise OSError(errno.EBUSY, f"{full!r} keeps being replaced by something other than a regular file")
+
     def _makedirs(self, parent: str) -> None:
         rel_parts = os.path.relpath(parent, self.path).split(os.sep)
         cur = self.path
         for part in rel_parts:
             cur = os.path.join(cur, part)
-            if os.path.islink(cur):
+            try:
+                mode = os.lstat(cur).st_mode
+            except FileNotFoundError:
+                mode = None
+            if mode is not None and not stat.S_ISDIR(mode):  # a link, FIFO, file... in the way
                 os.unlink(cur)
-            if not os.path.isdir(cur):
+                mode = None
+            if mode is None:
                 os.mkdir(cur, 0o755)
                 if self.owner is not None:
                     os.chown(cur, *self.owner)
@@ -110,8 +160,6 @@ class Workspace:
             except OSError:
                 continue
             try:
-                import stat
-
                 if not stat.S_ISREG(os.fstat(fd).st_mode):
                     continue
                 chunks = []
@@ -137,3 +185,17 @@ class Workspace:
     def remove(self) -> None:
         """Delete the workspace directory. Idempotent."""
         shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _remove_unless_regular(path: str) -> None:
+    """Remove ``path`` if it is anything but a regular file (a planted link, FIFO, socket, directory)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)

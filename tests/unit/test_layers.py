@@ -41,12 +41,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ),
     ("registry", "hookspecs", "backends._plugins"),
     ("backends",),
-    ("protocols", "base"),
+    ("protocols", "base", "streaming"),
     ("models", "errors", "languages", "output", "configs"),
 )
 
 #: What a backend may import from sandboxkit besides its own package (and third-party SDKs).
-BACKEND_MAY_IMPORT = ("models", "errors", "languages", "base", "output", "protocols")
+BACKEND_MAY_IMPORT = ("models", "errors", "languages", "base", "output", "protocols", "streaming")
 #: What a wire protocol may import from sandboxkit.
 PROTOCOL_MAY_IMPORT = ("models", "errors", "languages", "output")
 #: Trainer frameworks: only integrations/ adapts to them (and distributed/ runs on Ray).

@@ -9,23 +9,23 @@ and cannot deadlock each other.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import anyio
 
 from sandboxkit._lease import LeaseCore, keeps_sandbox
-from sandboxkit._request import make_request, positive_timeout
+from sandboxkit._request import RunsPrograms, positive_timeout
 from sandboxkit._slots import CallSlot, Entry
 from sandboxkit.base import Sandbox
 from sandboxkit.errors import PoolClosed
-from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
+from sandboxkit.models import ExecResult, Limits
 
 __all__ = ["Session"]
 
 T = TypeVar("T")
 
 
-class Session:
+class Session(RunsPrograms):
     """One sandbox held across calls, for multi-turn tools and agent environments.
 
     Create it with :meth:`SandboxPool.session`. The sandbox counts against the pool's
@@ -105,32 +105,6 @@ class Session:
                 retry_started=False,
                 what="session call",
             )
-
-    async def run(
-        self,
-        code: str | RunRequest | Mapping[str, Any],
-        *,
-        language: str | None = None,
-        stdin: str | None = None,
-        files: Mapping[str, bytes | str] | None = None,
-        fetch_files: Sequence[str] | None = None,
-        limits: Limits | None = None,
-        timeout: float | None = None,
-        deadline_s: float | None = None,
-    ) -> RunResult:
-        """Like :meth:`SandboxPool.run`, in this session's sandbox (files persist)."""
-        request = make_request(
-            code,
-            language=language,
-            stdin=stdin,
-            files=files,
-            fetch_files=fetch_files,
-            limits=limits,
-            timeout=timeout,
-            default_limits=self.limits,
-        )
-        self._core.check_language(request.language)
-        return await self._call(lambda s: s.run(request), deadline_s)
 
     async def exec(
         self,

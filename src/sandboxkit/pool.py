@@ -144,14 +144,7 @@ class SandboxPool(RunsPrograms):
             self.backend,
             self._limiter,
             self.metrics_data,
-            limits=self.limits,
-            max_sandboxes=self.max_sandboxes,
-            max_uses=max_uses,
-            retries=retries,
-            backoff_base=backoff_base,
-            backoff_max=backoff_max,
-            deadline_s=deadline_s,
-            health_check_after_s=health_check_after_s,
+            self,
             on_first_use=self.start,
         )
         _live_pools.add(self)

@@ -46,7 +46,7 @@ async def _one_case_per_run(pool: SandboxPool, row: dict[str, Any]) -> Verdict:
         suite = parse_tests(row["tests"])
     except ValueError:
         return await grade(pool, row["completion"], row["tests"], **options)
-    singles = [TestSuite(cases=[case], compare=suite.compare) for case in suite.cases]
+    singles = [TestSuite(cases=[case], compare=suite.compare, checker=suite.checker) for case in suite.cases]
     parts = await asyncio.gather(*(grade(pool, row["completion"], s, **options) for s in singles))
     if any(p.status in ("banned", "no_code", "invalid", "infra_error") for p in parts):
         return parts[0]

@@ -7,6 +7,19 @@ the compile limits, then runs ``run``. Commands are argv lists relative to the w
 
 Why a table rather than per-backend code: the commands must be identical wherever a
 program runs, or the same completion could pass on one backend and fail on another.
+
+Assertions and exit codes match Sandbox Fusion's runners (``sandbox/runners/major.py``), so a
+test made of asserts gives the same verdict here and there:
+
+* C / C++: compiled without ``-DNDEBUG``, so ``assert`` aborts (SIGABRT, a failed run).
+* Java: run with ``-ea`` (asserts are off by default in the JVM; Sandbox Fusion turns them on).
+* Rust: ``assert!`` always fires; ``debug_assert!`` and integer-overflow panics are on, as in
+  Sandbox Fusion's plain (debug) ``rustc`` build, though the code is optimised.
+* Go: no assert statement; a ``panic`` exits with code 2 (a failed run).
+* JavaScript: ``require("assert")`` throws, and an uncaught exception exits with code 1.
+  ``console.assert`` only prints, as in node everywhere.
+* Bash: run as ``bash main.sh`` without ``set -e``, as Sandbox Fusion does: the exit code is the last
+  command's, so a test must ``exit 1`` (or ``set -e`` itself) to fail.
 """
 
 from __future__ import annotations
@@ -36,8 +49,19 @@ def _java_run(code: str) -> list[str]:
     main = _java_source_name(code)[: -len(".java")]
     # The JVM reserves far more virtual memory than it uses, so it runs under a cgroup/rss
     # limit rather than RLIMIT_AS; -Xss keeps recursive solutions working; SerialGC and one
-    # compiler thread keep start-up cheap on small CPU shares.
-    return ["java", "-Xss64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:CICompilerCount=1", "-cp", ".", main]
+    # compiler thread keep start-up cheap on small CPU shares. -ea turns ``assert`` statements on, as
+    # Sandbox Fusion's runner does: without it a Java test made of asserts passes every wrong solution.
+    return [
+        "java",
+        "-ea",
+        "-Xss64m",
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
+        "-XX:CICompilerCount=1",
+        "-cp",
+        ".",
+        main,
+    ]
 
 
 @dataclass(frozen=True)
@@ -150,7 +174,7 @@ LANGUAGES: dict[str, Language] = {
             aliases=(),
             source="Main.java",
             compile=("javac", "-encoding", "UTF-8", "-J-XX:+UseSerialGC", "-J-XX:TieredStopAtLevel=1", "{src}"),
-            run=("java", "Main"),
+            run=("java", "-ea", "Main"),
             binaries=("javac", "java"),
             package="default-jdk-headless",
             sandbox_fusion="java",
@@ -162,7 +186,22 @@ LANGUAGES: dict[str, Language] = {
             name="rust",
             aliases=("rs",),
             source="main.rs",
-            compile=("rustc", "-O", "--edition", "2021", "-o", "{bin}", "{src}"),
+            # Sandbox Fusion builds with plain ``rustc`` (a debug build): ``debug_assert!`` fires and integer
+            # overflow panics. -O keeps the speed; the two -C flags keep those semantics, so a solution that
+            # overflows fails here exactly as it does there.
+            compile=(
+                "rustc",
+                "-O",
+                "-C",
+                "debug-assertions=on",
+                "-C",
+                "overflow-checks=on",
+                "--edition",
+                "2021",
+                "-o",
+                "{bin}",
+                "{src}",
+            ),
             run=("./{bin}",),
             binaries=("rustc",),
             package="rustc",

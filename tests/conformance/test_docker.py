@@ -37,12 +37,6 @@ _LABELS = {"sandboxkit.test": f"conformance-{uuid.uuid4().hex[:8]}"}
 
 class TestDockerConformance(BackendConformance):
     backend_name = "docker"
-    xfail: ClassVar[dict[str, str]] = {
-        "test_long_output_keeps_head_and_tail_and_the_program_runs_on": (
-            "issue 18 item 2 (head+tail, no kill at output_bytes): fixed by docker branch"
-        ),
-        "test_no_state_survives_into_the_next_pooled_run": "issue 20: fixed by docker branch",
-    }
     backend_options: ClassVar[dict[str, Any]] = {"labels": _LABELS}
 
     async def live_sandboxes(self, backend: Backend) -> int | None:

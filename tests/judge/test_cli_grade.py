@@ -45,7 +45,13 @@ def test_examples_are_graded_as_expected(tmp_path: Path) -> None:
             mismatches.append((row["id"], expect, result["status"], result["passed"], result["error"]))
     assert not mismatches
     for result in got.values():
-        assert {"id", "passed", "pass_rate", "reward", "status", "cases"} <= set(result)
+        assert {"id", "passed", "pass_rate", "reward", "status", "cases", "timing"} <= set(result)
+    # Where the time went: compiled languages spent time compiling, every graded row spent time running.
+    assert "per language" in done.stdout and all(lang in done.stdout for lang in ("python", "cpp", "bash"))
+    ran = [r for r in got.values() if r["timing"]]
+    assert ran and all(r["timing"]["run_s"] > 0 for r in ran)  # type: ignore[index]
+    assert all(r["timing"]["compile_s"] > 0 for r in ran if r["language"] == "cpp")  # type: ignore[index]
+    assert all(r["timing"]["compile_s"] == 0 for r in ran if r["language"] == "python")  # type: ignore[index]
 
 
 def test_examples_cover_the_languages_and_failure_kinds() -> None:

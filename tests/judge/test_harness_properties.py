@@ -6,7 +6,6 @@ whatever else shares the stream, and never raise on anything a program can print
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -14,7 +13,10 @@ from hypothesis import strategies as st
 
 from sandboxkit.judge.harness import MARK, HarnessReport, parse_harness_output
 
-json_scalar = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30)
+#: The harness reports finite numbers only (times, sizes), so no inf/nan: a report line is a Python literal.
+json_scalar = (
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=30)
+)
 json_value = st.recursive(
     json_scalar,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
@@ -30,8 +32,8 @@ noise_line = st.text(max_size=60).filter(lambda s: MARK.strip() not in s and s.s
 
 
 def _line(obj: Any) -> str:
-    """A report line exactly as the harness's ``_report`` writes it."""
-    return MARK + json.dumps(obj) + "\n"
+    """A report line exactly as the harness's ``_report`` writes it (``repr``, read with ``ast.literal_eval``)."""
+    return MARK + repr(obj) + "\n"
 
 
 @st.composite

@@ -60,7 +60,8 @@ def bench(
         err_console.print("error: benchmarks/ not found; run from a source checkout or set SANDBOXKIT_BENCHMARKS")
         raise typer.Exit(EXIT_USAGE)
     available = sorted(p.stem.removeprefix("bench_") for p in directory.glob("bench_*.py"))
-    chosen = names or available
+    # ``grade-humaneval`` and ``grade_humaneval`` both name benchmarks/bench_grade_humaneval.py.
+    chosen = [n.replace("-", "_") for n in names] if names else available
     unknown = [n for n in chosen if n not in available]
     if unknown:
         err_console.print(f"error: unknown benchmark(s) {unknown!r}; available: {', '.join(available)}")

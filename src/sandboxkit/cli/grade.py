@@ -82,6 +82,7 @@ def grade(
     results = _merge(ids, verdicts, broken)
     _write(results, output)
     summary_console.print(_summary(results, wall, backend, metrics))
+    summary_console.print(_per_language(results, wall, jobs))
     if output != "-":
         summary_console.print(f"results written to {output}", highlight=False)
     if any(r.get("infra_error") for r in results):
@@ -170,7 +171,8 @@ def _merge(ids: list[str], verdicts: list[Any], broken: dict[int, str]) -> list[
         verdict = verdicts[position]
         if verdict is None:
             verdict = Verdict(status="invalid", error=broken.get(position, "row was not graded"))
-        results.append({"id": row_id, **verdict.to_dict(), "cases": [c.model_dump() for c in verdict.cases]})
+        cases = [c.model_dump() for c in verdict.cases]
+        results.append({"id": row_id, **verdict.to_dict(), "cases": cases, "timing": dict(verdict.timing)})
     return results
 
 
@@ -213,4 +215,42 @@ def _summary(results: list[dict[str, Any]], wall: float, backend: str, metrics: 
     table.add_row("latency p50 / p99", f"{percentile(latencies, 0.5):.3f}s / {percentile(latencies, 0.99):.3f}s")
     table.add_row("sandboxes opened", str(metrics.get("sandboxes_created", "-")))
     table.add_row("wall time", f"{wall:.2f}s")
+    return table
+
+
+def _per_language(results: list[dict[str, Any]], wall: float, jobs: int) -> Table:
+    """Per language: how many programs, how fast, and where their time went (queue, compile, run).
+
+    ``programs/s`` is the language's share of the run: its programs over the wall time its gradings
+    took out of the ``jobs`` slots (sum of their durations / jobs), so a slow language shows as slow
+    even when it was graded alongside fast ones. The time columns are means per program, summed over
+    its sandbox runs: ``queue`` is waiting for a slot or a sandbox plus the backend's own overhead.
+    """
+    from sandboxkit.metrics import percentile
+
+    table = Table(title="per language (mean seconds per program)")
+    for name in ("language", "n", "prog/s", "p50", "queue", "compile", "run", "ok"):
+        table.add_column(name, justify="left" if name == "language" else "right")
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in results:
+        if row["status"] not in ("invalid",):
+            groups.setdefault(str(row.get("language") or "?"), []).append(row)
+    for language, rows in sorted(groups.items()):
+        busy = sum(r["duration_s"] for r in rows) / max(1, jobs)
+        share = min(wall, busy) if wall > 0 else busy
+        timing = [r.get("timing") or {} for r in rows]
+
+        def mean(key: str, timing: list[dict[str, float]] = timing) -> str:
+            return f"{statistics.fmean(t.get(key, 0.0) for t in timing):.3f}" if timing else "-"
+
+        table.add_row(
+            language,
+            str(len(rows)),
+            f"{len(rows) / share:.1f}" if share > 0 else "-",
+            f"{percentile([r['duration_s'] for r in rows], 0.5):.3f}",
+            mean("queue_s"),
+            mean("compile_s"),
+            mean("run_s"),
+            str(sum(r["status"] == "ok" for r in rows)),
+        )
     return table

@@ -6,7 +6,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -155,8 +155,14 @@ def doctor() -> None:
 def cleanup(
     backend: Annotated[str, typer.Option("--backend", "-b", help="Backend whose leftovers to remove.")] = "subprocess",
     backend_option: BackendOptionArg = None,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Also remove sandboxes whose owning process is still running (docker)."),
+    ] = False,
 ) -> None:
-    """Remove every sandbox the backend ever created with the sandboxkit label (after a crash)."""
+    """Remove the sandboxes that crashed sandboxkit processes left behind (live processes' are kept)."""
+    import inspect
+
     from sandboxkit.registry import backend as make
 
     options = backend_options(backend, backend_option)
@@ -164,7 +170,15 @@ def cleanup(
     async def go() -> int:
         b = make(backend, **options)
         try:
-            return await b.cleanup()
+            remove: Any = b.cleanup  # --force is an extra keyword of backends that spare live owners
+            if not force:
+                return int(await remove())
+            if "force" not in inspect.signature(remove).parameters:
+                raise InvalidRequest(
+                    f"--force is not supported by {backend!r}: its cleanup already removes everything it may",
+                    backend=backend,
+                )
+            return int(await remove(force=True))
         finally:
             await b.aclose()
 

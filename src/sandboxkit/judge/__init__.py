@@ -25,6 +25,7 @@ from sandboxkit.judge.cases import (
     parse_compare,
     parse_tests,
 )
+from sandboxkit.judge.checkers import Checker, CheckerFailed, parse_checker
 from sandboxkit.judge.compare import compare_stdout, compare_values
 from sandboxkit.judge.extract import Extraction, completion_text, extract_code
 from sandboxkit.judge.grader import grade, grade_many, grade_row
@@ -35,6 +36,8 @@ __all__ = [
     "AssertCase",
     "CallCase",
     "CaseResult",
+    "Checker",
+    "CheckerFailed",
     "CompareOptions",
     "Extraction",
     "InvalidTests",
@@ -52,6 +55,7 @@ __all__ = [
     "grade",
     "grade_many",
     "grade_row",
+    "parse_checker",
     "parse_compare",
     "parse_shaping",
     "parse_tests",

@@ -114,6 +114,8 @@ class TestSuite(BaseModel):
         compare: comparison options the tests asked for (``None``: the grader's default).
         shape: which input shape they came from (``sandboxkit``, ``verl``, ``verl_call``, ``verl_assert``,
             ``sandbox_fusion``), for logs.
+        checker: the suite's special judge as given (a name or a dict; the grader parses it with
+            :func:`sandboxkit.judge.checkers.parse_checker`), or ``None``.
     """
 
     __test__ = False  # not a pytest test class
@@ -122,6 +124,7 @@ class TestSuite(BaseModel):
     cases: list[TestCase]
     compare: CompareOptions | None = None
     shape: str = "sandboxkit"
+    checker: str | dict[str, Any] | None = None
 
 
 _TYPES = ("stdio", "assert", "call")
@@ -186,9 +189,11 @@ def _parse_mapping(data: Mapping[str, Any]) -> TestSuite:
             raise InvalidTests(f"'cases' must be a list, got {type(cases).__name__}")
         fn_name = data.get("fn_name")
         items = [_with_default_fn(c, fn_name) for c in cases]
-        return _suite(
-            [_parse_case(c, i) for i, c in enumerate(items)], parse_compare(data.get("compare")), "sandboxkit"
-        )
+        checker = data.get("checker")
+        if checker is not None and not isinstance(checker, (str, dict)):
+            raise InvalidTests(f"checker must be a name or a dict, got {type(checker).__name__}")
+        cases_ = [_parse_case(c, i) for i, c in enumerate(items)]
+        return TestSuite(cases=cases_, compare=parse_compare(data.get("compare")), shape="sandboxkit", checker=checker)
     if isinstance(data.get("assert_case"), list):
         codes = data["assert_case"]
         cases = []

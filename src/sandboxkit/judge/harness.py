@@ -5,23 +5,30 @@ remote backends), so running ten cases as ten runs wastes ~90% of the time. But 
 "loop over the cases in one process" lets one case's crash, ``sys.exit(0)`` or infinite loop
 hide every other case, and lets the solution tamper with the loop that reports results.
 
-How: the harness process (the *parent*) never runs model code. It compiles the solution
-(a ``SyntaxError`` becomes a ``compile_error``), then for each case forks a *child* in its own
-process group with stdin/stdout/stderr on ``/dev/null`` and the parent's report channel closed.
-For a call/assert case the child runs the solution, then the case, and writes one JSON payload to a
+How: the harness process (the *parent*) never runs model code. It compiles the solution once
+(a ``SyntaxError`` becomes a ``compile_error``), runs the prelude once, then forks one *child* per
+case from that prepared state, in its own process group, with only its own descriptors open (the
+report channel and every other case's pipes are closed). For a call/assert case the child runs the
+solution, then the case, with stdin/stdout/stderr on ``/dev/null``, and writes one JSON payload to a
 private pipe. For a stdio case the child runs the solution as ``__main__`` with the case's input on
-fd 0 and its stdout/stderr on pipes, exactly like ``python3 -u main.py < input`` (exit code included).
-The parent reads under a per-case deadline (and output cap), kills the child's whole process group,
-and reports one JSON line per case on its own stdout. So:
+fd 0 (a memory file, sized like a redirected file) and its stdout/stderr on pipes, exactly like
+``python3 -u main.py < input`` (exit code included). The parent waits on the children's pipes and
+pidfds (no polling), kills each child's process group when it ends, and reports one JSON line per
+case on its own stdout. So:
 
 * an exception, ``sys.exit(...)``, ``os._exit(...)``, a segfault or a kill in the solution is a
   failed case (no payload = failure), never a pass, whatever the expected output is;
-* a case that runs past its deadline is killed and reported as ``timeout``; later cases still run;
+* **time is CPU time**: a case that uses more than ``timeout_s`` of CPU is a ``timeout`` (the kernel
+  stops it with ``RLIMIT_CPU``; the parent checks the child's exact CPU use), so a loaded machine
+  cannot turn a correct program into a timeout. A generous wall limit (:func:`wall_limit`) catches a
+  case that sleeps or blocks. Later cases still run;
+* when the shaping needs every case, cases run in parallel (up to the CPUs the sandbox may use);
+  a case killed for memory while others ran is run again alone, so sharing the sandbox's memory
+  never changes a verdict. With ``stop_on_error`` they run one at a time and stop at the first error;
 * a call case's return value and a stdio case's output are sent back and compared *outside* the
   sandbox, so expected values never enter it and a program cannot forge a pass without producing
-  the right value. (An assert
-  case runs test code in the solution's own process, so it trusts that process, as every
-  assert-based grader does.)
+  the right value. (An assert case runs test code in the solution's own process, so it trusts that
+  process, as every assert-based grader does.)
 
 Return values are JSON-normalised in the child (tuples become lists, sets sorted lists); a value
 larger than :data:`VALUE_CAP` bytes is sent as a SHA-256 of its canonical JSON and compared by hash.
@@ -29,16 +36,37 @@ larger than :data:`VALUE_CAP` bytes is sent as a SHA-256 of its canonical JSON a
 
 from __future__ import annotations
 
-import base64
+import ast
+import binascii
+import functools
 import hashlib
 import json
+import marshal
+import math
+import re
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from importlib.util import MAGIC_NUMBER
 from typing import Any
 
+from sandboxkit.judge import _harness_source as _source
 from sandboxkit.judge.cases import AssertCase, CallCase, StdioCase
 
-__all__ = ["MARK", "VALUE_CAP", "HarnessReport", "build_python_harness", "canonical_hash", "parse_harness_output"]
+__all__ = [
+    "DEFAULT_PARALLEL",
+    "HARNESS_MODULES",
+    "MARK",
+    "VALUE_CAP",
+    "WALL_STRETCH",
+    "HarnessReport",
+    "build_python_harness",
+    "canonical_hash",
+    "parse_harness_output",
+    "prelude_for",
+    "python_literal",
+    "wall_limit",
+]
 
 MARK = "@@sandboxkit-case@@ "
 VALUE_CAP = 256 * 1024
@@ -56,267 +84,87 @@ from bisect import bisect, bisect_left, bisect_right, insort
 from math import ceil, comb, factorial, floor, gcd, inf, isqrt, log, log2, sqrt
 """
 
-_TEMPLATE = r"""
-import base64, builtins, hashlib, io, json, os, select, shutil, signal, sys, tempfile, time, traceback
-_D = json.loads(base64.b64decode("__DATA__").decode("utf-8"))
-_MARK = __MARK__
-_CAP = __CAP__
-_SRC = "main.py"
-_OUT = os.dup(1)
-_ENC = getattr(sys.stdout, "encoding", None) or "utf-8"
-_ERRORS = getattr(sys.stdout, "errors", None) or "strict"
+_LITERAL_MAX = 64 * 1024
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _report(obj):
-    data = (_MARK + json.dumps(obj) + "\n").encode("utf-8")
-    while data:
-        data = data[os.write(_OUT, data):]
+def _prelude_parts() -> list[tuple[str, frozenset[str]]]:
+    """Each prelude statement with the names it binds, parsed from :data:`PRELUDE`."""
+    parts: list[tuple[str, frozenset[str]]] = []
+    for line in PRELUDE.splitlines():
+        if line == "from typing import *":
+            parts.append((line, frozenset(typing.__all__)))
+        elif line.startswith("import "):
+            parts.extend((f"import {m.strip()}", frozenset({m.strip()})) for m in line[7:].split(","))
+        elif line.startswith("from "):
+            module, _, names = line[5:].partition(" import ")
+            parts.extend((f"from {module} import {n.strip()}", frozenset({n.strip()})) for n in names.split(","))
+    return parts
 
 
-_BASE = {"__name__": "__solution__", "__builtins__": builtins}
-if _D["prelude"]:
-    exec(compile(_D["prelude"], "<prelude>", "exec"), _BASE)
-try:
-    _CODE = compile(_D["source"], _SRC, "exec")
-except (SyntaxError, ValueError) as _e:
-    _report({"syntax_error": "".join(traceback.format_exception_only(type(_e), _e)).strip()})
-    sys.exit(0)
-try:
-    _TMP = tempfile.mkdtemp(prefix=".sandboxkit-cases-", dir=os.getcwd())  # in the workspace: reset wipes it
-except OSError:
-    _TMP = tempfile.mkdtemp(prefix="sandboxkit-cases-")
+_PRELUDE_PARTS = _prelude_parts()
 
 
-def _default(o):
-    if isinstance(o, (set, frozenset)):
-        try:
-            return sorted(o)
-        except TypeError:
-            return list(o)
-    if hasattr(o, "tolist"):
-        return o.tolist()
-    if isinstance(o, bytes):
-        return o.decode("utf-8", "replace")
-    return {"__unserializable__": type(o).__name__, "repr": repr(o)[:200]}
+def prelude_for(sources: Sequence[str]) -> str:
+    """The prelude statements that bind a name the solution or its tests mention.
+
+    Importing the whole prelude (typing, re, random...) costs a run ~10 ms of CPU when the sandbox's
+    interpreter has not preloaded them; most solutions use none of it, or import what they use
+    themselves. A name the code never spells cannot be looked up, so leaving its import out
+    changes nothing the program can observe short of listing ``globals()``.
+    """
+    words = set()
+    for text in sources:
+        words.update(_IDENTIFIER.findall(text))
+    return "".join(stmt + "\n" for stmt, names in _PRELUDE_PARTS if names & words)
 
 
-def _encode(value):
-    text = json.dumps(value, default=_default)
-    if len(text) <= _CAP:
-        return {"json": text}
-    try:
-        canon = json.dumps(value, default=_default, sort_keys=True, separators=(",", ":"))
-    except TypeError:
-        canon = json.dumps(value, default=_default, separators=(",", ":"))
-    return {"sha256": hashlib.sha256(canon.encode("utf-8")).hexdigest(), "size": len(text)}
+#: Modules the harness and the prelude import. A warm fork server that preloads them (the subprocess
+#: backend's default ``preload_modules`` should include them) makes the harness cost no import at all;
+#: without that the harness is still correct, only each run pays the imports.
+HARNESS_MODULES = (
+    "bisect",
+    "builtins",
+    "collections",
+    "functools",
+    "hashlib",
+    "heapq",
+    "io",
+    "itertools",
+    "json",
+    "math",
+    "operator",
+    "os",
+    "random",
+    "re",
+    "resource",
+    "select",
+    "signal",
+    "string",
+    "sys",
+    "time",
+    "traceback",
+    "typing",
+)
+
+#: Cases of one problem run at once (when the shaping needs every case), capped by the CPUs the
+#: sandbox may use: per-case CPU-time limits keep the verdicts the same whatever the contention.
+DEFAULT_PARALLEL = 8
 
 
-def _where(exc, case):
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename in (_SRC, "<test>")]
-    if not frames:
-        return ""
-    where = " (%s line %d)" % (frames[-1].filename, frames[-1].lineno)
-    if frames[-1].filename == "<test>":
-        lines = case.get("code", "").splitlines()
-        if 0 < frames[-1].lineno <= len(lines):
-            where += ": " + lines[frames[-1].lineno - 1].strip()[:120]
-    return where
+#: Waiting for a CPU stretches a case's wall limit, up to this many times the limit.
+WALL_STRETCH = 10.0
 
 
-def _target(ns, name):
-    if "." in name:
-        owner, _, method = name.rpartition(".")
-        return getattr(ns[owner](), method)
-    if callable(ns.get(name)):
-        return ns[name]
-    if isinstance(ns.get("Solution"), type):
-        return getattr(ns["Solution"](), name)
-    raise NameError("function %r is not defined by the solution" % name)
+def wall_limit(timeout_s: float) -> float:
+    """A case's wall-clock limit: generous, because its CPU time is what the time limit measures.
 
-
-def _write_all(fd, data):
-    while data:
-        data = data[os.write(fd, data):]
-
-
-def _child_function(case, w):
-    # call/assert: the solution's own output is discarded; only the payload on the private pipe counts.
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-    try:
-        ns = dict(_BASE)
-        exec(_CODE, ns)
-        if case["kind"] == "call":
-            result = {"ok": True, "value": _encode(_target(ns, case["fn"])(*case["args"], **case["kwargs"]))}
-        else:
-            exec(compile(case["code"], "<test>", "exec"), ns)
-            result = {"ok": True}
-    except SystemExit as e:
-        result = {"ok": False, "error": "the program called sys.exit(%r) before the case finished" % (e.code,)}
-    except MemoryError as e:
-        result = {"ok": False, "oom": True, "error": "MemoryError" + _where(e, case)}
-    except BaseException as e:
-        text = "".join(traceback.format_exception_only(type(e), e)).strip().splitlines()
-        result = {"ok": False, "error": (text[-1] if text else type(e).__name__) + _where(e, case)}
-    _write_all(w, json.dumps(result).encode("utf-8"))
-    os._exit(0)
-
-
-def _child_stdio(path, out_w, err_w):
-    # stdio: behave like `python3 -u main.py < input`: fresh __main__ namespace, unbuffered streams,
-    # the exit code of sys.exit(), a traceback and exit code 1 for an uncaught exception.
-    stdin = os.open(path, os.O_RDONLY)
-    os.dup2(stdin, 0)
-    os.dup2(out_w, 1)
-    os.dup2(err_w, 2)
-    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding=_ENC, errors=_ERRORS)
-    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding=_ENC, errors=_ERRORS, write_through=True)
-    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding=_ENC, errors="backslashreplace", write_through=True)
-    sys.argv = [_SRC]
-    code = 0
-    try:
-        exec(_CODE, {"__name__": "__main__", "__file__": _SRC, "__builtins__": builtins})
-    except SystemExit as e:
-        if e.code is None:
-            code = 0
-        elif isinstance(e.code, int):
-            code = e.code & 0xFF
-        else:
-            print(e.code, file=sys.stderr)
-            code = 1
-    except BaseException:
-        traceback.print_exc()
-        code = 1
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    finally:
-        os._exit(code)
-
-
-def _kill(pid):
-    for kill in (os.killpg, os.kill):
-        try:
-            kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-
-
-def _run(i, case):
-    stdio = case["kind"] == "stdio"
-    start = time.monotonic()
-    if stdio:
-        path = os.path.join(_TMP, "in-%d" % i)
-        with open(path, "wb") as handle:
-            handle.write(case["stdin"].encode("utf-8"))
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        reads, writes = {out_r: "out", err_r: "err"}, (out_w, err_w)
-    else:
-        res_r, res_w = os.pipe()
-        reads, writes = {res_r: "res"}, (res_w,)
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.setpgid(0, 0)
-        except OSError:
-            pass
-        os.close(_OUT)
-        for fd in reads:
-            os.close(fd)
-        if stdio:
-            _child_stdio(path, out_w, err_w)
-        _child_function(case, res_w)
-    for fd in writes:
-        os.close(fd)
-    try:
-        os.setpgid(pid, pid)
-    except OSError:
-        pass
-    deadline = start + _D["timeout"]
-    limit = _D["output_bytes"] if stdio else _CAP + 65536
-    data = {name: [] for name in reads.values()}
-    sizes = {name: 0 for name in reads.values()}
-    open_fds = set(reads)
-    timed_out = over = False
-    while open_fds:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            timed_out = True
-            break
-        ready, _, _ = select.select(list(open_fds), [], [], left)
-        for fd in ready:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                open_fds.discard(fd)
-                continue
-            name = reads[fd]
-            sizes[name] += len(chunk)
-            if name == "err":
-                data[name] = [(b"".join(data[name]) + chunk)[-4096:]]
-            else:
-                data[name].append(chunk)
-            if sizes[name] > limit:
-                over = True
-        if over:
-            break
-    status = None
-    while not (timed_out or over):
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() >= deadline:
-            timed_out = True
-            break
-        time.sleep(0.001)
-    _kill(pid)
-    if status is None or timed_out or over:
-        os.waitpid(pid, 0)
-    for fd in reads:
-        os.close(fd)
-    elapsed = time.monotonic() - start
-    if timed_out:
-        return {"i": i, "status": "timeout", "t": elapsed}
-    if over:
-        return {"i": i, "status": "output_limit", "t": elapsed}
-    signum = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
-    if signum == signal.SIGXCPU:
-        return {"i": i, "status": "timeout", "t": elapsed}
-    if signum == signal.SIGKILL:  # not ours (we kill only after a timeout): the kernel's OOM killer
-        return {"i": i, "status": "memory_exceeded", "t": elapsed, "error": "killed by SIGKILL (out of memory)"}
-    if stdio:
-        out = b"".join(data["out"]).decode(_ENC, "replace")
-        err = b"".join(data["err"]).decode(_ENC, "replace")
-        state = "ok" if code == 0 else "memory_exceeded" if "MemoryError" in err[-4096:] else "error"
-        return {"i": i, "status": state, "t": elapsed, "code": code, "signal": signum, "stdout": out, "stderr": err[-2000:]}
-    try:
-        result = json.loads(b"".join(data["res"]).decode("utf-8"))
-        if not isinstance(result, dict) or "ok" not in result:
-            raise ValueError
-    except ValueError:
-        if signum is not None:
-            why = "the program was killed by signal %d before the case finished" % signum
-        else:
-            why = "the program exited (code %d) before the case finished" % code
-        return {"i": i, "status": "error", "t": elapsed, "error": why, "signal": signum}
-    if result["ok"]:
-        return {"i": i, "status": "ok", "t": elapsed, "value": result.get("value")}
-    state = "memory_exceeded" if result.get("oom") else "error"
-    return {"i": i, "status": state, "t": elapsed, "error": str(result.get("error", ""))[:500]}
-
-
-try:
-    for _i, _case in enumerate(_D["cases"]):
-        _res = _run(_i, _case)
-        _report(_res)
-        if _D["stop_on_error"] and _res["status"] != "ok":
-            break
-finally:
-    shutil.rmtree(_TMP, ignore_errors=True)
-_report({"done": True})
-"""
+    A busy loop is stopped by its CPU time (``timeout_s``) however loaded the machine is; the wall
+    limit only catches a case that sleeps or blocks without using CPU. Time the case spends waiting
+    for a CPU (the kernel's run-queue wait, ``/proc/PID/schedstat``) extends it, up to
+    :data:`WALL_STRETCH` times, so a busy machine cannot turn a slow-but-correct case into a timeout.
+    """
+    return 2.0 * timeout_s + 1.0
 
 
 def build_python_harness(
@@ -327,18 +175,22 @@ def build_python_harness(
     output_bytes: int = 1 << 20,
     stop_on_error: bool = False,
     prelude: bool = True,
+    parallel: int = DEFAULT_PARALLEL,
 ) -> str:
     """The Python program that runs ``cases`` against ``source``, one forked child per case.
 
     Args:
         source: the solution's code.
         cases: the cases; results refer to them by position.
-        timeout_s: wall-clock limit of each case.
+        timeout_s: each case's CPU-time limit (its wall-clock limit is :func:`wall_limit`).
         output_bytes: cap on each stream of a stdio case (past it: ``output_limit``).
-        stop_on_error: stop after the first case that raises, crashes, exits non-zero or times out
-            (wrong answers are judged outside the sandbox, so they never stop it).
+        stop_on_error: run the cases one at a time and stop after the first that raises, crashes,
+            exits non-zero or times out (wrong answers are judged outside the sandbox, so they never
+            stop it).
         prelude: pre-import the names LeetCode-style solutions assume (``List``, ``defaultdict``...)
             for call and assert cases; stdio cases run as a plain ``__main__`` script.
+        parallel: most cases run at once when ``stop_on_error`` is off (also capped by the CPUs the
+            sandbox may use).
     """
     items: list[dict[str, Any]] = []
     for case in cases:
@@ -348,18 +200,58 @@ def build_python_harness(
             items.append({"kind": "stdio", "stdin": case.stdin})
         else:
             items.append({"kind": "assert", "code": case.code})
+    kinds = {item["kind"] for item in items}
     data = {
         "source": source,
         "cases": items,
-        "timeout": float(timeout_s),
+        "cpu": float(timeout_s),
+        "wall": wall_limit(float(timeout_s)),
+        "stretch": WALL_STRETCH,
         "output_bytes": int(output_bytes),
         "stop_on_error": stop_on_error,
-        "prelude": PRELUDE if prelude else "",
+        "parallel": max(1, int(parallel)),
+        "prelude": prelude_for([source, *(i.get("code", "") for i in items)]) if prelude and kinds - {"stdio"} else "",
+        "mark": MARK,
+        "value_cap": VALUE_CAP,
     }
-    blob = base64.b64encode(json.dumps(data).encode("utf-8")).decode("ascii")
+    try:
+        json.dumps(data, allow_nan=False)  # C speed: only non-finite floats need the slow path
+        literal = repr(data)  # JSON-like data without inf/nan: repr is a Python literal
+    except ValueError:
+        literal = python_literal(data)
+    if len(literal) > _LITERAL_MAX:
+        # Compiling a huge literal costs more than parsing JSON: big inputs pay the json import instead.
+        literal = "__import__('json').loads(" + repr(json.dumps(data)) + ")"
+    parts = (
+        _source.CORE,
+        _source.CALL if "call" in kinds else _source.FUNCTION,
+        _source.STDIO if "stdio" in kinds else _source.NO_STDIO,
+        _source.MAIN,
+    )
+    source, bytecode = _compiled(parts)
+    # Compiling the harness's ~10 KB costs a freshly forked interpreter ~4 ms, half of a warm run: ship
+    # it compiled (marshal) when the sandbox's interpreter reads this bytecode (same magic number, the
+    # test the import system itself uses for .pyc files), else the source.
     return (
-        _TEMPLATE.replace("__DATA__", blob).replace("__MARK__", repr(MARK)).replace("__CAP__", str(VALUE_CAP))
-    ).lstrip()
+        "_D = " + literal + "\n"
+        "import sys as _sys\n"
+        f"if getattr(_sys.modules.get('_frozen_importlib_external'), 'MAGIC_NUMBER', None) == {MAGIC_NUMBER!r}:\n"
+        f"    exec(__import__('marshal').loads(__import__('binascii').a2b_base64({bytecode!r})))\n"
+        "else:\n"
+        f"    exec(compile({source!r}, {HARNESS_FILE!r}, 'exec'))\n"
+    )
+
+
+#: The harness's own file name in tracebacks (never shown: its frames are cut from every report).
+HARNESS_FILE = "<sandboxkit-harness>"
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled(parts: tuple[str, ...]) -> tuple[str, bytes]:
+    """The harness source made of ``parts``, and its bytecode for this interpreter (computed once)."""
+    source = "".join(parts)
+    # base64: a bytes literal with escapes would be ~4x longer, and its size is compiled on every run.
+    return source, binascii.b2a_base64(marshal.dumps(compile(source, HARNESS_FILE, "exec")), newline=False)
 
 
 @dataclass
@@ -380,6 +272,25 @@ class HarnessReport:
     finished: bool = False
 
 
+def python_literal(value: Any) -> str:
+    """``value`` (JSON-like data) as Python source the harness evaluates without importing ``json``.
+
+    ``repr`` is a literal for every JSON type but non-finite floats, which become ``float('inf')``.
+
+    Raises:
+        TypeError: a value that is not JSON-like (the test parser never produces one).
+    """
+    if value is None or isinstance(value, (bool, int, str)):
+        return repr(value)
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else f"float({str(value)!r})"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(python_literal(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{python_literal(str(k))}: {python_literal(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"the harness cannot carry a {type(value).__name__}: {value!r:.60}")
+
+
 def parse_harness_output(stdout: str) -> HarnessReport:
     """Read the harness's report lines; anything else on stdout is ignored."""
     report = HarnessReport()
@@ -387,8 +298,8 @@ def parse_harness_output(stdout: str) -> HarnessReport:
         if not line.startswith(MARK):
             continue
         try:
-            item = json.loads(line[len(MARK) :])
-        except json.JSONDecodeError:
+            item = ast.literal_eval(line[len(MARK) :])
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             continue
         if not isinstance(item, dict):
             continue

@@ -65,8 +65,8 @@ class Shaping(BaseModel):
         """Whether grading may stop at the first failing case (the rest cannot change the reward)."""
         return self.mode == "all_or_nothing"
 
-    def reward(self, status: str, passed: int, total: int) -> float | None:
-        """The reward for a verdict with this status and these counts."""
+    def reward(self, status: str, passed: float, total: int) -> float | None:
+        """The reward for a verdict with this status and these counts (``passed`` may hold partial credit)."""
         if status in ("invalid", "infra_error"):
             return None
         if status in self.penalties:

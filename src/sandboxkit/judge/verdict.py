@@ -80,6 +80,7 @@ class CaseResult(BaseModel):
             (not run: an earlier case failed and the shaping did not need the rest).
         time_s: wall time of the case (0 when it did not run on its own).
         message: short description of the failure (a diff, an exception); empty when passed.
+        score: a checker's score in [0, 1] (partial credit counts in ``pass_rate``); ``None`` without one.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -89,6 +90,7 @@ class CaseResult(BaseModel):
     status: CaseStatus
     time_s: float = 0.0
     message: str = ""
+    score: float | None = None
 
     @property
     def passed(self) -> bool:
@@ -120,6 +122,9 @@ class Verdict(BaseModel):
         infra_error: the sandbox infrastructure failed (the reward is ``None``).
         language: the language the code was graded as.
         duration_s: wall time of the grading, queueing included.
+        timing: where the sandbox time went, summed over the completion's runs: ``queue_s`` (waiting
+            for a slot or a sandbox, plus backend overhead), ``compile_s``, ``run_s``; empty when
+            nothing ran. Not in :meth:`to_dict` (its keys are fixed); ``sandboxkit grade`` writes it.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -135,6 +140,7 @@ class Verdict(BaseModel):
     infra_error: bool = False
     language: str = ""
     duration_s: float = 0.0
+    timing: dict[str, float] = Field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

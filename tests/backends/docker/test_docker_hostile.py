@@ -77,9 +77,11 @@ async def test_memory_bomb(pool: SandboxPool, docker_client: Any, test_labels: d
 async def test_hundred_megabytes_of_stdout(pool: SandboxPool, docker_client: Any, test_labels: dict[str, str]) -> None:
     code = "import sys\nfor _ in range(100):\n    sys.stdout.write('x' * (1 << 20))"
     result = await contained(pool, docker_client, test_labels, code)
-    assert result.status is Status.OUTPUT_LIMIT
+    assert result.status is Status.OUTPUT_LIMIT  # past Limits.stop_bytes() (64 MiB): stopped
     assert result.stdout_truncated
-    assert 0 < len(result.stdout) <= HOSTILE.output_bytes
+    head, marker, tail = result.stdout.partition(" bytes cut ...]\n")
+    assert marker and head.startswith("x") and tail == "x" * (HOSTILE.output_bytes // 2)
+    assert len(head) < HOSTILE.output_bytes
 
 
 async def test_non_utf8_stdout(pool: SandboxPool, docker_client: Any, test_labels: dict[str, str]) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from sandboxkit.errors import InvalidRequest
 from sandboxkit.models import Limits, RunRequest, Status
+from sandboxkit.output import cut_head_tail
 from support.docker_engine import FAST
 
 MEMORY_HOG = "chunks = []\nwhile True:\n    chunks.append(b'x' * (1 << 20))"
@@ -118,10 +119,12 @@ async def test_file_size_limit_holds(sandbox: Any) -> None:
 
 
 async def test_output_cap_applies_per_stream(sandbox: Any) -> None:
-    code = "import sys\nsys.stderr.write('e' * 5000)\nsys.stdout.write('o' * 50)"
+    # Past the cap a stream keeps its head and tail (cut marked) and the program runs on (issue 18).
+    code = "import sys\nsys.stderr.write('e' * 2500 + 'E' * 2500)\nsys.stdout.write('o' * 50)"
     result = await sandbox.run(RunRequest(code=code, limits=FAST.merged(output_bytes=1000)))
-    assert result.status is Status.OUTPUT_LIMIT and result.stderr_truncated and not result.stdout_truncated
-    assert len(result.stderr) == 1000
+    assert result.status is Status.OK and result.stderr_truncated and not result.stdout_truncated
+    assert result.stderr == cut_head_tail(b"e" * 2500 + b"E" * 2500, 1000)[0].decode()
+    assert result.stdout == "o" * 50
 
 
 async def test_cpu_time_limit_backs_the_wall_timeout(sandbox: Any) -> None:

@@ -5,16 +5,27 @@ everywhere, so a protocol bug shows up even where Docker is absent.)"""
 from __future__ import annotations
 
 import json
+import os
+import random
 import signal
 import socket
 import struct
+import threading
 
 import anyio
 import pytest
 
 from sandboxkit.backends.docker._channel import ChannelClosed, RunnerChannel, encode_request
-from sandboxkit.backends.docker._results import classify, make_step, split_outputs
+from sandboxkit.backends.docker._results import (
+    Blobs,
+    classify,
+    head_tail_split,
+    join_head_tail,
+    make_step,
+    split_outputs,
+)
 from sandboxkit.models import Limits, Status
+from sandboxkit.output import cut_head_tail, cut_marker
 
 
 def mux(stream: int, payload: bytes) -> bytes:
@@ -89,9 +100,74 @@ def test_classify(facts: dict[str, object], stderr: bytes, status: Status) -> No
 
 
 def test_split_outputs_and_steps() -> None:
-    steps = [{"out_len": 2, "err_len": 1}, {"out_len": 0, "err_len": 3}]
-    assert split_outputs(steps, b"abcdef") == [(b"ab", b"c"), (b"", b"def")]
-    step = make_step(["python3"], cwd="/work", env={}, timeout_s=2.5, limits=Limits(), stdin=(4, 0))
+    # facts per stream: [head bytes, tail bytes, total]; a cut stream gets the shared marker.
+    steps = [{"out": [2, 0, 2], "err": [1, 0, 1]}, {"out": [0, 0, 0], "err": [1, 2, 9]}]
+    assert split_outputs(steps, b"abcdef") == [(b"ab", b"c"), (b"", b"d" + cut_marker(6) + b"ef")]
+    blobs = Blobs()
+    blobs.add(b"code")
+    step = make_step(["python3"], cwd="/work", env={"K": "v"}, timeout_s=2.5, limits=Limits(), blobs=blobs)
     assert step["cpu"] == 4 and "stdin" not in step and step["fsize"] == 64 << 20
-    compile_step = make_step(["gcc"], cwd="/work", env={}, timeout_s=30, limits=Limits(), compile_step=True)
+    assert (step["head"], step["tail"], step["stop"]) == (1 << 19, 1 << 19, 64 << 20)
+    compile_step = make_step(
+        ["gcc"], cwd="/work", env={}, timeout_s=30, limits=Limits(), blobs=blobs, stdin=b"in", compile_step=True
+    )
     assert compile_step["gate"] and compile_step["fsize"] is None
+    area = b"".join(blobs.parts)
+    off, size = compile_step["stdin"]
+    assert area[off : off + size] == b"in"
+
+
+def test_argv_and_env_travel_only_in_the_blob_area() -> None:
+    # The runner zeroes the blob area after each reply and never decodes it itself; a value in
+    # the JSON header would stay in its heap, where later runs (forked from it) could read it.
+    blobs = Blobs()
+    step = make_step(
+        ["prog", "ARG-SECRET"], cwd="/work/d", env={"TOKEN": "ENV-SECRET"}, timeout_s=1, limits=Limits(), blobs=blobs
+    )
+    header = json.dumps({"op": "run", "steps": [step]})
+    assert "SECRET" not in header and "/work/d" not in header
+    off, size = step["private"]
+    private = json.loads(b"".join(blobs.parts)[off : off + size])
+    assert private == {"argv": ["prog", "ARG-SECRET"], "env": {"TOKEN": "ENV-SECRET"}, "cwd": "/work/d"}
+
+
+def _through_the_runner(data: bytes, limits: Limits) -> tuple[bytes, bool, bool]:
+    """``data`` written to a pipe and collected by the runner's own :class:`Sink`, then joined by the host."""
+    from sandboxkit.backends.docker import _runner
+
+    head, tail = head_tail_split(limits)
+    sink = _runner.Sink(0, head, tail, limits.stop_bytes())
+    read_fd, write_fd = os.pipe()
+
+    def feed() -> None:
+        for i in range(0, len(data), 7000):  # odd chunks: the ring wraps mid-read
+            os.write(write_fd, data[i : i + 7000])
+        os.close(write_fd)
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    try:
+        while not sink.read(read_fd):
+            pass
+    finally:
+        writer.join()
+        os.close(read_fd)
+    text, cut, _ = join_head_tail(sink.facts(), b"".join(bytes(v) for v in sink.views()), 0)
+    return text, cut, sink.over
+
+
+@pytest.mark.parametrize("size", [0, 1, 999, 1000, 1001, 4096, 123_457])
+@pytest.mark.parametrize("fraction", [0.0, 0.25, 0.5, 1.0])
+def test_the_runners_head_and_tail_equal_the_shared_cut(size: int, fraction: float) -> None:
+    data = random.Random(size).randbytes(size)
+    limits = Limits(output_bytes=1000, output_head_fraction=fraction)
+    text, cut, over = _through_the_runner(data, limits)
+    assert (text, cut) == cut_head_tail(data, 1000, fraction)
+    assert not over
+
+
+def test_the_runner_flags_a_stream_past_stop_bytes() -> None:
+    limits = Limits(output_bytes=100, output_stop_bytes=50_000)
+    assert _through_the_runner(b"x" * 50_000, limits)[2] is False
+    text, cut, over = _through_the_runner(b"x" * 50_001, limits)
+    assert over and cut and text == cut_head_tail(b"x" * 50_001, 100)[0]

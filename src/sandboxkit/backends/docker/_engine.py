@@ -5,7 +5,9 @@ the hardening can be read (and reviewed) in one place:
 
 * ``network_mode="none"`` unless the limits allow network (then the configured network);
 * memory (swap included, so no swap), CPU quota and pids limits on the container's cgroup;
-* ``cap_drop=ALL``, ``no-new-privileges``, uid/gid 1000, a private IPC namespace, no core dumps;
+* ``cap_drop=ALL``, ``no-new-privileges``, programs as uid/gid 1000 with no capability, a private
+  IPC namespace, no core dumps; the runner (PID 1) as root with only ``RUNNER_CAPS``, so no
+  program can ``prlimit``, renice or signal it (same-uid rules would let it);
 * a read-only root; the workspace is a size-capped tmpfs *volume* (a ``--tmpfs`` mount is
   invisible to the daemon, so ``put_archive``/``get_archive`` could not reach it), ``/tmp`` a
   size-capped tmpfs;
@@ -24,7 +26,7 @@ import posixpath
 import socket
 import tarfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,9 @@ SANDBOX_UID = 1000
 RUNNER_OVERHEAD_MB = 24
 #: Processes the runner itself takes from the container's pids limit.
 RUNNER_PIDS = 1
+#: Capabilities of the runner (root, PID 1): become the program's user in each child, kill the
+#: program's processes. Not DAC_OVERRIDE: it opens files (and removes IPC objects) as the program.
+RUNNER_CAPS = ("SETUID", "SETGID", "KILL")
 _CPU_PERIOD = 100_000
 
 
@@ -115,6 +120,7 @@ def create_container(client: Any, spec: ContainerSpec) -> str:
         network_mode=spec.network if limits.network else "none",
         pids_limit=limits.pids + RUNNER_PIDS if limits.pids is not None else None,
         cap_drop=["ALL"],
+        cap_add=list(RUNNER_CAPS),  # the runner's (PID 1, root); the program, uid 1000, gets none
         security_opt=["no-new-privileges"],
         read_only=True,
         ipc_mode="private",
@@ -128,8 +134,8 @@ def create_container(client: Any, spec: ContainerSpec) -> str:
     )
     created = api.create_container(
         spec.image,
-        command=["python3", "-c", runner_source(), spec.workdir],
-        user=f"{SANDBOX_UID}:{SANDBOX_UID}",
+        command=["python3", "-c", runner_source(), spec.workdir, str(SANDBOX_UID)],
+        user="0:0",  # the runner only: each program runs as SANDBOX_UID (see _runner.supervise)
         working_dir=spec.workdir,
         hostname="sandbox",
         environment={"LANG": "C.UTF-8", "PATH": PATH, "HOME": spec.workdir},  # = what programs get (_results)
@@ -195,8 +201,11 @@ def remove_volume(client: Any, name: str, attempts: int = 20) -> None:
             time.sleep(0.1)
 
 
-def remove_labelled(client: Any, labels: Mapping[str, str]) -> int:
-    """Remove every container (any state) and volume carrying all ``labels``.
+def remove_labelled(
+    client: Any, labels: Mapping[str, str], keep: Callable[[Mapping[str, str]], bool] | None = None
+) -> int:
+    """Remove every container (any state) and volume carrying all ``labels``, except those ``keep``
+    says to keep (it is given each one's labels).
 
     Returns how many sandboxes were removed: containers, plus workspace volumes whose container
     had already gone (a runner whose host died removes its own container, not its volume).
@@ -207,9 +216,13 @@ def remove_labelled(client: Any, labels: Mapping[str, str]) -> int:
     removed = 0
     attached: set[str] = set()
     for item in client.api.containers(all=True, filters=filters):
+        if keep is not None and keep(item.get("Labels") or {}):
+            continue
         attached.update(m.get("Name", "") for m in item.get("Mounts") or [])
         removed += remove_container(client, item["Id"])
     for volume in (client.api.volumes(filters=filters) or {}).get("Volumes") or []:
+        if keep is not None and keep(volume.get("Labels") or {}):
+            continue
         try:
             remove_volume(client, volume["Name"])
             removed += volume["Name"] not in attached

@@ -6,6 +6,7 @@ testing on their own, and the cold path (argv) and the Python fast path share th
 
 from __future__ import annotations
 
+import json
 import math
 import posixpath
 import re
@@ -15,8 +16,9 @@ from typing import Any
 
 from sandboxkit.languages import Language
 from sandboxkit.models import ExecResult, Limits, Status, decode_output
+from sandboxkit.output import cut_marker
 
-__all__ = ["base_env", "classify", "make_step", "split_outputs"]
+__all__ = ["Blobs", "base_env", "classify", "head_tail_split", "join_head_tail", "make_step", "split_outputs"]
 
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: Open files a program may hold at once (contains fd bombs; plenty for judge tasks).
@@ -42,6 +44,28 @@ def base_env(workdir: str, language: Language | None, extra: Mapping[str, str]) 
     return env
 
 
+class Blobs:
+    """The blob area of one request: parts appended in order, each addressed by ``[offset, length]``."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.size = 0
+
+    def add(self, data: bytes) -> list[int]:
+        """Append ``data``; returns where it lies in the area."""
+        where = [self.size, len(data)]
+        self.parts.append(data)
+        self.size += len(data)
+        return where
+
+
+def head_tail_split(limits: Limits) -> tuple[int, int]:
+    """Bytes kept from the start and from the end of a stream: the split of ``sandboxkit.output``."""
+    cap = limits.output_bytes
+    head = max(0, min(cap, int(cap * limits.output_head_fraction)))
+    return head, cap - head
+
+
 def make_step(
     argv: Sequence[str],
     *,
@@ -49,36 +73,67 @@ def make_step(
     env: Mapping[str, str],
     timeout_s: float,
     limits: Limits,
-    stdin: tuple[int, int] | None = None,
+    blobs: Blobs,
+    stdin: bytes = b"",
     compile_step: bool = False,
+    python: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One step for the runner. CPU time is capped a second above the wall timeout, so a busy
-    loop dies by SIGXCPU even if the runner's own timer were late."""
+    loop dies by SIGXCPU even if the runner's own timer were late.
+
+    What is private to the run (argv, env, cwd, the Python script and its args) goes into the
+    blob area, never into the JSON header: the runner zeroes the blob area after each reply and
+    never decodes it itself (only the forked child does), so none of it is left in the memory
+    later runs inherit. Raises ``UnicodeEncodeError`` for text that is not valid UTF-8 (the
+    caller checks first and raises ``InvalidRequest``).
+    """
+    private = {"argv": list(argv), "env": dict(env), "cwd": cwd}
+    if python is not None:
+        private["python"] = dict(python)
+    head, tail = head_tail_split(limits)
     step: dict[str, Any] = {
-        "argv": list(argv),
-        "cwd": cwd,
-        "env": dict(env),
+        "private": blobs.add(json.dumps(private, ensure_ascii=False, separators=(",", ":")).encode("utf-8")),
         "timeout": timeout_s,
         "cpu": math.ceil(timeout_s) + 1,
-        "cap": limits.output_bytes,
+        "head": head,
+        "tail": tail,
+        "stop": limits.stop_bytes(),
         "nofile": COMPILE_NOFILE if compile_step else NOFILE,
         "fsize": None if compile_step or limits.file_size_mb is None else limits.file_size_mb << 20,
         "gate": compile_step,
     }
-    if stdin is not None and stdin[1]:
-        step["stdin"] = list(stdin)
+    if stdin:
+        step["stdin"] = blobs.add(stdin)
     return step
 
 
+def join_head_tail(facts: Sequence[int], blob: bytes, pos: int) -> tuple[bytes, bool, int]:
+    """One stream from the reply: ``facts`` = (head bytes, tail bytes, total) as the runner counted.
+
+    Returns the text (head + :func:`~sandboxkit.output.cut_marker` + tail when bytes were cut, as
+    :func:`~sandboxkit.output.cut_head_tail` gives for the whole stream), whether it was cut, and
+    where the next stream starts in ``blob``.
+    """
+    head, tail, total = (int(x) for x in facts) if facts else (0, 0, 0)
+    kept = blob[pos : pos + head + tail]
+    if total <= head + tail:
+        return kept, False, pos + head + tail
+    return kept[:head] + cut_marker(total - head - tail) + kept[head:], True, pos + head + tail
+
+
 def split_outputs(steps: Sequence[Mapping[str, Any]], blob: bytes) -> list[tuple[bytes, bytes]]:
-    """Cut the reply's blob area into each step's (stdout, stderr), in order."""
+    """Cut the reply's blob area into each step's (stdout, stderr), in order, cuts marked."""
     out: list[tuple[bytes, bytes]] = []
     pos = 0
     for step in steps:
-        n_out, n_err = int(step.get("out_len", 0)), int(step.get("err_len", 0))
-        out.append((blob[pos : pos + n_out], blob[pos + n_out : pos + n_out + n_err]))
-        pos += n_out + n_err
+        stdout, _, pos = join_head_tail(step.get("out") or (), blob, pos)
+        stderr, _, pos = join_head_tail(step.get("err") or (), blob, pos)
+        out.append((stdout, stderr))
     return out
+
+
+def _cut(facts: Sequence[int] | None) -> bool:
+    return bool(facts) and int(facts[2]) > int(facts[0]) + int(facts[1])  # type: ignore[index]
 
 
 def classify(step: Mapping[str, Any], stdout: bytes, stderr: bytes) -> ExecResult:
@@ -103,7 +158,7 @@ def classify(step: Mapping[str, Any], stdout: bytes, stderr: bytes) -> ExecResul
         signal=sig,
         stdout=decode_output(stdout),
         stderr=decode_output(stderr),
-        stdout_truncated=bool(step.get("out_trunc")),
-        stderr_truncated=bool(step.get("err_trunc")),
+        stdout_truncated=_cut(step.get("out")),
+        stderr_truncated=_cut(step.get("err")),
         duration_s=float(step.get("duration", 0.0)),
     )

@@ -1,29 +1,45 @@
 """sandboxkit's in-container runner: PID 1 of every Docker sandbox (standard library only, Python >= 3.8).
 
-The host starts it once per container (``python3 -c <this file> WORKDIR``) and talks to it over
+The host starts it once per container (``python3 -c <this file> WORKDIR UID``) and talks to it over
 the container's attached stdin/stdout, so a run costs one round trip on an open socket instead of
 a ``docker exec`` (an API call, a runc invocation and a fresh process tree, ~60-200 ms).
 
-Why PID 1: the kernel ignores SIGKILL/SIGTERM sent to a namespace's init from inside it, so the
-program (same uid) cannot kill its supervisor; every orphan is re-parented to us, so after each
-step ``kill(-1, SIGKILL)`` plus reaping until ``ECHILD`` proves the container holds nothing else
-(double-forked daemons included). The runner is marked non-dumpable, so a program cannot ptrace it
-or open ``/proc/1/mem`` / ``/proc/1/fd``.
+Why PID 1: the kernel delivers a signal sent to a namespace's init from inside it only if init
+handles that signal, and never SIGKILL/SIGSTOP. The runner handles none (every disposition is the
+default or "ignore"), so the program cannot signal its supervisor at all; the host tears a
+container down with SIGKILL through the engine API. The runner is also root (with only the
+capabilities of ``supervise``) while every program runs as uid 1000 with none, so the same-uid
+rules that let a process ``prlimit``, renice or pin another do not reach it. Every orphan is
+re-parented to us, so after each step ``kill(-1, SIGKILL)`` plus reaping until ``ECHILD`` proves
+the container holds nothing else (double-forked daemons included). The runner is marked
+non-dumpable, so a program cannot ptrace it or open ``/proc/1/mem`` / ``/proc/1/fd``.
+
+This is one file on purpose (it is passed as ``python3 -c`` and imports nothing of sandboxkit),
+which is why it is longer than the project's other modules.
 
 Framing (both directions): ``>II`` = (json_len, blob_len), a UTF-8 JSON header, then a blob area.
-Bulky or private data (source code, stdin, program output) travels only in the blob area, read
-into and sent from reusable buffers that are zeroed after each reply, so a later program cannot
-find an earlier run's inputs or outputs in the memory it inherits from this process by fork.
+Bulky or private data (source code, stdin, each step's argv/env/cwd, program output, fetched
+files) travels only in the blob area, read into and sent from buffers that are zeroed after each
+reply, so a later program cannot find an earlier run's inputs or outputs in the memory it inherits
+from this process by fork. The runner itself never decodes a step's private part: only the forked
+child parses it (in its own copy of the memory), so no Python string holding an env value or an
+argument is ever allocated, and later freed unzeroed, in the runner's heap.
+
+Output keeps both ends (the contract of ``sandboxkit.output``, which cannot be imported here): per
+stream the first ``head`` bytes and, in a ring buffer, the last ``tail`` bytes; the host joins them
+with the cut marker. The program runs on past the cap and is stopped only past ``stop`` bytes.
 """
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
 import resource
 import select
 import signal
+import stat
 import struct
 import sys
 import time
@@ -35,10 +51,19 @@ HEAD = struct.Struct(">II")
 WORKDIR = sys.argv[1] if len(sys.argv) > 1 else "/work"
 #: Only as a container's init may we SIGKILL "everything else" (kill(-1)); anywhere else that is a host.
 IS_INIT = os.getpid() == 1
-SCRUB_DIRS = ("/tmp", "/dev/shm")
+SCRUB_DIRS = ("/tmp", "/dev/shm", "/dev/mqueue")
+IPC_RMID = 0
+#: Files fetched through the channel up to this size each (and this much per call); larger ones
+#: are only checked here and then copied by the host with ``get_archive``.
+INLINE_FILE_MAX = 1 << 20
+INLINE_CALL_MAX = 4 << 20
 BASE_SYS_PATH = [p for p in sys.path if p]
 _SCRATCH = bytearray(65536)
 PR_SET_DUMPABLE = 4
+#: The uid and gid programs run as (the runner's own when it is not started as root).
+SANDBOX_ID = 1000  # set from argv by main()
+#: True when the runner is root with only the capabilities it needs (see :func:`supervise`).
+_SUPERVISOR = False
 CHILD_NICE = 10
 #: The environment programs get unless a request adds to it; the runner lives in it, so children inherit it.
 BASE_ENV_KEYS = ("PATH", "HOME", "LANG")
@@ -71,7 +96,9 @@ def receive() -> tuple[dict[str, Any], bytearray] | None:
     blobs = bytearray(blob_len)
     if not (_read_into(memoryview(header)) and _read_into(memoryview(blobs))):
         return None
-    return json.loads(header.decode("utf-8")), blobs
+    parsed = json.loads(header.decode("utf-8"))
+    header[:] = bytes(json_len)  # it holds nothing private (that is in the blobs), but leave no copy
+    return parsed, blobs
 
 
 def send(header: dict[str, Any], views: list[memoryview]) -> None:
@@ -142,7 +169,7 @@ def oom_kills() -> int:
 def resolve(exe: str, path: str, cwd: str) -> str | None:
     if "/" in exe:
         full = os.path.join(cwd, exe)
-        return full if os.access(full, os.X_OK) else None
+        return full if os.path.exists(full) else None
     for folder in path.split(":"):
         full = os.path.join(folder or ".", exe)
         if os.path.isfile(full) and os.access(full, os.X_OK):
@@ -150,14 +177,29 @@ def resolve(exe: str, path: str, cwd: str) -> str | None:
     return None
 
 
-def child(step: dict[str, Any], exe: str | None, fds: tuple[int, int, int]) -> None:
+def child(step: dict[str, Any], blobs: memoryview, fds: tuple[int, int, int], report: int) -> None:
     """In the forked child: confine, wire the pipes, then exec (or run Python in place). Never returns.
+
+    The step's private part (argv, env, cwd, the Python script) is decoded only here, in the
+    child's own copy of the memory. ``report`` is a close-on-exec pipe to the runner: a failure
+    before the program starts is written there (``M`` command not found, ``X`` reason: the
+    runner could not start it), so it is never mistaken for the program's own exit status.
 
     Every Python-level write here copies a page shared with the runner (copy-on-write), so the
     fast path does as little as it can: the stdio objects and the usual environment are ready.
     """
+    argv0 = "?"
     try:
+        off, size = step["private"]
+        private = json.loads(bytes(blobs[off : off + size]).decode("utf-8"))
+        argv0 = private["argv"][0]
         os.setsid()
+        if _SUPERVISOR:  # become the program's user for good: no capability survives this
+            os.setgroups([])
+            os.setresgid(SANDBOX_ID, SANDBOX_ID, SANDBOX_ID)
+            os.setresuid(SANDBOX_ID, SANDBOX_ID, SANDBOX_ID)
+        if _LIBC is not None:  # exec would do this; before it (and in place) /proc/self must be ours
+            _LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         try:
             fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
             os.write(fd, b"1000")  # the OOM killer takes the program, never the runner
@@ -168,10 +210,6 @@ def child(step: dict[str, Any], exe: str | None, fds: tuple[int, int, int]) -> N
         # against each other, so the program loses nothing to the host): a fork bomb cannot
         # starve the runner past the deadline it enforces.
         os.nice(CHILD_NICE)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the runner's own handler
-        if not step.get("python"):  # ignored signals stay ignored across exec: give programs the defaults
-            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-            signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
         cpu = int(step["cpu"])
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -181,17 +219,28 @@ def child(step: dict[str, Any], exe: str | None, fds: tuple[int, int, int]) -> N
             resource.setrlimit(resource.RLIMIT_NOFILE, (step["nofile"], step["nofile"]))
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
-        os.closerange(3, 1 << 20)
-        os.chdir(step["cwd"])
-        if step.get("python"):
-            if _LIBC is not None:  # exec would do this; in place, a program may read its own /proc/self
-                _LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
-            python_main(step)
-        assert exe is not None
-        os.execve(exe, step["argv"], step["env"])
+        os.closerange(3, report)
+        os.closerange(report + 1, 1 << 20)
+        os.chdir(private["cwd"])
+        if private.get("python"):
+            # What ``python3`` sets up at start (the runner keeps SIGINT at its default: it is init).
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            os.close(report)
+            python_main(private)
+        exe = resolve(argv0, private["env"].get("PATH", ""), private["cwd"])
+        if exe is None:
+            os.write(report, b"M")
+            os._exit(127)
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # ignored signals stay ignored across exec
+        signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+        try:
+            os.execve(exe, private["argv"], private["env"])
+        except OSError as exc:  # what a shell says: the program's own failure, not the runner's
+            os.write(2, f"{argv0}: {os.strerror(exc.errno or errno.EIO)}\n".encode("utf-8", "replace"))
+            os._exit(126 if exc.errno in (errno.EACCES, errno.ENOEXEC, errno.EISDIR) else 127)
     except BaseException as exc:
         try:
-            os.write(2, ("sandboxkit runner: cannot start {!r}: {}\n".format(step["argv"][0], exc)).encode())
+            os.write(report, f"X cannot start {argv0!r}: {exc}".encode("utf-8", "replace"))
         finally:
             os._exit(127)
 
@@ -207,12 +256,24 @@ def make_stdio() -> tuple[Any, Any, Any]:
     return stdin, stdout, stderr
 
 
-def python_main(step: dict[str, Any]) -> None:
-    """Run ``python3 -u SCRIPT ARGS`` without a new interpreter (the warm fast path). Never returns."""
-    script, args = step["python"]["script"], step["python"]["args"]
-    if os.environ != step["env"]:
+def _depth() -> int:
+    frame, depth = sys._getframe(), 0
+    while frame is not None:
+        frame, depth = frame.f_back, depth + 1  # type: ignore[assignment]
+    return depth
+
+
+def python_main(private: dict[str, Any]) -> None:
+    """Run ``python3 -u SCRIPT ARGS`` without a new interpreter (the warm fast path). Never returns.
+
+    What the program sees matches a fresh ``python3``: its tracebacks start at its own frames
+    (this function's frame is cut off), it gets the same recursion depth (the limit is raised by
+    the runner's frames below it), and an uncaught ``KeyboardInterrupt`` ends it by SIGINT.
+    """
+    script, args = private["python"]["script"], private["python"]["args"]
+    if os.environ != private["env"]:
         os.environ.clear()
-        os.environ.update(step["env"])
+        os.environ.update(private["env"])
     sys.argv = [script, *args]
     sys.path[:] = [os.getcwd(), *BASE_SYS_PATH]
     stdin, stdout, stderr = _STDIO
@@ -226,6 +287,8 @@ def python_main(step: dict[str, Any]) -> None:
     main.__loader__ = None
     sys.modules["__main__"] = main
     code = 0
+    interrupted = False
+    sys.setrecursionlimit(sys.getrecursionlimit() + _depth())
     try:
         with open(script, "rb") as fh:
             source = fh.read()
@@ -236,6 +299,7 @@ def python_main(step: dict[str, Any]) -> None:
         tb = exc.__traceback__.tb_next if exc.__traceback__ else None  # hide this function's frame
         sys.excepthook(type(exc), exc.with_traceback(tb), tb)
         code = 1
+        interrupted = isinstance(exc, KeyboardInterrupt)
     try:
         if "threading" in sys.modules:
             sys.modules["threading"]._shutdown()  # type: ignore[attr-defined]  # join non-daemon threads
@@ -244,13 +308,16 @@ def python_main(step: dict[str, Any]) -> None:
         atexit._run_exitfuncs()
     except SystemExit as exc:
         code = _exit_code(exc)
-    except BaseException:
-        traceback.print_exc()
+    except BaseException as exc:
+        traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next if exc.__traceback__ else None)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except BaseException:
             pass
+    if interrupted:  # python3 re-raises an uncaught KeyboardInterrupt as death by SIGINT
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
     os._exit(code)
 
 
@@ -267,45 +334,71 @@ def _exit_code(exc: SystemExit) -> int:
 
 
 class Sink:
-    """Collects one output stream into a fixed buffer; bytes past the cap only set ``over``."""
+    """One output stream: its first ``head`` bytes, its last ``tail`` bytes (a ring), and its length.
 
-    def __init__(self, slot: int, cap: int) -> None:
-        self.view = memoryview(buffer(slot, cap))[:cap]
-        self.n = 0
+    Bytes go straight from the pipe into place (one ``readv`` into the head's free room and the
+    ring's two halves), so keeping the end costs no copy. ``over`` turns true once more than
+    ``stop`` bytes have arrived: the program is stopped then, and only then.
+    """
+
+    def __init__(self, slot: int, head: int, tail: int, stop: int) -> None:
+        view = memoryview(buffer(slot, head + tail))
+        self.head, self.ring = view[:head], view[head : head + tail]
+        self.n = 0  # bytes in the head
+        self.pos = 0  # where the ring is written next
+        self.filled = 0  # bytes in the ring
+        self.total = 0
+        self.stop = stop
         self.over = False
 
     def read(self, fd: int) -> bool:
         """Read what is there; True at EOF."""
+        room = len(self.head) - self.n
+        iov = [self.head[self.n :]] if room else []
+        if len(self.ring):
+            iov += [v for v in (self.ring[self.pos :], self.ring[: self.pos]) if len(v)]
+        elif not room:
+            iov = [memoryview(_SCRATCH)]  # no tail kept (head_fraction 1): count and drop
         try:
-            if self.n < len(self.view):
-                k = os.readv(fd, [self.view[self.n :]])
-                self.n += k
-            else:
-                k = os.readv(fd, [memoryview(_SCRATCH)])
-                self.over = self.over or k > 0
+            k = os.readv(fd, iov)
         except BlockingIOError:
             return False
+        self.total += k
+        into_head = min(k, room)
+        self.n += into_head
+        if len(self.ring):
+            rest = k - into_head
+            self.pos = (self.pos + rest) % len(self.ring)
+            self.filled = min(len(self.ring), self.filled + rest)
+        self.over = self.over or self.total > self.stop
         return k == 0
+
+    def views(self) -> list[memoryview]:
+        """The kept bytes in stream order: head, then the ring from its oldest byte."""
+        if self.filled < len(self.ring):
+            return [self.head[: self.n], self.ring[: self.filled]]
+        return [self.head[: self.n], self.ring[self.pos :], self.ring[: self.pos]]
+
+    def facts(self) -> list[int]:
+        """``[head bytes, tail bytes, total]``: the host joins head and tail with the cut marker."""
+        return [self.n, self.filled, self.total]
 
 
 def run_step(step: dict[str, Any], blobs: memoryview, slot: int) -> tuple[dict[str, Any], list[memoryview]]:
-    exe = None
-    if not step.get("python"):
-        exe = resolve(step["argv"][0], step["env"].get("PATH", ""), step["cwd"])
-        if exe is None:
-            return {"missing": step["argv"][0]}, []
     off, size = step.get("stdin") or (0, 0)
     stdin = blobs[off : off + size]
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
+    report_r, report_w = os.pipe()  # close-on-exec (PEP 446): EOF once the program runs
     started = time.monotonic()
     pid = os.fork()
     if pid == 0:
-        child(step, exe, (in_r, out_w, err_w))
-    for fd in (in_r, out_w, err_w):
+        child(step, blobs, (in_r, out_w, err_w), report_w)
+    for fd in (in_r, out_w, err_w, report_w):
         os.close(fd)
-    sinks = {out_r: Sink(slot, step["cap"]), err_r: Sink(slot + 1, step["cap"])}
+    head, tail, stop = int(step["head"]), int(step["tail"]), int(step["stop"])
+    sinks = {out_r: Sink(slot, head, tail, stop), err_r: Sink(slot + 1, head, tail, stop)}
     try:
         pidfd = os.pidfd_open(pid)  # type: ignore[attr-defined]
     except (AttributeError, OSError):
@@ -370,25 +463,32 @@ def run_step(step: dict[str, Any], blobs: memoryview, slot: int) -> tuple[dict[s
         while not sinks[fd].read(fd):
             pass
     over = over or any(s.over for s in sinks.values())
-    for fd in [*sinks, pidfd, in_w]:
+    os.set_blocking(report_r, False)
+    try:
+        report = os.read(report_r, 4096)  # every process is gone: nothing holds its write end
+    except BlockingIOError:
+        report = b""
+    for fd in [*sinks, pidfd, in_w, report_r]:
         if fd >= 0:
             os.close(fd)
     global _OOM_SEEN
     oom_before, _OOM_SEEN = _OOM_SEEN, oom_kills()  # nothing runs between steps: no OOM goes unseen
     out, err = sinks[out_r], sinks[err_r]
+    if report.startswith(b"M"):
+        return {"missing": True}, []
+    if report.startswith(b"X"):
+        return {"error": report[2:].decode("utf-8", "replace")}, []
     result = {
         "exit": os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else None,
         "signal": os.WTERMSIG(status) if status is not None and os.WIFSIGNALED(status) else None,
         "timed_out": timed_out,
         "over": over,
         "oom": _OOM_SEEN > oom_before >= 0,
-        "out_len": out.n,
-        "err_len": err.n,
-        "out_trunc": out.over,
-        "err_trunc": err.over,
+        "out": out.facts(),
+        "err": err.facts(),
         "duration": ended - started,
     }
-    return result, [out.view[: out.n], err.view[: err.n]]
+    return result, [*out.views(), *err.views()]
 
 
 # ----------------------------------------------------------------------------- operations
@@ -423,21 +523,126 @@ def wipe(top: str) -> None:
             os.unlink(entry.path)
 
 
+def ipc_ids(kind: str) -> list[int]:
+    """Ids of the SysV IPC objects of ``kind`` (``shm``, ``msg``, ``sem``) in this IPC namespace."""
+    try:
+        with open("/proc/sysvipc/" + kind) as fh:
+            return [int(line.split()[1]) for line in fh.readlines()[1:] if line.strip()]
+    except OSError:
+        return []
+
+
+def remove_ipc() -> list[str]:
+    """Remove every SysV shared memory segment, message queue and semaphore set; return what is left.
+
+    They outlive the processes that made them, and shared memory stays charged to the container's
+    memory cgroup: left alone, they would carry one tenant's data (and memory use) into the next.
+    Every process runs as the runner's uid, so the runner owns (and may remove) all of them.
+    """
+    if _SUPERVISOR:  # IPC_RMID wants the owner's euid (or CAP_SYS_ADMIN, which we do not hold)
+        os.setresuid(-1, SANDBOX_ID, -1)  # nothing runs during a reset; the saved uid brings us back
+        try:
+            return _remove_ipc()
+        finally:
+            os.setresuid(-1, 0, -1)
+            _LIBC.setfsuid(SANDBOX_ID)  # a change of euid resets the fsuid
+    return _remove_ipc()
+
+
+def _remove_ipc() -> list[str]:
+    left = []
+    for kind in ("shm", "msg", "sem"):
+        for ident in ipc_ids(kind):
+            if _LIBC is None:
+                break  # no ctypes in this image: report what is left (the host discards the container)
+            if kind == "sem":
+                _LIBC.semctl(ident, 0, IPC_RMID)
+            else:
+                getattr(_LIBC, kind + "ctl")(ident, IPC_RMID, None)
+        left += [f"{kind} {ident}" for ident in ipc_ids(kind)]
+    return left
+
+
+def reset() -> dict[str, Any]:
+    """Give the next run what a fresh container gives: no process, empty workspace, ``/tmp``,
+    ``/dev/shm`` and ``/dev/mqueue``, no SysV IPC object. Anything that cannot be removed makes
+    the reply an error, and the host then discards the container instead of reusing it."""
+    if leftovers():
+        kill_all()
+    os.chmod(WORKDIR, 0o700)
+    wipe(WORKDIR)
+    for top in SCRUB_DIRS:
+        if os.path.isdir(top):
+            wipe(top)
+    left = remove_ipc()
+    if left:
+        return {"ok": False, "error": "IPC objects survived the reset: {}".format(", ".join(left))}
+    return {"ok": True}
+
+
+def open_in_workspace(rel: str) -> int | None:
+    """A read-only fd of the regular file ``rel`` under the workspace, or None.
+
+    Opened as the program's uid, one component at a time with ``O_NOFOLLOW``: a symlink the
+    program planted anywhere on the path (``etc -> /etc``) is never followed, and a file the
+    program itself could not read is not returned. ``O_NONBLOCK``: a FIFO cannot stall us.
+    """
+    parts = rel.split("/")
+    try:
+        fd = os.open(WORKDIR, os.O_RDONLY | os.O_DIRECTORY)  # the program may have made it unreadable
+    except OSError:
+        return None
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        leaf = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, dir_fd=fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(os.fstat(leaf).st_mode):
+        os.close(leaf)
+        return None
+    return leaf
+
+
+def read_files(paths: list[str]) -> tuple[dict[str, Any], list[memoryview]]:
+    """For each path: ``[0, 0]`` absent, ``[1, size]`` its bytes follow in the blob area, ``[2, size]``
+    too large to send here (the host copies it with ``get_archive``: the path is checked, and
+    nothing runs in the container between requests that could change it)."""
+    states: list[list[int]] = []
+    views: list[memoryview] = []
+    budget = INLINE_CALL_MAX
+    for rel in paths:
+        fd = open_in_workspace(rel)
+        if fd is None:
+            states.append([0, 0])
+            continue
+        try:
+            size = os.fstat(fd).st_size
+            if size > min(INLINE_FILE_MAX, budget):
+                states.append([2, size])
+                continue
+            data = bytearray(size)
+            got = os.readv(fd, [data]) if size else 0
+            states.append([1, got])
+            views.append(memoryview(data)[:got])
+            budget -= got
+        finally:
+            os.close(fd)
+    return {"ok": True, "files": states}, views
+
+
 def handle(header: dict[str, Any], blobs: memoryview) -> tuple[dict[str, Any], list[memoryview]]:
     op = header.get("op")
     if op == "ping":
         return {"ok": True}, []
     if op == "reset":
-        if leftovers():
-            kill_all()
-        os.chmod(WORKDIR, 0o700)
-        wipe(WORKDIR)
-        for top in SCRUB_DIRS:
-            try:
-                wipe(top)
-            except OSError:
-                pass
-        return {"ok": True}, []
+        return reset(), []
+    if op == "read":
+        return read_files(header["paths"])
     if op == "run":
         write_files(header.get("write", []), blobs)
         results: list[dict[str, Any]] = []
@@ -446,16 +651,45 @@ def handle(header: dict[str, Any], blobs: memoryview) -> tuple[dict[str, Any], l
             result, outs = run_step(step, blobs, 2 * index)
             results.append(result)
             views.extend(outs)
-            if result.get("missing") or (step.get("gate") and result["exit"] != 0):
+            if result.get("missing") or result.get("error") or (step.get("gate") and result["exit"] != 0):
                 break
         return {"ok": True, "steps": results}, views
     return {"ok": False, "error": f"unknown op {op!r}"}, []
 
 
+def supervise() -> bool:
+    """Started as root: stay root, but touch files as the program's user. True if that holds.
+
+    Why not run as the program's uid: every process of one uid may ``prlimit``, renice, pin or
+    set the scheduling class of every other (no capability needed), so a program could set our
+    ``RLIMIT_NOFILE`` to 4 or our ``RLIMIT_CPU`` hard limit to 1 s (the kernel then SIGKILLs
+    even init), starve us with ``SCHED_IDLE``, or break every later run. As uid 0 we are out of
+    the program's reach; the container grants only SETUID/SETGID (to become the program's user
+    in each child, and to take its euid while removing its IPC objects on reset) and KILL
+    (``kill(-1)`` of its processes), never DAC_OVERRIDE: files are opened with fsuid = the
+    program's uid, so the runner reads and writes exactly what the program could. Without ctypes (no ``setfsuid``),
+    we fall back to being the program's user ourselves.
+    """
+    if _LIBC is not None:
+        _LIBC.setfsgid(SANDBOX_ID)
+        _LIBC.setfsuid(SANDBOX_ID)
+        if _LIBC.setfsuid(-1) == SANDBOX_ID:  # an invalid id changes nothing and returns the current one
+            return True
+    os.setgroups([])
+    os.setresgid(SANDBOX_ID, SANDBOX_ID, SANDBOX_ID)
+    os.setresuid(SANDBOX_ID, SANDBOX_ID, SANDBOX_ID)
+    return False
+
+
 def main() -> None:
     if not IS_INIT:  # kill(-1) and wiping WORKDIR are only safe inside a container of our own
         sys.exit("sandboxkit runner: refusing to run outside a container (it must be PID 1)")
-    global _LIBC, _STDIO, _OOM_SEEN
+    global _LIBC, _STDIO, _OOM_SEEN, _SUPERVISOR, SANDBOX_ID
+    if len(sys.argv) > 2:
+        SANDBOX_ID = int(sys.argv[2])
+    # `python3 -c` puts '' (the working directory: the workspace, which the program controls) first
+    # on sys.path; an import here after a run could load a module the program planted there.
+    sys.path[:] = BASE_SYS_PATH
     try:
         import ctypes
 
@@ -463,7 +697,12 @@ def main() -> None:
         _LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no ptrace, no /proc/1/mem, /proc/1/fd
     except Exception:
         pass
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # init ignores it otherwise: let `docker stop` work
+    if os.getuid() == 0:
+        _SUPERVISOR = supervise()
+    # Handle no signal at all: as init, we then receive none from the program (see the module
+    # docstring). Python's SIGINT handler would let `kill(1, SIGINT)` end every later run.
+    # SIGPIPE and SIGXFSZ stay ignored (a closed stdin pipe must not kill us); children reset them.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     os.chdir(WORKDIR)
     for key in [k for k in os.environ if k not in BASE_ENV_KEYS]:
         del os.environ[key]

@@ -32,6 +32,8 @@ import anyio.to_thread
 
 from sandboxkit.backends.docker import _engine
 from sandboxkit.backends.docker._channel import ChannelClosed, RunnerChannel
+from sandboxkit.backends.docker._checks import check_limits
+from sandboxkit.backends.docker._owner import owner_alive, owner_labels
 from sandboxkit.backends.docker.sandbox import DockerSandbox
 from sandboxkit.base import Availability, Backend, Capabilities, Sandbox
 from sandboxkit.errors import BackendUnavailable, InvalidRequest, Transient
@@ -122,7 +124,7 @@ class DockerBackend(Backend):
             _engine.LABEL: "1",
             f"{_engine.LABEL}.backend": _NAME,
             f"{_engine.LABEL}.instance": self.instance_id,
-            f"{_engine.LABEL}.host_pid": str(os.getpid()),
+            **owner_labels(),  # pid, start time, boot, pid namespace, host: cleanup spares live owners
         }
         self._client: Any = None
         self._client_lock = threading.Lock()
@@ -183,6 +185,7 @@ class DockerBackend(Backend):
         import requests.exceptions
 
         limits = limits or Limits()
+        check_limits(limits)
         client = await self._connect()
         volume = f"sandboxkit-{self.instance_id}-{uuid.uuid4().hex[:10]}"
         spec = _engine.ContainerSpec(
@@ -257,19 +260,25 @@ class DockerBackend(Backend):
             if client is not None:
                 await anyio.to_thread.run_sync(client.close)
 
-    async def cleanup(self) -> int:
-        """Remove every container (and workspace volume) labelled ``sandboxkit=1``, from any process.
+    async def cleanup(self, *, force: bool = False) -> int:
+        """Remove the containers (and workspace volumes) labelled ``sandboxkit=1`` whose owner is gone.
 
-        With extra labels (``labels=`` or ``SANDBOXKIT_DOCKER_LABELS``), only those that also carry
-        them: one job (or one test run) can clean up after itself without touching its neighbours.
+        A sandbox whose creating process is still running is in use and is kept (the owner is
+        identified by pid *and* start time, boot and pid namespace, so a reused pid or a reboot
+        does not fool it; an owner this process cannot see, on another machine or in another
+        container, is presumed alive). ``force=True`` removes them all, owners alive or not.
+        With extra labels (``labels=`` or ``SANDBOXKIT_DOCKER_LABELS``), only sandboxes that
+        also carry them: one job (or one test run) can clean up without touching its neighbours.
 
         Raises:
             BackendUnavailable: no engine is reachable.
         """
         client = await self._connect()
         scope = {**self.extra_labels, _engine.LABEL: "1"}
-        removed: int = await anyio.to_thread.run_sync(_engine.remove_labelled, client, scope)
-        self._created.clear()
+        keep = None if force else owner_alive
+        removed: int = await anyio.to_thread.run_sync(_engine.remove_labelled, client, scope, keep)
+        if force:
+            self._created.clear()
         return removed
 
     def emergency_cleanup(self) -> None:

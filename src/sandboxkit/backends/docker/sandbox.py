@@ -19,11 +19,12 @@ import anyio.to_thread
 
 from sandboxkit.backends.docker import _engine
 from sandboxkit.backends.docker._channel import ChannelClosed, RunnerChannel
-from sandboxkit.backends.docker._results import base_env, classify, make_step, split_outputs
+from sandboxkit.backends.docker._checks import check_env, check_limits, check_path, utf8
+from sandboxkit.backends.docker._results import Blobs, base_env, classify, make_step, split_outputs
 from sandboxkit.base import Sandbox
 from sandboxkit.errors import InvalidRequest, SandboxCrashed, SandboxError, ToolchainMissing, Transient
 from sandboxkit.languages import Language, resolve_language
-from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status, check_relative_path
+from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status
 
 if TYPE_CHECKING:
     from sandboxkit.backends.docker.backend import DockerBackend
@@ -76,28 +77,34 @@ class DockerSandbox(Sandbox):
         self, header: dict[str, Any], blobs: Sequence[bytes], timeout_s: float
     ) -> tuple[dict[str, Any], bytes]:
         """One request to the runner, under the host-side deadline."""
+        async with self._lock:
+            return await self._call_locked(header, blobs, timeout_s)
+
+    async def _call_locked(
+        self, header: dict[str, Any], blobs: Sequence[bytes], timeout_s: float
+    ) -> tuple[dict[str, Any], bytes]:
+        """:meth:`_call` for a caller that holds the lock (and needs the container still between calls)."""
         if self._closed:
             raise self._crashed("the sandbox is closed; open a new one")
         if self._broken is not None:
             raise self._crashed(f"the sandbox is unusable ({self._broken}); open a new one")
-        async with self._lock:
-            self._seq += 1
-            header["id"] = self._seq
-            try:
-                with anyio.fail_after(timeout_s):
-                    reply, blob = await self._channel.request(header, blobs)
-            except TimeoutError as exc:
-                self._break("runner did not answer")
-                raise self._crashed(
-                    f"the runner did not answer within {timeout_s:g}s (the limits plus a grace); "
-                    "the container is stuck and will be discarded"
-                ) from exc
-            except ChannelClosed as exc:
-                self._break("runner gone")
-                raise self._crashed(f"{exc}; the container died (or was removed) and will be discarded") from exc
-            except BaseException:
-                self._break("a call was cancelled mid-flight")  # its reply would desync the channel
-                raise
+        self._seq += 1
+        header["id"] = self._seq
+        try:
+            with anyio.fail_after(timeout_s):
+                reply, blob = await self._channel.request(header, blobs)
+        except TimeoutError as exc:
+            self._break("runner did not answer")
+            raise self._crashed(
+                f"the runner did not answer within {timeout_s:g}s (the limits plus a grace); "
+                "the container is stuck and will be discarded"
+            ) from exc
+        except ChannelClosed as exc:
+            self._break("runner gone")
+            raise self._crashed(f"{exc}; the container died (or was removed) and will be discarded") from exc
+        except BaseException:
+            self._break("a call was cancelled mid-flight")  # its reply would desync the channel
+            raise
         if reply.get("id") != header["id"]:
             self._break("protocol out of sync")
             raise self._crashed(f"runner answered request {reply.get('id')!r}, expected {header['id']!r}")
@@ -129,6 +136,7 @@ class DockerSandbox(Sandbox):
 
     async def _ensure_limits(self, limits: Limits) -> None:
         """Apply a request's cgroup limits if they differ from what the container has now."""
+        check_limits(limits, self.id)
         if limits.network != self._limits.network:
             state = "on" if self._limits.network else "off"
             raise InvalidRequest(
@@ -146,10 +154,16 @@ class DockerSandbox(Sandbox):
     def _cwd(self, cwd: str | None) -> str:
         if cwd is None or cwd in ("", "."):
             return self._workdir
-        try:
-            return posixpath.join(self._workdir, check_relative_path(cwd))
-        except ValueError as exc:
-            raise InvalidRequest(str(exc), backend=_NAME, sandbox_id=self.id) from exc
+        return posixpath.join(self._workdir, self._path(cwd))
+
+    def _path(self, path: str) -> str:
+        return check_path(path, self._workdir, self.id)
+
+    def _step_failed(self, results: Sequence[Mapping[str, Any]]) -> None:
+        for result in results:
+            if result.get("error"):
+                self._break("the runner could not start a program")
+                raise self._crashed(f"the runner could not start the program: {result['error']}")
 
     def _grace(self) -> float:
         return self._backend.grace_s
@@ -160,22 +174,31 @@ class DockerSandbox(Sandbox):
         """Write the source, compile if needed, run with stdin, fetch files (see :class:`Sandbox`).
 
         Raises:
-            InvalidRequest: the request needs a network setting this container was not opened with.
+            InvalidRequest: the request needs a network setting this container was not opened with,
+                or holds what no program can receive (a lone surrogate, a NUL in env/argv, a name
+                over 255 bytes, a limit Docker cannot apply).
             ToolchainMissing: the image lacks the language's compiler or interpreter.
             SandboxCrashed: the container or its runner died, or did not answer in time.
             Transient: the Docker engine could not be reached.
         """
         lang = resolve_language(request.language)
         limits = request.limits
+        source = utf8(request.code, "the code", self.id)
+        stdin = utf8(request.stdin or "", "stdin", self.id)
+        check_env(request.env, request.argv, self.id)
+        files = {self._path(path): data for path, data in request.files.items()}
+        fetch = [self._path(path) for path in request.fetch_files]
         await self._ensure_limits(limits)
-        if request.files:
-            await self._sdk(_engine.put_files, self._workdir, dict(request.files))
-        source = request.code.encode("utf-8")
-        stdin = (request.stdin or "").encode("utf-8")
+        if files:
+            await self._sdk(_engine.put_files, self._workdir, files)
         src_name = lang.source_name(request.code)
         env = base_env(self._workdir, lang, request.env)
+        blobs = Blobs()
+        blobs.add(source)
         steps = []
         compile_argv = lang.compile_argv(request.code)
+        run_argv = lang.run_argv(request.code, request.argv)
+        argvs = [run_argv] if compile_argv is None else [compile_argv, run_argv]
         if compile_argv is not None:
             steps.append(
                 make_step(
@@ -184,38 +207,41 @@ class DockerSandbox(Sandbox):
                     env=env,
                     timeout_s=limits.compile_timeout_s,
                     limits=limits,
+                    blobs=blobs,
                     compile_step=True,
                 )
             )
-        run_step = make_step(
-            lang.run_argv(request.code, request.argv),
-            cwd=self._workdir,
-            env=env,
-            timeout_s=limits.timeout_s,
-            limits=limits,
-            stdin=(len(source), len(stdin)),
+        fast = lang.name == "python" and self._backend.python_fast and not any(k.startswith("PYTHON") for k in env)
+        steps.append(
+            make_step(
+                run_argv,
+                cwd=self._workdir,
+                env=env,
+                timeout_s=limits.timeout_s,
+                limits=limits,
+                blobs=blobs,
+                stdin=stdin,
+                python={"script": src_name, "args": list(request.argv)} if fast else None,
+            )
         )
-        if lang.name == "python" and self._backend.python_fast and not any(k.startswith("PYTHON") for k in env):
-            run_step["python"] = {"script": src_name, "args": list(request.argv)}
-        steps.append(run_step)
         header = {"op": "run", "write": [[src_name, 0, len(source), 0o644]], "steps": steps}
         budget = sum(float(s["timeout"]) for s in steps) + self._grace()
-        reply, blob = await self._call(header, [source, stdin], budget)
+        reply, blob = await self._call(header, blobs.parts, budget)
         results = reply["steps"]
-        self._raise_if_missing(results, lang)
+        self._step_failed(results)
+        self._raise_if_missing(results, lang, [str(step_argv[0]) for step_argv in argvs])
         outputs = split_outputs(results, blob)
         compiled = classify(results[0], *outputs[0]) if compile_argv is not None else None
         common = {"language": lang.name, "backend": _NAME, "sandbox_id": self.id, "compile": compiled}
         if compiled is not None and (compiled.status is not Status.OK or len(results) < 2):
             return RunResult(status=Status.COMPILE_ERROR, duration_s=compiled.duration_s, **common)
         ran = classify(results[-1], *outputs[-1])
-        files = await self.read_files(request.fetch_files) if request.fetch_files else {}
-        return RunResult(**ran.model_dump(), files=files, **common)
+        fetched = await self._read_checked(fetch) if fetch else {}
+        return RunResult(**ran.model_dump(), files=fetched, **common)
 
-    def _raise_if_missing(self, results: Sequence[Mapping[str, Any]], lang: Language) -> None:
-        for result in results:
-            missing = result.get("missing")
-            if missing:
+    def _raise_if_missing(self, results: Sequence[Mapping[str, Any]], lang: Language, argv0s: Sequence[str]) -> None:
+        for result, missing in zip(results, argv0s, strict=False):
+            if result.get("missing"):
                 raise ToolchainMissing(
                     f"the image {self._backend.image!r} has no {missing!r} (needed for {lang.name}); install the "
                     f"Debian package {lang.package!r} in the image (scripts/docker-setup.sh adds the packages in "
@@ -236,7 +262,8 @@ class DockerSandbox(Sandbox):
         """Run ``bash -c command`` or an argv list in the workspace (see :class:`Sandbox`).
 
         Raises:
-            InvalidRequest: ``cwd`` escapes the workspace, the argv is empty or the timeout is not positive.
+            InvalidRequest: ``cwd`` escapes the workspace, the argv is empty, the timeout is not positive,
+                or argv/env/stdin hold a lone surrogate or a NUL.
             SandboxCrashed: the container or its runner died, or did not answer in time.
         """
         if timeout is not None and not timeout > 0:
@@ -244,17 +271,24 @@ class DockerSandbox(Sandbox):
         argv = ["bash", "-c", command] if isinstance(command, str) else [str(part) for part in command]
         if not argv:
             raise InvalidRequest("exec needs a non-empty command", backend=_NAME, sandbox_id=self.id)
+        extra_env = dict(env or {})
+        check_env(extra_env, argv, self.id)
+        data = utf8(stdin or "", "stdin", self.id)
+        workdir = self._cwd(cwd)
         await self._ensure_limits(self._limits)
-        data = (stdin or "").encode("utf-8")
+        blobs = Blobs()
         step = make_step(
             argv,
-            cwd=self._cwd(cwd),
-            env=base_env(self._workdir, None, dict(env or {})),
+            cwd=workdir,
+            env=base_env(self._workdir, None, extra_env),
             timeout_s=timeout or self._limits.timeout_s,
             limits=self._limits,
-            stdin=(0, len(data)),
+            blobs=blobs,
+            stdin=data,
         )
-        reply, blob = await self._call({"op": "run", "steps": [step]}, [data], float(step["timeout"]) + self._grace())
+        header = {"op": "run", "steps": [step]}
+        reply, blob = await self._call(header, blobs.parts, float(step["timeout"]) + self._grace())
+        self._step_failed(reply["steps"])
         result = reply["steps"][0]
         if result.get("missing"):  # like a shell: a failed command, not an infrastructure error
             return ExecResult(status=Status.FAILED, exit_code=127, stderr=f"{argv[0]}: command not found\n")
@@ -264,41 +298,57 @@ class DockerSandbox(Sandbox):
         """Write files into the workspace with ``put_archive`` (parents created).
 
         Raises:
-            InvalidRequest: a path is absolute or contains ``..``.
+            InvalidRequest: a path is absolute, contains ``..``, has a name over 255 bytes, or a
+                path or text body is not valid Unicode.
             SandboxCrashed: the container is gone or the engine refused the archive.
         """
         checked: dict[str, bytes] = {}
         for path, data in files.items():
-            try:
-                checked[check_relative_path(path)] = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-            except ValueError as exc:
-                raise InvalidRequest(str(exc), backend=_NAME, sandbox_id=self.id) from exc
+            name = self._path(path)
+            checked[name] = utf8(data, f"the text of file {path!r}", self.id) if isinstance(data, str) else bytes(data)
         if checked:
             await self._sdk(_engine.put_files, self._workdir, checked)
 
     async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
-        """Read workspace files with ``get_archive``; missing ones (and non-regular files) are absent.
+        """Read regular workspace files; missing ones, and any the program could not read itself, are absent.
+
+        The runner opens each path as the program's uid, one component at a time, never
+        following a symlink (a program may plant ``etc -> /etc``), and sends small files back over
+        the channel; larger ones it only checks, and the host copies them with ``get_archive``
+        while it holds the sandbox (nothing runs in the container between the two).
 
         Raises:
-            InvalidRequest: a path is absolute or contains ``..``.
+            InvalidRequest: a path is absolute, contains ``..``, has a name over 255 bytes or is not valid Unicode.
             SandboxCrashed: the container is gone.
         """
-        try:
-            checked = [check_relative_path(p) for p in paths]
-        except ValueError as exc:
-            raise InvalidRequest(str(exc), backend=_NAME, sandbox_id=self.id) from exc
+        checked = [self._path(p) for p in paths]
+        return await self._read_checked(checked) if checked else {}
 
-        def read_all(client: Any, container_id: str) -> dict[str, bytes]:
-            found = {}
-            for path in checked:
-                data = _engine.get_file(client, container_id, self._workdir, path)
-                if data is not None:
-                    found[path] = data
-            return found
+    async def _read_checked(self, paths: list[str]) -> dict[str, bytes]:
+        unique = list(dict.fromkeys(paths))
+        async with self._lock:
+            reply, blob = await self._call_locked({"op": "read", "paths": unique}, [], PING_TIMEOUT_S + self._grace())
+            found: dict[str, bytes] = {}
+            large: list[str] = []
+            pos = 0
+            for path, (state, size) in zip(unique, reply["files"], strict=True):
+                if state == 1:
+                    found[path] = blob[pos : pos + size]
+                    pos += size
+                elif state == 2:
+                    large.append(path)
 
-        if not checked:
-            return {}
-        return await self._sdk(read_all)
+            def copy_large(client: Any, container_id: str) -> dict[str, bytes]:
+                copied = {}
+                for path in large:
+                    data = _engine.get_file(client, container_id, self._workdir, path)
+                    if data is not None:
+                        copied[path] = data
+                return copied
+
+            if large:
+                found.update(await self._sdk(copy_large))
+        return found
 
     async def alive(self) -> bool:
         """Ping the runner over the channel (no API call). Never raises."""
@@ -311,7 +361,13 @@ class DockerSandbox(Sandbox):
             return False
 
     async def reset(self) -> bool:
-        """Kill every process and wipe the workspace, ``/tmp`` and ``/dev/shm``; False if that failed."""
+        """Give the next run what a fresh container gives, or say False (the pool then discards it).
+
+        The runner kills every process, wipes the workspace, ``/tmp``, ``/dev/shm`` and
+        ``/dev/mqueue`` and removes every SysV IPC object (shared memory would otherwise stay
+        charged to the container's memory, and carry data to the next tenant); anything left
+        makes the reply an error.
+        """
         if self._closed or self._broken is not None:
             return False
         try:

@@ -1,0 +1,125 @@
+"""What one grading carries between its runs: the job (code, limits, options) and the outcome so far.
+
+Shared by the grader's execution plan (:mod:`sandboxkit.judge.grader`) and the Python harness runner
+(:mod:`sandboxkit.judge._python`), with the reading of one program run as one case (:func:`judge_run`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandboxkit.judge.cases import AssertCase, CompareOptions, StdioCase
+from sandboxkit.judge.checkers import Checker
+from sandboxkit.judge.compare import compare_stdout
+from sandboxkit.judge.verdict import CaseResult, trim_message
+from sandboxkit.languages import Language
+from sandboxkit.models import ExecResult, Limits, RunResult, Status
+from sandboxkit.pool import SandboxPool
+
+__all__ = [
+    "Job",
+    "Outcome",
+    "account",
+    "all_compile_error",
+    "compile_message",
+    "failure_message",
+    "judge_run",
+    "timed_run",
+]
+
+
+@dataclass
+class Outcome:
+    """The cases judged so far (by index), a compile error, and outputs kept for a checker."""
+
+    cases: dict[int, CaseResult] = field(default_factory=dict)
+    compile_error: str | None = None
+    #: stdout of the stdio cases that ran cleanly, kept for a sandboxed checker.
+    outputs: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One completion being graded: its code, language, limits, options and where time went."""
+
+    pool: SandboxPool
+    code: str
+    lang: Language
+    limits: Limits
+    options: CompareOptions
+    stop: bool
+    checker: Checker | None = None
+    #: Where the time went (seconds summed over this completion's sandbox calls): ``compile_s``,
+    #: ``run_s``, and ``queue_s`` (waiting for a call slot or a sandbox, plus the backend's overhead).
+    timing: dict[str, float] = field(default_factory=lambda: {"queue_s": 0.0, "compile_s": 0.0, "run_s": 0.0})
+
+
+def account(job: Job, result: RunResult, waited: float) -> None:
+    """Add a run's compile, run and waiting time (``waited`` minus the two) to ``job.timing``."""
+    compile_s = result.compile.duration_s if result.compile is not None else 0.0
+    job.timing["compile_s"] += compile_s
+    job.timing["run_s"] += result.duration_s
+    job.timing["queue_s"] += max(0.0, waited - compile_s - result.duration_s)
+
+
+async def timed_run(job: Job, runner: Awaitable[RunResult]) -> RunResult:
+    """Await one sandbox run and account for its time."""
+    started = time.perf_counter()
+    result = await runner
+    account(job, result, time.perf_counter() - started)
+    return result
+
+
+def all_compile_error(group: list[tuple[int, Any]], message: str) -> Outcome:
+    """Every case of ``group`` failed to compile with ``message``."""
+    return Outcome(
+        cases={i: CaseResult(index=i, type=c.type, status="compile_error", message=message) for i, c in group},
+        compile_error=message,
+    )
+
+
+def judge_run(index: int, case: StdioCase | AssertCase, result: ExecResult, job: Job, outcome: Outcome) -> CaseResult:
+    """One program run read as one case: its status, else its output compared (or kept for a checker)."""
+    options, time_limit = job.options, job.limits.timeout_s
+    kind, elapsed = case.type, result.duration_s
+    if isinstance(result, RunResult) and result.status is Status.COMPILE_ERROR:
+        return CaseResult(index=index, type=kind, status="compile_error", message=compile_message(result))
+    if result.status is Status.TIMEOUT:
+        return CaseResult(
+            index=index, type=kind, status="timeout", time_s=elapsed, message=f"time limit of {time_limit:g}s exceeded"
+        )
+    if result.status is Status.MEMORY_EXCEEDED:
+        return CaseResult(index=index, type=kind, status="memory_exceeded", time_s=elapsed, message="memory limit")
+    if result.status is Status.OUTPUT_LIMIT:
+        return CaseResult(index=index, type=kind, status="output_limit", time_s=elapsed, message="output limit")
+    if result.status is not Status.OK:
+        return CaseResult(index=index, type=kind, status="error", time_s=elapsed, message=failure_message(result))
+    if isinstance(case, AssertCase):
+        return CaseResult(index=index, type=kind, status="passed", time_s=elapsed)
+    if job.checker is not None:
+        # The checker decides once every case has run (and may run in a sandbox of its own); it gets an
+        # empty answer file when the tests give no expected output (it judges from the input alone).
+        outcome.outputs[index] = result.stdout
+        return CaseResult(index=index, type=kind, status="passed", time_s=elapsed, message="awaiting the checker")
+    if case.expected_stdout is None:
+        return CaseResult(index=index, type=kind, status="passed", time_s=elapsed)
+    matched, message = compare_stdout(result.stdout, case.expected_stdout, options)
+    status = "passed" if matched else "wrong_answer"
+    return CaseResult(index=index, type=kind, status=status, time_s=elapsed, message=message)
+
+
+def failure_message(result: ExecResult) -> str:
+    why = f"killed by signal {result.signal}" if result.signal else f"exit code {result.exit_code}"
+    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
+    return trim_message(f"{why}: {lines[-1]}" if lines else why)
+
+
+def compile_message(result: RunResult) -> str:
+    step = result.compile
+    text = (step.stderr or step.stdout) if step is not None else ""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    first_error = next((line for line in lines if "error" in line.lower()), lines[0] if lines else "")
+    return trim_message(first_error or "the compiler failed")

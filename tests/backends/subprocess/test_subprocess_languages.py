@@ -144,3 +144,12 @@ async def test_timeout(sandbox: SubprocessSandbox, lang: str) -> None:
     result = await sandbox.run(_req(lang, PROGRAMS[lang].loop, limits=FAST.merged(timeout_s=1.0)))
     assert result.status is Status.TIMEOUT, result
     assert result.duration_s < 2.0
+
+
+@pytest.mark.parametrize("lang", [p for p in LANG_PARAMS if p.values[0] in ("c", "cpp", "java", "rust", "go")])
+async def test_compilers_are_not_held_to_the_programs_address_space(sandbox: SubprocessSandbox, lang: str) -> None:
+    # rustc (LLVM) reserves far more address space than it uses: an RLIMIT_AS at memory_mb made a
+    # correct program a compile_error under memory_mb=512, a wrong reward caused by the sandbox.
+    result = await sandbox.run(_req(lang, PROGRAMS[lang].hello, limits=FAST.merged(memory_mb=512)))
+    assert result.status is Status.OK, result
+    assert result.stdout == "hello\n"

@@ -242,11 +242,16 @@ class SubprocessSandbox(Sandbox):
         self._server, self._server_network = server, network
         return server
 
-    def _rlimits(self, limits: Limits, timeout_s: float, lang: Language | None) -> list[tuple[int, int]]:
+    def _rlimits(
+        self, limits: Limits, timeout_s: float, lang: Language | None, *, compiler: bool = False
+    ) -> list[tuple[int, int]]:
         import resource
 
         self._check_limits(limits)
-        hungry = lang is not None and lang.virtual_memory_hungry
+        # Compilers (rustc/LLVM, javac, go) reserve far more address space than they touch: an
+        # RLIMIT_AS at memory_mb makes a correct program a compile_error, a wrong reward caused by
+        # the sandbox. Their memory is held by the cgroup (RSS) instead, like the hungry runtimes'.
+        hungry = compiler or (lang is not None and lang.virtual_memory_hungry)
         out = rlimits_for(limits, timeout_s, address_space=not hungry)
         if limits.pids is not None and self.uid is not None:
             # Counted per host uid, and this uid is the sandbox's alone: a per-sandbox cap.
@@ -312,13 +317,14 @@ class SubprocessSandbox(Sandbox):
         limits: Limits,
         lang: Language | None,
         python_file: str | None = None,
+        compiler: bool = False,
     ) -> Outcome:
         """Run one command through the fork server (or the cold path when there is none).
 
         Raises:
             InvalidRequest: the command and its environment are too large to send.
         """
-        rlimits = self._rlimits(limits, timeout_s, lang)
+        rlimits = self._rlimits(limits, timeout_s, lang, compiler=compiler)
         server = await self._server_for(limits.network)
         output = OutputLimits.of(limits)
         if server is None:
@@ -403,6 +409,7 @@ class SubprocessSandbox(Sandbox):
                         output_bytes=max(limits.output_bytes, 1 << 20), pids=max(limits.pids or 0, 64)
                     ),
                     lang=lang,
+                    compiler=True,
                 )
                 compile_result = classify(compiled)
                 if compile_result.status is not Status.OK:

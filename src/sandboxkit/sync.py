@@ -138,6 +138,9 @@ class SyncSandboxPool(_Twin):
     """Blocking twin of :class:`SandboxPool`; takes the same arguments and has the same methods.
 
     ``close()`` replaces ``aclose()``. It is also closed at interpreter exit if still open.
+    ``run``, ``exec`` and ``run_many`` are the async methods (same parameters and docstrings),
+    run on the pool's loop thread: anything they call back (e.g. an output callback) runs on
+    that thread, not the caller's.
     """
 
     @_same_parameters(SandboxPool.__init__)

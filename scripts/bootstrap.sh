@@ -27,6 +27,7 @@ if [ "$ALL" = 1 ]; then
   command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
   command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
   command -v ps >/dev/null 2>&1 || need+=(procps)
+  command -v wrk >/dev/null 2>&1 || need+=(wrk)  # bench serve: HTTP load generator
 fi
 if [ "${#need[@]}" -gt 0 ]; then
   log "apt-get install ${need[*]}"

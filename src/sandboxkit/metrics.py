@@ -7,6 +7,7 @@ it sits on the hot path of every call.
 from __future__ import annotations
 
 from collections import Counter, deque
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["CallRecord", "PoolMetrics", "percentile"]
@@ -48,6 +49,13 @@ class PoolMetrics:
         self.run_time: deque[float] = deque(maxlen=WINDOW)
         self.latency: deque[float] = deque(maxlen=WINDOW)
         self.open_time: deque[float] = deque(maxlen=WINDOW)
+        #: Called with (name, seconds) for every "queue_wait", "run_time", "latency" and "open_time"
+        #: sample, so an exporter (sandboxkit.prometheus) can keep exact histograms past the window.
+        self.observers: list[Callable[[str, float], None]] = []
+
+    def _observe(self, name: str, seconds: float) -> None:
+        for observer in self.observers:
+            observer(name, seconds)
 
     def call_started(self) -> CallRecord:
         self.calls += 1
@@ -58,6 +66,10 @@ class PoolMetrics:
         self.queue_wait.append(record.queue_wait)
         self.run_time.append(record.run_time)
         self.latency.append(total)
+        if self.observers:
+            self._observe("queue_wait", record.queue_wait)
+            self._observe("run_time", record.run_time)
+            self._observe("latency", total)
 
     def call_finished(self, record: CallRecord, result: Any, total: float) -> None:
         status = getattr(result, "status", None)
@@ -74,6 +86,8 @@ class PoolMetrics:
     def sandbox_opened(self, seconds: float) -> None:
         self.sandboxes_created += 1
         self.open_time.append(seconds)
+        if self.observers:
+            self._observe("open_time", seconds)
 
     def sandbox_closed(self) -> None:
         self.sandboxes_closed += 1

@@ -29,9 +29,6 @@ def serve_url() -> Iterator[str]:
 class TestSandboxFusionConformance(BackendConformance):
     backend_name = "sandbox_fusion"
     xfail: ClassVar[dict[str, str]] = {
-        "test_long_output_keeps_head_and_tail_and_the_program_runs_on": (
-            "issue 18 item 2 (head+tail, no kill at output_bytes): fixed by server branch"
-        ),
         "test_request_env_is_visible": (
             "Sandbox Fusion's RunCodeRequest has no env field; the backend refuses env rather than dropping it"
         ),

@@ -48,7 +48,7 @@ async def test_full_queue_is_504_at_once(app_client: AppClient) -> None:
         queued = asyncio.create_task(client.post("/run_code", json=body("ok")))
         await asyncio.sleep(0.1)
         overflow = await client.post("/run_code", json=body("ok"))
-        assert overflow.status_code == 504 and "already waiting" in overflow.json()["detail"]
+        assert overflow.status_code == 504 and "already inside" in overflow.json()["detail"]
         assert overflow.headers["retry-after"] == "1"
         assert (await holder).status_code == 200 and (await queued).status_code == 200
 

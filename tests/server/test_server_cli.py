@@ -30,6 +30,10 @@ def test_create_app_unknown_backend() -> None:
         (["--backend", "nope"], "nope"),
         (["--max-concurrency", "0"], "max_concurrency"),
         (["--backend-option", "novalue"], "KEY=VALUE"),
+        (["--max-memory-mb", "0"], "memory_mb"),
+        (["--memory-mb", "4096", "--max-memory-mb", "1024"], "above the ceiling"),
+        (["--max-queue", "-1"], "max_queue"),
+        (["--head-timeout", "0"], "head_timeout"),
     ],
 )
 def test_serve_usage_errors_exit_2(args: list[str], needle: str) -> None:

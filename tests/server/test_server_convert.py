@@ -6,13 +6,14 @@ import pytest
 
 from sandboxkit.errors import Transient
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status
-from sandboxkit.server.convert import (
+from sandboxkit.protocols.sandbox_fusion import (
+    RunCodeRequest,
+    RunCodeResponse,
     request_from_sandbox_fusion,
     request_to_sandbox_fusion,
     result_from_sandbox_fusion,
     result_to_sandbox_fusion,
 )
-from sandboxkit.server.models import RunCodeRequest, RunCodeResponse
 
 CPP = RunRequest(code="int main(){}", language="cpp")
 

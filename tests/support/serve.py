@@ -8,15 +8,19 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractAsyncContextManager, contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
+import uvicorn
 
 #: The ``app_client`` fixture: ``async with app_client(backend, **create_app_kwargs) as client``.
 AppClient = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
@@ -91,3 +95,23 @@ class ServeProcess:
     def __exit__(self, *exc: object) -> None:
         self.stop()
         os.unlink(self._log.name)
+
+
+@contextmanager
+def uvicorn_thread(app: Any) -> Iterator[str]:
+    """The app on a real loopback socket, in a thread (so tests can time what clients see)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", loop="asyncio"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

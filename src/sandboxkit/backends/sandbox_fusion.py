@@ -44,8 +44,12 @@ from sandboxkit.base import Availability, Backend, Capabilities, Sandbox
 from sandboxkit.errors import BackendUnavailable, InvalidRequest, RateLimited, SandboxCrashed, Transient
 from sandboxkit.languages import LANGUAGES
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, check_relative_path
-from sandboxkit.server.convert import request_to_sandbox_fusion, result_from_sandbox_fusion
-from sandboxkit.server.models import SANDBOX_FUSION_LANGUAGES, RunCodeResponse
+from sandboxkit.protocols.sandbox_fusion import (
+    SANDBOX_FUSION_LANGUAGES,
+    RunCodeResponse,
+    request_to_sandbox_fusion,
+    result_from_sandbox_fusion,
+)
 
 __all__ = ["SandboxFusionBackend", "SandboxFusionSandbox", "split_url"]
 

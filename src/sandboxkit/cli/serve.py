@@ -27,12 +27,35 @@ def serve(
     port: Annotated[int, typer.Option(help="TCP port (0 picks a free one and prints it).")] = 8080,
     max_concurrency: Annotated[int, typer.Option("--max-concurrency", "-j", help="Runs in flight at once.")] = 64,
     queue_timeout: Annotated[
-        float, typer.Option(help="Seconds a request may wait for a run slot before a 504 (verl retries 504).")
-    ] = 10.0,
-    max_queue: Annotated[
-        int | None, typer.Option(help="Requests that may wait at once (default 16 x max-concurrency); more get 504.")
+        float | None,
+        typer.Option(
+            help="Seconds a request may wait for a run slot (default: as long as its client waits; "
+            "the heartbeat keeps it waiting). Past it: 504."
+        ),
     ] = None,
+    max_queue: Annotated[
+        int, typer.Option(help="Requests that may wait for a run slot at once; more get 504 (retried by clients).")
+    ] = 4096,
+    max_queue_mb: Annotated[
+        float, typer.Option(help="Body MiB that requests inside the server may hold at once; more get 504.")
+    ] = 256.0,
+    heartbeat: Annotated[
+        float,
+        typer.Option(
+            help="Seconds without an answer after which the 200 response starts and a space is sent this often "
+            "until the JSON, so no client read timeout fires while a request waits (0: off)."
+        ),
+    ] = 5.0,
     max_body_mb: Annotated[float, typer.Option(help="Largest request body in MiB; larger ones get 413.")] = 32.0,
+    body_timeout: Annotated[float, typer.Option(help="Seconds a client has to send its body; slower: 408.")] = 60.0,
+    head_timeout: Annotated[
+        float, typer.Option(help="Seconds a connection has to send a request's head (slow ones are closed).")
+    ] = 30.0,
+    max_run_timeout: Annotated[float, typer.Option(help="Ceiling on a request's run_timeout (lowered to it).")] = 300.0,
+    max_compile_timeout: Annotated[
+        float, typer.Option(help="Ceiling on a request's compile_timeout (lowered to it).")
+    ] = 300.0,
+    max_memory_mb: Annotated[int, typer.Option(help="Ceiling on a request's memory_limit_MB (lowered to it).")] = 8192,
     memory_mb: Annotated[
         int, typer.Option(help="Memory limit of a run when the request says memory_limit_MB=-1.")
     ] = 1024,
@@ -57,6 +80,8 @@ def serve(
         err_console.print(f'error: the server needs FastAPI and uvicorn ({exc}); run: pip install "sandboxkit[server]"')
         raise typer.Exit(EXIT_USAGE) from exc
     from sandboxkit.models import Limits
+    from sandboxkit.server.ceilings import Ceilings
+    from sandboxkit.server.connections import guarded_http_protocol
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -67,9 +92,16 @@ def serve(
             queue_timeout=queue_timeout,
             max_body_bytes=int(max_body_mb * 1024 * 1024),
             max_queue=max_queue,
+            max_queue_bytes=int(max_queue_mb * 1024 * 1024),
+            body_timeout_s=body_timeout,
+            heartbeat_s=heartbeat,
             limits=limits,
+            ceilings=Ceilings(
+                run_timeout_s=max_run_timeout, compile_timeout_s=max_compile_timeout, memory_mb=max_memory_mb
+            ),
             backend_options=backend_options(backend, backend_option),
         )
+        protocol = guarded_http_protocol(http, head_timeout)
     except SandboxError as exc:
         fail(exc)
     except ValueError as exc:
@@ -82,7 +114,7 @@ def serve(
         log_level=log_level.lower(),
         access_log=access_log,
         loop=loop,  # type: ignore[arg-type]
-        http=http,  # type: ignore[arg-type]
+        http=protocol,
         timeout_keep_alive=30,
         backlog=4096,
         log_config=None,  # keep the logging set up above

@@ -1,61 +1,95 @@
 """The Sandbox Fusion-compatible HTTP app: ``POST /run_code`` and ``GET /v1/ping`` over any backend.
 
 Behaviour that clients depend on, kept from Sandbox Fusion: field names and status strings
-(see :mod:`sandboxkit.server.models`), HTTP 200 for ``Success``, ``Failed`` *and*
+(see :mod:`sandboxkit.protocols.sandbox_fusion`), HTTP 200 for ``Success``, ``Failed`` *and*
 ``SandboxError``, HTTP 422 with FastAPI's ``{"detail": [...]}`` body for invalid input
 (malformed JSON, unknown language), ``"pong"`` on ``/v1/ping``, OpenAPI at ``/docs``.
 
 What sandboxkit adds:
 
-* a real bound on runs in flight (:class:`~sandboxkit.server.gate.Gate`) with a bounded,
-  timed queue; an overflowing or timed-out wait answers **504**, which verl retries;
-* a request-size limit answered with **413 Payload Too Large** (the HTTP status meant for it;
-  verl and the ``sandbox-fusion`` client treat any non-200 as an error, so 413 and 422 are
-  equally safe for them, and 413 tells an operator what happened);
-* ``..`` and absolute paths in ``files`` / ``fetch_files`` rejected with 422 (Sandbox Fusion
-  writes absolute paths wherever they point);
-* output is never cut silently: results carry ``stdout_truncated`` / ``stderr_truncated`` and
-  a ``message``;
-* ``GET /v1/stats``: the gate's and the pool's counters.
+* **backpressure that never loses a reward** (issue 18): Sandbox Fusion never refuses, it is slow,
+  and verl scores a request that got no answer as wrong. So a request waits for a run slot as long
+  as its client waits, and the client's read timer is kept from firing: once a request has had no
+  answer for ``heartbeat_s`` seconds, the server starts a 200 response and sends one space every
+  ``heartbeat_s`` seconds until the JSON result follows (JSON allows leading whitespace; verl's
+  ``requests``, the ``sandbox-fusion`` client's ``requests``/``aiohttp`` and httpx all parse it).
+  A run that answers within ``heartbeat_s`` (nearly all) gets a plain response. The queue is
+  bounded by memory (:mod:`.admission`: requests and body bytes); a refusal is **504** with
+  ``Retry-After``, which every known client retries;
+* ceilings on what a request may ask for (:mod:`.ceilings`), a body size cap (**413**) and a body
+  deadline (**408**) enforced while the body is read, before it is parsed;
+* ``..`` and absolute paths in ``files`` / ``fetch_files`` rejected with 422;
+* output is never cut silently: results carry ``stdout_truncated`` / ``stderr_truncated`` (head
+  and tail kept) and a ``message``;
+* ``GET /metrics`` (Prometheus text format), ``GET /v1/stats`` (the same counters as JSON);
+* Sandbox Fusion's other endpoints (datasets, ``/submit``, ``/run_jupyter``...) answer **404**
+  with a body that says sandboxkit does not provide them (:mod:`.not_provided`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import os
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse, RedirectResponse, Response
+from fastapi.responses import RedirectResponse, Response, StreamingResponse
 
 from sandboxkit.base import Backend
 from sandboxkit.errors import InvalidRequest, SandboxError
 from sandboxkit.languages import LANGUAGES, resolve_language
 from sandboxkit.models import Limits
 from sandboxkit.pool import SandboxPool
-from sandboxkit.server.convert import FieldError, request_from_sandbox_fusion, result_to_sandbox_fusion
-from sandboxkit.server.gate import Gate, QueueFull, QueueTimeout
-from sandboxkit.server.limits import BodySizeLimit
-from sandboxkit.server.models import RunCodeRequest, RunCodeResponse, RunStatus
+from sandboxkit.protocols.sandbox_fusion import (
+    FieldError,
+    RunCodeRequest,
+    RunCodeResponse,
+    RunStatus,
+    request_from_sandbox_fusion,
+    result_to_sandbox_fusion,
+)
+from sandboxkit.server.admission import Admission, AdmissionMiddleware
+from sandboxkit.server.ceilings import Ceilings
+from sandboxkit.server.gate import Gate, QueueTimeout
+from sandboxkit.server.metrics import ServerMetrics
+from sandboxkit.server.not_provided import add_not_provided_routes
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_QUEUE", "DEFAULT_MAX_QUEUE_BYTES", "create_app"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+DEFAULT_MAX_QUEUE = 4096
+DEFAULT_MAX_QUEUE_BYTES = 256 * 1024 * 1024
 _JSON = "application/json"
+
+
+@dataclass
+class _Answer:
+    """What a run produced, before it is written as a response: a status, a JSON body, headers."""
+
+    status: int
+    body: bytes
+    headers: dict[str, str] | None = None
 
 
 def create_app(
     pool_or_backend: SandboxPool | Backend | str = "subprocess",
     max_concurrency: int = 64,
-    queue_timeout: float = 10.0,
+    queue_timeout: float | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     *,
     max_queue: int | None = None,
+    max_queue_bytes: int = DEFAULT_MAX_QUEUE_BYTES,
+    body_timeout_s: float = 60.0,
+    heartbeat_s: float | None = 5.0,
     limits: Limits | None = None,
+    ceilings: Ceilings | None = None,
     backend_options: Mapping[str, Any] | None = None,
     run_grace_s: float = 30.0,
 ) -> FastAPI:
@@ -65,11 +99,18 @@ def create_app(
         pool_or_backend: a :class:`SandboxPool` (used as is, not closed by the app), or a
             backend (instance or registered name) for which the app opens and closes a pool.
         max_concurrency: runs in flight at once (and the pool's cap when the app makes it).
-        queue_timeout: seconds a request may wait for a slot before a 504.
+        queue_timeout: seconds a request may wait for a slot; default None: as long as its
+            client waits (the heartbeat keeps it waiting). Past it: 504, or a ``SandboxError``
+            body once the heartbeat has started the response.
         max_body_bytes: largest request body; larger ones get 413.
-        max_queue: requests that may wait at once (default ``16 * max_concurrency``); more get 504.
+        max_queue: requests that may wait for a slot at once (default 4096); more get 504.
+        max_queue_bytes: body bytes that requests inside the server may hold at once; more get 504.
+        body_timeout_s: seconds a client has to send its body; slower ones get 408.
+        heartbeat_s: after this many seconds without an answer, start the 200 response and send
+            a space this often until the result (None or 0: never; the client may then time out).
         limits: default limits of a run (memory, pids, output cap...); the request's timeouts and
-            a positive ``memory_limit_MB`` override them.
+            a positive ``memory_limit_MB`` override them, up to ``ceilings``.
+        ceilings: the most a request may ask for (default :class:`Ceilings`).
         backend_options: options for the backend when it is given by name.
         run_grace_s: a run that has not returned ``compile_timeout + run_timeout + run_grace_s``
             seconds after it started is abandoned and answered as ``SandboxError``.
@@ -78,10 +119,19 @@ def create_app(
         BackendNotFound / BackendUnavailable: the backend cannot be built.
         InvalidRequest: a bound is out of range.
     """
-    if max_body_bytes < 1:
-        raise InvalidRequest(f"max_body_bytes must be positive, got {max_body_bytes!r}")
+    ceilings = ceilings or Ceilings()
+    queue = DEFAULT_MAX_QUEUE if max_queue is None else max_queue
     try:  # checked before a pool (and its backend) exists, so a bad bound leaks nothing
-        gate = Gate(max_concurrency, max_queue if max_queue is not None else 16 * max_concurrency, queue_timeout)
+        if queue < 0:
+            raise ValueError(f"max_queue must be >= 0, got {max_queue!r}")
+        if heartbeat_s is not None and heartbeat_s < 0:
+            raise ValueError(f"heartbeat_s must be >= 0, got {heartbeat_s!r}")
+        gate = Gate(max_concurrency, queue_timeout)
+        admission = Admission(max_concurrency + queue, max_queue_bytes, max_body_bytes, body_timeout_s)
+        if limits is not None and limits.memory_mb is not None and limits.memory_mb > ceilings.memory_mb:
+            raise ValueError(
+                f"the default memory limit {limits.memory_mb} MB is above the ceiling {ceilings.memory_mb}"
+            )
     except ValueError as exc:
         raise InvalidRequest(str(exc)) from exc
     if isinstance(pool_or_backend, SandboxPool):
@@ -99,6 +149,8 @@ def create_app(
     supported = pool.backend.capabilities.languages
     languages = _sandbox_fusion_languages(supported)
     pod_name = os.environ.get("MY_POD_NAME")
+    metrics = ServerMetrics(pool, gate, admission)
+    beat = heartbeat_s or None
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -114,14 +166,16 @@ def create_app(
         title="sandboxkit (Sandbox Fusion-compatible API)",
         description=(
             f"Runs code on the **{pool.backend.name}** backend. Languages (Sandbox Fusion names): "
-            f"{', '.join(languages)}. At most {max_concurrency} runs in flight; a request that waits longer "
-            f"than {queue_timeout:g}s for a slot gets 504."
+            f"{', '.join(languages)}. At most {max_concurrency} runs in flight; up to {queue} more requests "
+            "wait for a slot (longer waits keep the connection alive with whitespace before the JSON)."
         ),
         lifespan=lifespan,
     )
-    app.add_middleware(BodySizeLimit, max_body_bytes=max_body_bytes)
+    app.add_middleware(AdmissionMiddleware, admission=admission)
     app.state.pool = pool
     app.state.gate = gate
+    app.state.admission = admission
+    app.state.metrics = metrics
 
     @app.get("/", include_in_schema=False)
     async def index() -> RedirectResponse:
@@ -135,22 +189,20 @@ def create_app(
     @app.get("/v1/stats")
     async def stats() -> dict[str, Any]:
         """Admission counters and the pool's metrics."""
-        return {"gate": vars(gate.statistics()), "pool": pool.metrics()}
+        return {
+            "gate": vars(gate.statistics()),
+            "admission": vars(admission.statistics()),
+            "responses": metrics.response_counts(),
+            "pool": pool.metrics(),
+        }
 
-    @app.post(
-        "/run_code",
-        response_model=RunCodeResponse,
-        responses={
-            413: {"description": "request body larger than the server's limit"},
-            504: {"description": "no run slot freed up within the queue timeout, or the queue is full; retry"},
-        },
-    )
-    async def run_code(body: RunCodeRequest) -> Response:
-        """Run code once: compile if needed, run with stdin, fetch files.
+    @app.get("/metrics", include_in_schema=True)
+    async def prometheus_metrics() -> Response:
+        """The pool's and the server's metrics in Prometheus text format."""
+        body, content_type = metrics.exposition()
+        return Response(body, media_type=content_type)
 
-        HTTP 200 for ``Success``, ``Failed`` and ``SandboxError``; 422 for invalid input; 504
-        when the server is saturated.
-        """
+    async def execute(body: RunCodeRequest) -> _Answer:
         if not _runs(supported, body.language):
             msg = (
                 f"language {body.language!r} is not available; this server ({pool.backend.name} backend) "
@@ -158,15 +210,14 @@ def create_app(
             )
             return _unprocessable("language", msg, body.language)
         try:
-            request = request_from_sandbox_fusion(body, default_limits)
+            capped, notes = ceilings.apply(body)
+            request = request_from_sandbox_fusion(capped, default_limits)
         except FieldError as exc:
             return _unprocessable(exc.field, exc.message, None)
         try:
             async with gate.slot():
                 deadline = request.limits.compile_timeout_s + request.limits.timeout_s + run_grace_s
                 result = await pool.run(request, deadline_s=deadline)
-        except QueueFull:
-            return _saturated(f"server busy: {gate.max_queue} requests already waiting for a run slot; retry later")
         except QueueTimeout:
             return _saturated(
                 f"server busy: no run slot freed up within {gate.queue_timeout:g}s "
@@ -181,9 +232,72 @@ def create_app(
             log.exception("backend %s raised unexpectedly", pool.backend.name)
             return _sandbox_error(f"internal error: {type(exc).__name__}: {exc}", pod_name)
         response = result_to_sandbox_fusion(result, executor_pod_name=pod_name)
-        return Response(response.model_dump_json(), media_type=_JSON)
+        if notes:
+            response.message = "; ".join([*notes, *([response.message] if response.message else [])])
+        return _Answer(200, response.model_dump_json().encode())
 
+    @app.post(
+        "/run_code",
+        response_model=RunCodeResponse,
+        responses={
+            408: {"description": "the request body did not arrive within the server's body timeout"},
+            413: {"description": "request body larger than the server's limit"},
+            504: {"description": "the server holds as many requests (or body bytes) as it may; retry"},
+        },
+    )
+    async def run_code(body: RunCodeRequest) -> Response:
+        """Run code once: compile if needed, run with stdin, fetch files.
+
+        HTTP 200 for ``Success``, ``Failed`` and ``SandboxError``; 422 for invalid input; 504
+        when the server is full. A long wait is answered 200 with whitespace before the JSON.
+        """
+        task = asyncio.ensure_future(execute(body))
+        try:
+            if beat is not None:
+                await asyncio.wait({task}, timeout=beat)
+            else:
+                await asyncio.wait({task})
+        except BaseException:
+            task.cancel()
+            raise
+        if task.done():
+            answer = task.result()
+            metrics.answered(answer.status, answer.body, streamed=False)
+            return Response(answer.body, status_code=answer.status, media_type=_JSON, headers=answer.headers)
+        assert beat is not None
+        return StreamingResponse(_heartbeats(task, beat, metrics, pod_name), media_type=_JSON)
+
+    add_not_provided_routes(app)
     return app
+
+
+async def _heartbeats(
+    task: asyncio.Future[_Answer], every: float, metrics: ServerMetrics, pod_name: str | None
+) -> AsyncIterator[bytes]:
+    """A space every ``every`` seconds until ``task`` is done, then its JSON (as a 200 body).
+
+    The status line (200) is already sent, so an answer that would have been another status
+    (a queue timeout) becomes a ``SandboxError`` body. A client that goes away cancels the run.
+    """
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=every)
+            if done:
+                break
+            yield b" "
+        answer = task.result()
+        if answer.status != 200:
+            answer = _sandbox_error(
+                f"HTTP {answer.status} after the response had started: {answer.body!r:.300}", pod_name
+            )
+        metrics.answered(answer.status, answer.body, streamed=True)
+        yield answer.body
+    finally:
+        if not task.done():
+            task.cancel()
+            with suppress(asyncio.CancelledError, Exception):
+                await task
+            metrics.abandoned()
 
 
 def _runs(supported: frozenset[str], language: str) -> bool:
@@ -197,16 +311,17 @@ def _sandbox_fusion_languages(supported: frozenset[str]) -> list[str]:
     return sorted(LANGUAGES[name].sandbox_fusion or name if name in LANGUAGES else name for name in supported)
 
 
-def _unprocessable(field: str, message: str, value: Any) -> JSONResponse:
+def _unprocessable(field: str, message: str, value: Any) -> _Answer:
     # The same shape FastAPI gives its own validation errors, so clients parse one format.
     loc = ["body"] if field == "body" else ["body", field]
-    return JSONResponse({"detail": [{"type": "value_error", "loc": loc, "msg": message, "input": value}]}, 422)
+    detail = {"detail": [{"type": "value_error", "loc": loc, "msg": message, "input": value}]}
+    return _Answer(422, json.dumps(detail).encode())
 
 
-def _saturated(message: str) -> JSONResponse:
-    return JSONResponse({"detail": message}, 504, headers={"Retry-After": "1"})
+def _saturated(message: str) -> _Answer:
+    return _Answer(504, json.dumps({"detail": message}).encode(), {"Retry-After": "1"})
 
 
-def _sandbox_error(message: str, pod_name: str | None) -> Response:
+def _sandbox_error(message: str, pod_name: str | None) -> _Answer:
     body = RunCodeResponse(status=RunStatus.SandboxError, message=message, executor_pod_name=pod_name)
-    return Response(body.model_dump_json(), media_type=_JSON)
+    return _Answer(200, body.model_dump_json().encode())

@@ -1,25 +1,22 @@
-"""The server's admission control: a hard cap on runs in flight and a bounded, timed wait queue.
+"""The server's run slots: a hard cap on runs in flight, FIFO among waiters.
 
-Why not just the pool's cap: the pool would let every request wait forever, and an HTTP
-client that gives up after its own read timeout (verl: ``2 * timeout + 10`` s) cannot tell
-"still queued" from "lost". Here a request waits at most ``queue_timeout`` seconds and at
-most ``max_queue`` requests wait at once; past either bound the server answers 504 at once,
-the one status verl retries (with 1 s, 2 s back-off).
+How many requests may wait is decided before their bodies are read (:mod:`.admission`, by count
+and by bytes). How long they may wait is by default as long as their client waits: while a
+request waits (or runs) past the heartbeat delay, the app keeps the client's read timer from
+firing (see :mod:`sandboxkit.server.app`), so a slow server delays a reward but never turns it
+into an error. An operator who prefers a timer sets ``queue_timeout``; a request that waits past
+it gets 504 (or a ``SandboxError`` body once its answer has started).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import anyio
 
-__all__ = ["Gate", "GateStatistics", "QueueFull", "QueueTimeout"]
-
-
-class QueueFull(Exception):
-    """Too many requests are already waiting."""
+__all__ = ["Gate", "GateStatistics", "QueueTimeout"]
 
 
 class QueueTimeout(Exception):
@@ -33,50 +30,44 @@ class GateStatistics:
     in_flight: int
     waiting: int
     max_concurrency: int
-    max_queue: int
-    queue_timeout: float
+    queue_timeout: float | None
     admitted: int
-    rejected_queue_full: int
     rejected_queue_timeout: int
 
 
 class Gate:
-    """At most ``max_concurrency`` holders; at most ``max_queue`` waiters, each for ``queue_timeout`` s.
+    """At most ``max_concurrency`` holders; waiters are served first come, first served.
 
     Raises:
-        ValueError: a bound is not positive.
+        ValueError: ``max_concurrency`` is not positive, or ``queue_timeout`` is given and not positive.
     """
 
-    def __init__(self, max_concurrency: int, max_queue: int, queue_timeout: float) -> None:
-        if max_concurrency < 1 or max_queue < 0 or not queue_timeout > 0:
+    def __init__(self, max_concurrency: int, queue_timeout: float | None = None) -> None:
+        if max_concurrency < 1 or (queue_timeout is not None and not queue_timeout > 0):
             raise ValueError(
-                f"need max_concurrency >= 1, max_queue >= 0 and queue_timeout > 0, got "
-                f"{max_concurrency!r}, {max_queue!r}, {queue_timeout!r}"
+                f"need max_concurrency >= 1 and queue_timeout > 0 (or None), got {max_concurrency!r}, {queue_timeout!r}"
             )
         self.max_concurrency = max_concurrency
-        self.max_queue = max_queue
         self.queue_timeout = queue_timeout
         self._limiter = anyio.CapacityLimiter(max_concurrency)
         self._waiting = 0
         self._admitted = 0
-        self._full = 0
         self._timed_out = 0
+        #: Called with the seconds each admitted request waited for its slot (the metrics' histogram).
+        self.observe_wait: Callable[[float], None] | None = None
 
     @asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
         """Hold one slot for the body of the ``async with``.
 
         Raises:
-            QueueFull: ``max_queue`` requests are already waiting.
-            QueueTimeout: no slot freed up within ``queue_timeout`` seconds.
+            QueueTimeout: ``queue_timeout`` is set and no slot freed up within it.
         """
         token = object()
+        started = anyio.current_time()
         try:
             self._limiter.acquire_on_behalf_of_nowait(token)
         except anyio.WouldBlock:
-            if self._waiting >= self.max_queue:
-                self._full += 1
-                raise QueueFull from None
             self._waiting += 1
             try:
                 with anyio.fail_after(self.queue_timeout):
@@ -87,6 +78,8 @@ class Gate:
             finally:
                 self._waiting -= 1
         self._admitted += 1
+        if self.observe_wait is not None:
+            self.observe_wait(anyio.current_time() - started)
         try:
             yield
         finally:
@@ -98,9 +91,7 @@ class Gate:
             in_flight=self._limiter.borrowed_tokens,
             waiting=self._waiting,
             max_concurrency=self.max_concurrency,
-            max_queue=self.max_queue,
             queue_timeout=self.queue_timeout,
             admitted=self._admitted,
-            rejected_queue_full=self._full,
             rejected_queue_timeout=self._timed_out,
         )

@@ -84,9 +84,22 @@ async def test_memory_and_output_limits(backend: SandboxFusionBackend) -> None:
     hog = await sandbox.run(
         RunRequest(code="x = bytearray(600 * 1024 * 1024)\nprint('got it')", limits=LIMITS.merged(memory_mb=128))
     )
-    flood = await sandbox.run(RunRequest(code="print('z' * 200_000)", limits=LIMITS))
+    flood = await sandbox.run(RunRequest(code="print('z' * 200_000 + 'END')", limits=LIMITS))
     assert hog.status in (Status.MEMORY_EXCEEDED, Status.FAILED) and "got it" not in hog.stdout
-    assert flood.status is Status.OUTPUT_LIMIT and flood.stdout_truncated and len(flood.stdout) == 64 * 1024
+    # The service (cap 1 MiB) sent it all; the client keeps the head and the tail of its own cap.
+    assert flood.status is Status.OK and flood.stdout_truncated
+    assert flood.stdout.startswith("z" * 32 * 1024) and flood.stdout.endswith("z" * 100 + "END\n")
+    assert f"[... sandboxkit: {200_004 - 64 * 1024} bytes cut ...]" in flood.stdout
+
+
+async def test_long_stderr_keeps_the_traceback_at_its_end(backend: SandboxFusionBackend) -> None:
+    sandbox = await backend.open(LIMITS)
+    code = "import sys\nsys.stderr.write('e' * 300_000)\nraise ZeroDivisionError('late')"
+    result = await sandbox.run(RunRequest(code=code, limits=LIMITS))
+    assert result.status is Status.FAILED and result.stderr_truncated and not result.stdout_truncated
+    assert result.stderr.startswith("e" * 1000)
+    assert result.stderr.rstrip().endswith("ZeroDivisionError: late")
+    assert len(result.stderr.encode()) < 64 * 1024 + 100
 
 
 async def test_files_in_and_out_and_statelessness(backend: SandboxFusionBackend) -> None:

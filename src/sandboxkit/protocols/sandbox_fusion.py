@@ -1,8 +1,25 @@
-"""Translation between sandboxkit's models and Sandbox Fusion's ``/run_code`` models.
+"""Sandbox Fusion's ``/run_code`` wire format: the request and response models, and the mapping to sandboxkit's.
 
-Four pure functions, two per direction, so the server (Sandbox Fusion request in,
-sandboxkit result out) and the ``sandbox_fusion`` backend (sandboxkit request out,
-Sandbox Fusion response in) share one mapping and a round trip through both is lossless
+One neutral module shared by both sides of the protocol, as SWE-ReX shares its request/response
+pairs: the server (:mod:`sandboxkit.server`) parses requests and writes responses with it, and the
+``sandbox_fusion`` client backend writes requests and parses responses with it. Neither side imports
+the other; this module imports only pydantic, :mod:`sandboxkit.models`, :mod:`sandboxkit.errors`,
+:mod:`sandboxkit.languages` and :mod:`sandboxkit.output`.
+
+Models, field for field.
+
+The names, defaults and status strings are Sandbox Fusion's own (``memory_limit_MB`` with
+its capital ``MB``, ``executor_pod_name``, ``TimeLimitExceeded``...), because verl and the
+``sandbox-fusion`` client read them byte for byte. The same models serve both directions:
+the server parses requests with them, and the ``sandbox_fusion`` backend parses responses.
+
+Additions, all optional and ignored by existing clients (both the PyPI client and verl
+ignore unknown keys): ``stdout_truncated`` / ``stderr_truncated`` on a command result and
+``sandboxkit_status`` on the response. Sandbox Fusion itself cuts long output silently;
+sandboxkit says so instead, and a sandboxkit client can recover the exact status
+(``memory_exceeded``, ``output_limit``) that the three Sandbox Fusion statuses cannot carry.
+
+Converters: four pure functions, two per direction, so a round trip through both is lossless
 for everything Sandbox Fusion can express.
 
 Status mapping (sandboxkit → Sandbox Fusion):
@@ -16,7 +33,9 @@ timeout                   Failed       run: TimeLimitExceeded, return_code null
 compile_error             Failed       compile: Finished rc != 0 or TimeLimitExceeded;
                                        run_result null
 memory_exceeded           Failed       run: Finished, return_code != 0; message says why
-output_limit              Failed       run: Finished, ``stdout_truncated``; message says why
+output_limit              Failed       run: Finished, return_code != 0; message says why
+(any; a stream cut)       as above     ``stdout_truncated`` / ``stderr_truncated`` set:
+                                       head and tail kept, the cut marked in the text
 ========================  ===========  =============================================
 """
 
@@ -24,20 +43,142 @@ from __future__ import annotations
 
 import base64
 import binascii
+from enum import Enum
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from sandboxkit.errors import InvalidRequest, Transient
 from sandboxkit.languages import resolve_language, sandbox_fusion_name
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status, check_relative_path
-from sandboxkit.server.models import CommandRunResult, CommandRunStatus, RunCodeRequest, RunCodeResponse, RunStatus
+from sandboxkit.output import cut_head_tail, cut_marker
 
 __all__ = [
+    "SANDBOX_FUSION_LANGUAGES",
+    "CommandRunResult",
+    "CommandRunStatus",
     "FieldError",
+    "RunCodeRequest",
+    "RunCodeResponse",
+    "RunStatus",
     "request_from_sandbox_fusion",
     "request_to_sandbox_fusion",
     "result_from_sandbox_fusion",
     "result_to_sandbox_fusion",
 ]
+
+#: Every value of Sandbox Fusion's ``Language`` literal (``sandbox/runners/types.py``).
+SANDBOX_FUSION_LANGUAGES: tuple[str, ...] = (
+    "python",
+    "cpp",
+    "nodejs",
+    "go",
+    "go_test",
+    "java",
+    "php",
+    "csharp",
+    "bash",
+    "typescript",
+    "sql",
+    "rust",
+    "cuda",
+    "lua",
+    "R",
+    "perl",
+    "D_ut",
+    "ruby",
+    "scala",
+    "julia",
+    "pytest",
+    "junit",
+    "kotlin_script",
+    "jest",
+    "verilog",
+    "python_gpu",
+    "lean",
+    "swift",
+    "racket",
+)
+
+
+class RunStatus(str, Enum):
+    """Top-level outcome. All three come back with HTTP 200."""
+
+    Success = "Success"
+    Failed = "Failed"  # the program failed: non-zero exit, timeout, compile error
+    SandboxError = "SandboxError"  # the infrastructure failed; says nothing about the program
+
+
+class CommandRunStatus(str, Enum):
+    """Outcome of one command (the compile step or the run)."""
+
+    Finished = "Finished"
+    Error = "Error"
+    TimeLimitExceeded = "TimeLimitExceeded"
+
+
+class RunCodeRequest(BaseModel):
+    """Body of ``POST /run_code``.
+
+    Unknown keys are ignored, as in Sandbox Fusion. ``language`` is a plain string here;
+    the server checks it against what its backend supports and answers 422 otherwise.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    compile_timeout: float = Field(10, description="Compile timeout in seconds (compiled languages).")
+    run_timeout: float = Field(10, description="Run timeout in seconds.")
+    memory_limit_MB: int = Field(-1, description="Memory limit in MiB; -1 (or any value <= 0) = the server default.")
+    code: str = Field(..., examples=['print("hello")'], description="The code to run.")
+    stdin: str | None = Field(None, examples=[""], description="Text passed to the program's stdin.")
+    language: str = Field(..., examples=["python"], description="Sandbox Fusion language name.")
+    files: dict[str, str | None] = Field(
+        default_factory=dict,
+        description="Relative path -> base64 content, written before the run; null values are skipped.",
+    )
+    fetch_files: list[str] = Field(
+        default_factory=list, description="Relative paths returned (base64) after the run; missing ones are omitted."
+    )
+
+
+class CommandRunResult(BaseModel):
+    """Result of one command. ``return_code`` is null when the command timed out."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    status: CommandRunStatus
+    execution_time: float | None = Field(None, description="Wall-clock seconds.")
+    return_code: int | None = None
+    stdout: str | None = None
+    stderr: str | None = None
+    stdout_truncated: bool = Field(
+        False, description="sandboxkit: stdout was longer than the cap; its head and tail are kept."
+    )
+    stderr_truncated: bool = Field(
+        False, description="sandboxkit: stderr was longer than the cap; its head and tail are kept."
+    )
+
+
+class RunCodeResponse(BaseModel):
+    """Response of ``POST /run_code``.
+
+    ``compile_result`` is null for interpreted languages; ``run_result`` is null when the
+    compile step failed or timed out.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    status: RunStatus
+    message: str = ""
+    compile_result: CommandRunResult | None = None
+    run_result: CommandRunResult | None = None
+    executor_pod_name: str | None = None
+    files: dict[str, str] = Field(default_factory=dict, description="Fetched path -> base64 content.")
+    sandboxkit_status: str | None = Field(
+        None,
+        description="sandboxkit: exact outcome (ok, failed, compile_error, timeout, memory_exceeded, output_limit).",
+    )
+
 
 _KILLED = -9  # return code reported when a limit killed the program and no exit code exists
 
@@ -130,9 +271,11 @@ def _command_from_exec(res: ExecResult) -> CommandRunResult:
 def _message(result: RunResult) -> str:
     if result.status is Status.MEMORY_EXCEEDED:
         return f"memory limit exceeded ({result.language} program killed)"
-    if result.status is Status.OUTPUT_LIMIT or result.stdout_truncated or result.stderr_truncated:
-        cut = [n for n, t in (("stdout", result.stdout_truncated), ("stderr", result.stderr_truncated)) if t]
-        return f"output limit exceeded: {' and '.join(cut) or 'output'} truncated at the server's per-stream cap"
+    cut = " and ".join(n for n, t in (("stdout", result.stdout_truncated), ("stderr", result.stderr_truncated)) if t)
+    if result.status is Status.OUTPUT_LIMIT:
+        return f"output limit exceeded: the program was stopped after writing too much ({cut or 'output'} cut)"
+    if cut:
+        return f"{cut} longer than the server's per-stream cap: the head and the tail are kept, the middle is cut"
     return ""
 
 
@@ -168,8 +311,10 @@ def result_from_sandbox_fusion(
 ) -> RunResult:
     """Turn a Success/Failed response back into a sandboxkit result.
 
-    Output longer than ``request.limits.output_bytes`` is cut here and flagged, so a remote
-    service without an output cap still honours the contract.
+    Output longer than ``request.limits.output_bytes`` is cut here to its head and tail
+    (:func:`sandboxkit.output.cut_head_tail`) and flagged, so a remote service without an output
+    cap still honours the contract. The cut changes no status: only a program the service
+    stopped for its output is ``output_limit``.
 
     Raises:
         Transient: the response is a ``SandboxError``, or is inconsistent (no run result
@@ -194,11 +339,8 @@ def result_from_sandbox_fusion(
             status = Status(response.sandboxkit_status)
         except ValueError:
             pass
-    cap = request.limits.output_bytes
-    stdout, out_cut = _cap(run_exec.stdout, cap)
-    stderr, err_cut = _cap(run_exec.stderr, cap)
-    if (out_cut or err_cut) and status in (Status.OK, Status.FAILED):
-        status = Status.OUTPUT_LIMIT
+    stdout, out_cut = _head_tail(run_exec.stdout, request.limits)
+    stderr, err_cut = _head_tail(run_exec.stderr, request.limits)
     try:
         files = {path: base64.b64decode(data, validate=True) for path, data in response.files.items()}
     except (binascii.Error, ValueError) as exc:
@@ -246,11 +388,13 @@ def _exec_from_command(cmd: CommandRunResult) -> ExecResult:
     )
 
 
-def _cap(text: str, cap: int) -> tuple[str, bool]:
-    data = text.encode("utf-8", errors="replace")
-    if len(data) <= cap:
+def _head_tail(text: str, limits: Limits) -> tuple[str, bool]:
+    data = text.encode("utf-8", errors="surrogateescape")
+    # A sandboxkit server already cut the stream; its marker makes it a little longer than the cap.
+    if len(data) <= limits.output_bytes + len(cut_marker(limits.stop_bytes())):
         return text, False
-    return data[:cap].decode("utf-8", errors="ignore"), True
+    kept, _ = cut_head_tail(data, limits.output_bytes, limits.output_head_fraction)
+    return kept.decode("utf-8", errors="replace"), True
 
 
 def _checked_path(field: str, path: str) -> str:

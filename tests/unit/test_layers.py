@@ -1,0 +1,236 @@
+"""The import direction of the layers in docs/architecture.md, pinned statically.
+
+Every ``import`` statement under ``src/sandboxkit`` is read with :mod:`ast` (lazy imports inside
+functions and ``TYPE_CHECKING`` blocks included, since a lazy import is still a dependency), and each
+rule below is one test, so a failure names the rule, the importing module and what it imported.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import sandboxkit
+
+SRC = Path(sandboxkit.__file__).parent
+
+#: Layers from the top down, as drawn in docs/architecture.md. A module may import its own layer
+#: or any layer below it, never one above.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("cli",),
+    ("integrations",),
+    ("server",),
+    ("judge", "testing", "benchmarking"),
+    (
+        "pool",
+        "session",
+        "sync",
+        "_request",
+        "_slots",
+        "_lease",
+        "_capacity",
+        "_signals",
+        "limiter",
+        "metrics",
+        "distributed",
+        "prometheus",
+    ),
+    ("registry", "hookspecs", "backends._plugins"),
+    ("backends",),
+    ("protocols", "base"),
+    ("models", "errors", "languages", "output", "configs"),
+)
+
+#: What a backend may import from sandboxkit besides its own package (and third-party SDKs).
+BACKEND_MAY_IMPORT = ("models", "errors", "languages", "base", "output", "protocols")
+#: What a wire protocol may import from sandboxkit.
+PROTOCOL_MAY_IMPORT = ("models", "errors", "languages", "output")
+#: Trainer frameworks: only integrations/ adapts to them (and distributed/ runs on Ray).
+TRAINERS = {"trl": (), "verl": (), "rllm": (), "ray": ("distributed",)}
+
+
+@dataclass(frozen=True)
+class Import:
+    """One imported name, resolved to the module it comes from."""
+
+    module: str  # the importing module, relative to sandboxkit ("backends.docker.sandbox")
+    target: str  # absolute dotted name of what it imports ("sandboxkit.server.models", "httpx")
+    line: int
+
+    def __str__(self) -> str:
+        return f"sandboxkit.{self.module} imports {self.target} (line {self.line})"
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _exists(dotted: str, root: Path) -> bool:
+    rel = Path(*dotted.split(".")[1:]) if "." in dotted else Path()
+    return (root / rel).with_suffix(".py").is_file() or (root / rel / "__init__.py").is_file()
+
+
+def imports_of(path: Path, root: Path = SRC) -> Iterator[Import]:
+    """Every import in one file, with relative imports and ``from package import module`` resolved."""
+    module = _module_name(path, root)
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Import(module, alias.name, node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = ["sandboxkit", *package[: len(package) - (node.level - 1)]]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            if source == "__future__":
+                continue
+            for alias in node.names:
+                candidate = f"{source}.{alias.name}"
+                yield Import(module, candidate if _exists(candidate, root) else source, node.lineno)
+
+
+def all_imports(root: Path = SRC) -> list[Import]:
+    return [imp for path in sorted(root.rglob("*.py")) for imp in imports_of(path, root)]
+
+
+def _internal(target: str) -> str | None:
+    """``sandboxkit.x.y`` -> ``x.y``; None for a third-party or stdlib name (and the root package)."""
+    return target.removeprefix("sandboxkit.") if target.startswith("sandboxkit.") else None
+
+
+def _within(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def layer_of(name: str) -> int | None:
+    """Index in :data:`LAYERS` (0 = top) of a module relative to sandboxkit; the longest prefix wins."""
+    best: tuple[int, int] | None = None
+    for index, members in enumerate(LAYERS):
+        for member in members:
+            if _within(name, (member,)) and (best is None or len(member) > best[1]):
+                best = (index, len(member))
+    return None if best is None else best[0]
+
+
+# ---------------------------------------------------------------------------- the rules
+
+
+def layer_violations(imports: list[Import]) -> list[str]:
+    bad = []
+    for imp in imports:
+        target = _internal(imp.target)
+        if target is None or not imp.module:
+            continue
+        own, other = layer_of(imp.module), layer_of(target)
+        if own is not None and other is not None and other < own:
+            bad.append(f"{imp}: layer {LAYERS[own]} may not import the layer above, {LAYERS[other]}")
+    return bad
+
+
+def backend_violations(imports: list[Import]) -> list[str]:
+    bad = []
+    for imp in imports:
+        target = _internal(imp.target)
+        if target is None or not _within(imp.module, ("backends",)) or imp.module == "backends._plugins":
+            continue
+        parts = imp.module.split(".")
+        own_package = ".".join(parts[:2]) if len(parts) > 2 else imp.module
+        shared_private = target.startswith("backends._") and target != "backends._plugins"
+        allowed = _within(target, BACKEND_MAY_IMPORT) or _within(target, (own_package,)) or shared_private
+        if not allowed and target != "backends":
+            bad.append(f"{imp}: a backend imports only {', '.join(BACKEND_MAY_IMPORT)} and its own package")
+    return bad
+
+
+def trainer_violations(imports: list[Import]) -> list[str]:
+    bad = []
+    for imp in imports:
+        root = imp.target.split(".")[0]
+        if root not in TRAINERS or _within(imp.module, ("integrations",)):
+            continue
+        if not _within(imp.module, TRAINERS[root]):
+            bad.append(f"{imp}: only integrations/ imports a trainer ({root})")
+    return bad
+
+
+def cli_violations(imports: list[Import]) -> list[str]:
+    return [
+        f"{imp}: nothing outside cli/ imports cli/"
+        for imp in imports
+        if _within(_internal(imp.target) or "", ("cli",)) and not _within(imp.module, ("cli",))
+    ]
+
+
+def protocol_violations(imports: list[Import]) -> list[str]:
+    bad = []
+    for imp in imports:
+        target = _internal(imp.target)
+        if target is None or not _within(imp.module, ("protocols",)):
+            continue
+        if not _within(target, PROTOCOL_MAY_IMPORT) and not _within(target, ("protocols",)):
+            bad.append(f"{imp}: a protocol imports only {', '.join(PROTOCOL_MAY_IMPORT)}")
+    return bad
+
+
+RULES = {
+    "layers point down": layer_violations,
+    "backends import only the core": backend_violations,
+    "no trainer below integrations": trainer_violations,
+    "nothing imports cli": cli_violations,
+    "protocols import only the core": protocol_violations,
+}
+
+
+@pytest.mark.parametrize("rule", list(RULES))
+def test_the_package_keeps_the_rule(rule: str) -> None:
+    violations = RULES[rule](all_imports())
+    assert not violations, "\n".join(violations)
+
+
+def test_every_module_has_a_layer() -> None:
+    """A new top-level module must be placed in LAYERS (and in the diagram), or the rules miss it."""
+    modules = {_module_name(p, SRC) for p in SRC.rglob("*.py")} - {""}
+    unplaced = sorted(m for m in modules if layer_of(m) is None and m != "__main__")
+    assert not unplaced, f"add these to LAYERS and docs/architecture.md: {unplaced}"
+
+
+def test_the_diagram_names_every_layer() -> None:
+    doc = (SRC.parents[1] / "docs" / "architecture.md").read_text()
+    diagram = doc.split("```")[1]
+    for members in LAYERS:
+        assert any(member.split(".")[0] in diagram for member in members), members
+
+
+# ---------------------------------------------------------------------------- the rules can fail
+
+BREAKS = {
+    "layers point down": ("judge/new.py", "from sandboxkit.server.app import create_app\n"),
+    "backends import only the core": ("backends/sandbox_fusion.py", "from sandboxkit.server import app\n"),
+    "no trainer below integrations": ("pool.py", "def f():\n    import verl.utils\n"),
+    "nothing imports cli": ("server/app.py", "from sandboxkit.cli._common import fail\n"),
+    "protocols import only the core": ("protocols/sandbox_fusion.py", "from sandboxkit.pool import SandboxPool\n"),
+}
+
+
+@pytest.mark.parametrize("rule", list(RULES))
+def test_a_deliberate_bad_import_breaks_the_rule(rule: str, tmp_path: Path) -> None:
+    """A copy of the package with one bad import added: the rule must name it."""
+    root = tmp_path / "sandboxkit"
+    for path in SRC.rglob("*.py"):
+        dest = root / path.relative_to(SRC)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(path.read_text())
+    relative, line = BREAKS[rule]
+    target = root / relative
+    target.write_text((target.read_text() if target.exists() else "") + "\n" + line)
+    violations = RULES[rule](all_imports(root))
+    assert violations and all(relative.removesuffix(".py").replace("/", ".") in v for v in violations), violations

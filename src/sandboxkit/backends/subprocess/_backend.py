@@ -205,6 +205,7 @@ class SubprocessSandbox(Sandbox):
         if python is None:
             return None
         if self._server is not None:
+            await self._server.settle()
             if self._server.died:
                 self._discard()
                 self._check_open()
@@ -534,8 +535,8 @@ class SubprocessSandbox(Sandbox):
         if self._closed or self._broken is not None:
             return False
         async with self._lock:
-            if self._server is not None and not self._server.died:
-                await self._server.check_dirty()
+            if self._server is not None:
+                await self._server.settle()
             if self._server is not None and (self._server.dirty or self._server.died):
                 if self._server.died:
                     self._discard()

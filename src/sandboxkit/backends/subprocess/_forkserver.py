@@ -85,6 +85,8 @@ class ForkServer:
         self.dirty = False
         #: The server died on its own (a program killed it): never start another in this workspace.
         self.died = False
+        #: The server's ``dirty`` report on the last command is still unread (see ``settle``).
+        self._report_pending = False
         self.prefix = list(prefix)
         self.user = user
         self.env = dict(env)
@@ -252,35 +254,34 @@ class ForkServer:
             timer.cancel()
             loop.remove_reader(fd)
 
-    async def check_dirty(self) -> bool:
-        """Ask the server whether earlier commands left state outside the workspace; sets ``dirty``.
+    async def settle(self) -> None:
+        """Collect the server's state report on the last command (``dirty``), if still unread.
 
-        Asked only before the sandbox is reused (``reset``), not after every command: the
-        answer costs six system calls in the server, and only matters then. Between commands
-        no process of the sandbox but the server exists, so the answer cannot go stale before
-        the next command. A server that does not answer sensibly counts as dirty (restarted);
-        one that died counts as ``died``.
+        The server sends it right after the exit report, so it checks while the host is busy
+        with the result and the report is usually waiting here already (one ``recv``). Called
+        before the next command and before a reset. A server that does not report in time is
+        killed (restarted by the next command: it was not the program's doing that we know of);
+        one that died is ``died``.
         """
-        if self.dirty or not self.private_state:
-            return self.dirty
+        if not self._report_pending:
+            return
+        self._report_pending = False
         sock = self.sock
         if sock is None or not self.alive:
             self.dirty = True
-            return True
+            return
         try:
-            sock.send(b"dirty", socket.MSG_DONTWAIT)
             reply = await self._reply(sock, START_TIMEOUT_S)
-        except OSError:
-            reply = b""
-        except BaseException:  # cancelled: a late answer would be taken for the next command's
+        except BaseException:  # cancelled: a late report would be taken for the next command's
             self.kill()
             raise
-        if reply == b"dirty 0":
-            return False
-        if not reply:
-            self.died = True
-        self.dirty = True
-        return True
+        if reply is None or not reply.startswith(b"dirty "):
+            self.dirty = True
+            if reply == b"":
+                self.died = True
+            self.kill()
+        elif reply == b"dirty 1":
+            self.dirty = True
 
     def _send_kill(self) -> None:
         if self.sock is not None:
@@ -349,6 +350,7 @@ class ForkServer:
         elif reply.startswith(b"exit "):
             _, raw_status, raw_timeout = reply.split()
             status, timed_out = int(raw_status), raw_timeout == b"1"
+            self._report_pending = self.private_state
         else:  # b"": the server died (a program may kill its parent) or answered nonsense
             crashed = self.died = True
         if crashed:

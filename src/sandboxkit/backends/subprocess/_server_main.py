@@ -29,11 +29,10 @@ Protocol on the control socket (``SOCK_SEQPACKET``, one message per datagram):
                     "cwd", "env", "rlimits"}; the program's own stdin follows. Only the forked
                     child reads it (before the program exists), so no pipe more per command;
                     or ``b"kill"`` while a command runs (output stop reached).
-                    or ``b"dirty"`` between commands (the host is about to reset the sandbox).
     server -> host: ``b"ready"`` once at start; ``b"exit <waitstatus> <timed_out>"`` after each
-                    command; ``b"dirty <0|1>"`` in answer to ``b"dirty"`` (whether state was left
-                    outside the workspace, see ``_dirty``). Checking only when asked keeps the six
-                    system calls off every command: state matters only when the sandbox is reused.
+                    command, then (private state only) ``b"dirty <0|1>"``: whether state is left
+                    outside the workspace (see ``_dirty``). Checked after the exit is reported, so
+                    its six system calls run while the host collects the result, not before it.
 """
 
 from __future__ import annotations
@@ -329,6 +328,8 @@ def _serve_one(ctl: _socket.socket, req: dict[str, Any], fds: list[int]) -> None
         for fd in fds:
             os.close(fd)
         ctl.send(b"exit %d 0" % (127 << 8))
+        if PRIVATE:
+            ctl.send(b"dirty %d" % _dirty())
         return
     pid = os.fork()
     if pid == 0:
@@ -361,6 +362,8 @@ def _serve_one(ctl: _socket.socket, req: dict[str, Any], fds: list[int]) -> None
     os.close(pidfd)
     _sweep(req["sweep"], pid)
     ctl.send(b"exit %d %d" % (status, timed_out))
+    if PRIVATE:
+        ctl.send(b"dirty %d" % _dirty())
 
 
 def _kill_group(pid: int) -> None:
@@ -433,11 +436,6 @@ def main() -> None:
         if msg == b"kill":  # a late kill for a command that already ended
             for fd in fds:
                 os.close(fd)
-            continue
-        if msg == b"dirty":  # between commands: every process of the last one is gone by now
-            for fd in fds:
-                os.close(fd)
-            ctl.send(b"dirty %d" % (PRIVATE and _dirty()))
             continue
         _serve_one(ctl, marshal.loads(msg), fds)
 

@@ -137,10 +137,8 @@ def _run_python(path: str, args: list[str]) -> int:
     sys.modules["__main__"] = main
     sys.argv = [path, *args]
     directory = os.path.dirname(path)
-    sys.path.insert(0, directory)  # isolated mode put no script directory first; python3 main.py does
+    sys.path[0] = directory  # the script directory first, as python3 main.py does (see ``main``)
     _unshadow(directory)
-    # The server's own frames are below the program's: give it the recursion depth it would have.
-    sys.setrecursionlimit(sys.getrecursionlimit() + SERVER_FRAMES)
     code = 0
     try:
         with open(path, "rb") as f:
@@ -422,6 +420,12 @@ def main() -> None:
     _warm_up()
     # Move everything alive now out of the collector's reach: a child's GC then never
     # touches (and copies) the server's pages, which keeps forks cheap.
+    # Both are the child's, set here once so no child writes (and copies) the pages they live on:
+    # the server's own frames sit below the program's, so it gets the recursion depth it would
+    # have had; and sys.path gets a first entry the child points at the script directory (what
+    # isolated mode leaves out). Nothing is imported after this, and ``/proc/0`` can never exist.
+    sys.setrecursionlimit(sys.getrecursionlimit() + SERVER_FRAMES)
+    sys.path.insert(0, "/proc/0")
     gc.collect()
     gc.freeze()
     _trim()

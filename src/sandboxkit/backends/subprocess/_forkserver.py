@@ -271,7 +271,12 @@ class ForkServer:
             self.dirty = True
             return
         try:
-            reply = await self._reply(sock, START_TIMEOUT_S)
+            try:  # usually already here: no event-loop round
+                reply: bytes | None = sock.recv(256, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                reply = await self._reply(sock, START_TIMEOUT_S)
+            except OSError:
+                reply = b""
         except BaseException:  # cancelled: a late report would be taken for the next command's
             self.kill()
             raise

@@ -21,7 +21,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import anyio
 
@@ -60,13 +60,10 @@ def keeps_sandbox(exc: BaseException) -> bool:
     return isinstance(exc, InvalidRequest)
 
 
-class LeaseCore:
-    """The sandboxes of one pool, its limiter and its wake-ups, and the one guarded-call path.
+class LeaseSettings(Protocol):
+    """The settings of a :class:`~sandboxkit.pool.SandboxPool` that the lease core reads.
 
-    Args:
-        backend: where sandboxes come from.
-        limiter: caps on calls and sandboxes, and the creation bucket.
-        metrics: where calls and sandbox openings are counted.
+    Attributes:
         limits: limits of the sandboxes opened for pooled calls.
         max_sandboxes: the pool's own sandbox cap (the learned cap never exceeds it).
         max_uses: pooled runs before a sandbox is recycled.
@@ -75,6 +72,27 @@ class LeaseCore:
         backoff_max: cap on one backoff.
         deadline_s: default deadline of one call (pooled or in a session).
         health_check_after_s: idle time after which a sandbox is checked with ``alive()`` before lease.
+    """
+
+    limits: Limits
+    max_sandboxes: int
+    max_uses: int
+    retries: int
+    backoff_base: float
+    backoff_max: float
+    deadline_s: float | None
+    health_check_after_s: float
+
+
+class LeaseCore:
+    """The sandboxes of one pool, its limiter and its wake-ups, and the one guarded-call path.
+
+    Args:
+        backend: where sandboxes come from.
+        limiter: caps on calls and sandboxes, and the creation bucket.
+        metrics: where calls and sandbox openings are counted.
+        settings: the pool's settings, read where they are used (the pool is the one place that
+            validates and holds them, so the two cannot disagree).
         on_first_use: awaited before the first call (the pool's ``start``).
     """
 
@@ -83,28 +101,15 @@ class LeaseCore:
         backend: Backend,
         limiter: Limiter,
         metrics: PoolMetrics,
+        settings: LeaseSettings,
         *,
-        limits: Limits,
-        max_sandboxes: int,
-        max_uses: int,
-        retries: int,
-        backoff_base: float,
-        backoff_max: float,
-        deadline_s: float | None,
-        health_check_after_s: float,
         on_first_use: Callable[[], Awaitable[None]],
     ) -> None:
         self.backend = backend
         self.limiter = limiter
         self.metrics = metrics
-        self.limits = limits
-        self.max_uses = max_uses
-        self.retries = retries
-        self.backoff_base = backoff_base
-        self.backoff_max = backoff_max
-        self.deadline_s = deadline_s
-        self.health_check_after_s = health_check_after_s
-        self.capacity = LearnedCapacity(max_sandboxes)
+        self.settings = settings
+        self.capacity = LearnedCapacity(settings.max_sandboxes)
         self.entries: set[Entry] = set()
         self.idle: deque[Entry] = deque()
         self.closed = False
@@ -166,7 +171,7 @@ class LeaseCore:
                     self.idle.remove(entry)
             if entry is not None:
                 idle_for = time.monotonic() - entry.last_used
-                if idle_for < self.health_check_after_s or await entry.sandbox.alive():
+                if idle_for < self.settings.health_check_after_s or await entry.sandbox.alive():
                     return entry
                 self.metrics.error("dead_on_lease")
                 await self.discard(entry)
@@ -207,7 +212,7 @@ class LeaseCore:
         token = object()
         if not await self.limiter.try_acquire_sandbox(token):
             return None
-        limits = limits or self.limits
+        limits = limits or self.settings.limits
         self._opening += 1
         try:
             await self.limiter.creation_token()
@@ -226,7 +231,7 @@ class LeaseCore:
                 if held > 0:
                     return None  # one of ours will free up: wait for it, do not spend a retry
             elif isinstance(exc, RateLimited):
-                self.limiter.penalize_creation(exc.retry_after or self.backoff_base)
+                self.limiter.penalize_creation(exc.retry_after or self.settings.backoff_base)
             raise
         self._opening -= 1
         if self.closed:  # closed while we were opening: do not leak it
@@ -249,7 +254,7 @@ class LeaseCore:
         """Return a sandbox after use: reset and keep it warm, or close it (used up, over the cap, closed)."""
         entry.uses += 1
         entry.last_used = time.monotonic()
-        keep = not self.closed and entry.uses < self.max_uses and len(self.entries) <= self.capacity.cap
+        keep = not self.closed and entry.uses < self.settings.max_uses and len(self.entries) <= self.capacity.cap
         if keep and dirty:
             keep = self.backend.capabilities.resettable and await _reset_quietly(entry.sandbox)
         if keep and not self.closed:
@@ -331,7 +336,7 @@ class LeaseCore:
             await self._on_first_use()
         started = time.perf_counter()
         record = self.metrics.call_started()
-        deadline_s = self.deadline_s if deadline_s is None else deadline_s
+        deadline_s = self.settings.deadline_s if deadline_s is None else deadline_s
         try:
             if deadline_s is None:
                 result = await self._attempts(fn, record, acquire, release, retry_started, what)
@@ -402,7 +407,7 @@ class LeaseCore:
         Raises:
             DeadlineExceeded: the deadline passed.
         """
-        deadline_s = self.deadline_s if deadline_s is None else deadline_s
+        deadline_s = self.settings.deadline_s if deadline_s is None else deadline_s
         if deadline_s is None:
             return await op()
         with anyio.move_on_after(deadline_s):
@@ -426,18 +431,18 @@ class LeaseCore:
 
     def _retry_delay(self, attempt: int, exc: Transient, *, may_retry: bool) -> float:
         """The backoff before retry ``attempt + 1``, or re-raise ``exc`` when no retry is left or allowed."""
-        if attempt >= self.retries or self.closed or not may_retry:
+        if attempt >= self.settings.retries or self.closed or not may_retry:
             raise exc
         delay = self.backoff(attempt, exc)
-        log.info("retrying after %s (attempt %d/%d, in %.2fs)", exc, attempt + 1, self.retries, delay)
+        log.info("retrying after %s (attempt %d/%d, in %.2fs)", exc, attempt + 1, self.settings.retries, delay)
         return delay
 
     def backoff(self, attempt: int, exc: Exception) -> float:
         """Seconds to wait before retry ``attempt + 1``; at least the service's ``Retry-After``."""
-        ceiling = min(self.backoff_max, self.backoff_base * (2**attempt))
+        ceiling = min(self.settings.backoff_max, self.settings.backoff_base * (2**attempt))
         delay = random.uniform(0, ceiling)  # full jitter: retries of a burst spread out
         if isinstance(exc, RateLimited) and exc.retry_after:
-            delay = max(delay, min(exc.retry_after, self.backoff_max))
+            delay = max(delay, min(exc.retry_after, self.settings.backoff_max))
         return delay
 
     def check_language(self, language: str) -> None:

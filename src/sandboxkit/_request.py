@@ -6,29 +6,106 @@ request is rejected the same way (an ``InvalidRequest`` naming the field) before
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
+from sandboxkit.base import OutputCallback
 from sandboxkit.errors import InvalidRequest
-from sandboxkit.models import Limits, RunRequest
+from sandboxkit.models import Limits, RunRequest, RunResult
+from sandboxkit.streaming import check_callbacks, run_streaming
 
-__all__ = ["make_request", "positive_timeout", "validation_message"]
+if TYPE_CHECKING:
+    from sandboxkit._lease import LeaseCore
+    from sandboxkit.base import Sandbox
+
+__all__ = ["RunsPrograms", "make_request", "positive_timeout", "validation_message"]
+
+T = TypeVar("T")
+
+
+class RunsPrograms:
+    """The ``run`` method shared by :class:`~sandboxkit.pool.SandboxPool` and :class:`~sandboxkit.session.Session`.
+
+    Both take the same keywords, validate them the same way and check the language against the
+    backend before anything starts; they differ only in which sandbox serves the call (a fresh
+    one from the pool, or the session's own), which is :meth:`_call`. Written once here, the
+    keyword list and its docstring cannot drift between the two (nor from the blocking twins,
+    which are generated from these methods).
+    """
+
+    limits: Limits
+    _core: LeaseCore
+
+    async def _call(self, fn: Callable[[Sandbox], Awaitable[T]], deadline_s: float | None) -> T:
+        raise NotImplementedError
+
+    async def run(
+        self,
+        code: str | RunRequest | Mapping[str, Any],
+        *,
+        language: str | None = None,
+        stdin: str | None = None,
+        files: Mapping[str, bytes | str] | None = None,
+        fetch_files: Sequence[str] | None = None,
+        limits: Limits | None = None,
+        timeout: float | None = None,
+        deadline_s: float | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> RunResult:
+        """Run a program: in a fresh-state sandbox from a pool, in a session's own sandbox (files persist).
+
+        Args:
+            code: source code, or a ready :class:`RunRequest` (or its dict form).
+            language: language name or alias (default ``python``).
+            stdin: text fed to the program.
+            files: files written to the workspace before the run.
+            fetch_files: workspace files returned in ``result.files``.
+            limits: limits of this run (default: the pool's, or the session's).
+            timeout: shorthand for ``limits.timeout_s``.
+            deadline_s: deadline of the whole call, queue wait and retries included.
+            on_stdout / on_stderr: called with the program's output bytes as they are written
+                (rules in :mod:`sandboxkit.streaming`); the result is the same without them. A
+                pooled call retried after a passing fault streams the new attempt's output again.
+                From ``SyncSandboxPool`` they run on the pool's private loop thread.
+
+        Returns:
+            The result; ``result.status`` says how the program ended.
+
+        Raises:
+            InvalidRequest: the request is invalid or the backend does not support the language.
+            BackendUnavailable: the backend cannot serve (SDK, engine, key, toolchain missing).
+            SandboxCrashed: the sandbox died during the run.
+            Transient: a passing fault persisted through every retry.
+            DeadlineExceeded: the deadline passed.
+            PoolClosed: the pool (or the session) is closed.
+        """
+        fields = {
+            "language": language,
+            "stdin": stdin,
+            "files": dict(files) if files else None,
+            "fetch_files": list(fetch_files) if fetch_files else None,
+        }
+        request = make_request(code, fields, limits=limits or self.limits, timeout=timeout)
+        self._core.check_language(request.language)
+        if on_stdout is None and on_stderr is None:
+            return await self._call(lambda sandbox: sandbox.run(request), deadline_s)
+        check_callbacks(on_stdout, on_stderr, self._core.backend.name)
+        streams = self._core.backend.capabilities.streaming
+        return await self._call(
+            lambda sandbox: run_streaming(sandbox, streams, request, on_stdout, on_stderr), deadline_s
+        )
 
 
 def make_request(
-    code: str | RunRequest | Mapping[str, Any],
-    *,
-    language: str | None = None,
-    stdin: str | None = None,
-    files: Mapping[str, bytes | str] | None = None,
-    fetch_files: Sequence[str] | None = None,
-    limits: Limits | None = None,
-    timeout: float | None = None,
-    default_limits: Limits | None = None,
+    code: str | RunRequest | Mapping[str, Any], fields: Mapping[str, Any], *, limits: Limits, timeout: float | None
 ) -> RunRequest:
-    """Build a validated :class:`RunRequest` from keyword arguments, a dict or a request.
+    """Build a validated :class:`RunRequest` from source code and the fields given, a dict or a request.
+
+    ``fields`` (language, stdin, files, fetch_files) apply to source code only; a dict or a
+    ready request carries its own. ``limits`` applies unless the request carries its own.
 
     Raises:
         InvalidRequest: a field is invalid (unknown language, ``..`` in a path, negative timeout).
@@ -38,18 +115,11 @@ def make_request(
             req = code
         elif isinstance(code, Mapping):
             data = dict(code)
-            data.setdefault("limits", limits or default_limits or Limits())
+            data.setdefault("limits", limits)
             req = RunRequest.model_validate(data)
         else:
-            data2: dict[str, Any] = {"code": code, "limits": limits or default_limits or Limits()}
-            if language is not None:
-                data2["language"] = language
-            if stdin is not None:
-                data2["stdin"] = stdin
-            if files:
-                data2["files"] = dict(files)
-            if fetch_files:
-                data2["fetch_files"] = list(fetch_files)
+            data2: dict[str, Any] = {"code": code, "limits": limits}
+            data2.update({key: value for key, value in fields.items() if value is not None})
             req = RunRequest.model_validate(data2)
         if timeout is not None:
             req = req.model_copy(update={"limits": req.limits.merged(timeout_s=positive_timeout(timeout))})

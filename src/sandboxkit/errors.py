@@ -25,6 +25,19 @@ value with ``!r`` and ends with what to do next. Messages never contain credenti
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing_extensions import TypedDict, Unpack
+
+    class _RateLimitedContext(TypedDict, total=False):
+        """The keywords :class:`RateLimited` takes besides the message (for its subclasses' ``**``)."""
+
+        backend: str | None
+        sandbox_id: str | None
+        retry_after: float | None
+
+
 __all__ = [
     "BackendNotFound",
     "BackendUnavailable",
@@ -165,16 +178,9 @@ class CapacityExceeded(RateLimited):
 
     kind = "capacity_exceeded"
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        backend: str | None = None,
-        sandbox_id: str | None = None,
-        retry_after: float | None = None,
-        limit: float | None = None,
-    ) -> None:
-        super().__init__(message, backend=backend, sandbox_id=sandbox_id, retry_after=retry_after)
+    def __init__(self, message: str, *, limit: float | None = None, **context: Unpack[_RateLimitedContext]) -> None:
+        # The other keywords are exactly RateLimited's (typed by _RateLimitedContext), not a copy of them.
+        super().__init__(message, **context)
         self.limit = limit
 
 

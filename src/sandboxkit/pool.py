@@ -17,21 +17,21 @@ from __future__ import annotations
 import atexit
 import logging
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
 from sandboxkit._lease import CLOSE_TIMEOUT_S, LeaseCore
-from sandboxkit._request import make_request, positive_timeout
+from sandboxkit._request import RunsPrograms, positive_timeout
 from sandboxkit._signals import install_sigterm_to_exit
-from sandboxkit.base import Backend, OutputCallback
+from sandboxkit.base import Backend, OutputCallback, Sandbox
 from sandboxkit.errors import InvalidRequest, PoolClosed, SandboxCrashed, SandboxError
 from sandboxkit.limiter import Limiter, LocalLimiter
 from sandboxkit.metrics import PoolMetrics
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
 from sandboxkit.session import Session
-from sandboxkit.streaming import check_callbacks, exec_streaming, run_streaming
+from sandboxkit.streaming import check_callbacks, exec_streaming
 
 if TYPE_CHECKING:
     from sandboxkit.configs import BaseBackendConfig
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["SandboxPool"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 _live_pools: weakref.WeakSet[SandboxPool] = weakref.WeakSet()
@@ -56,7 +57,7 @@ def _emergency_cleanup_at_exit() -> None:
                 log.debug("emergency cleanup of %s failed", pool.backend.name, exc_info=True)
 
 
-class SandboxPool:
+class SandboxPool(RunsPrograms):
     """A bounded, self-healing pool of sandboxes from one backend.
 
     Use it as ``async with SandboxPool("subprocess") as pool: await pool.run(code)``.
@@ -144,14 +145,7 @@ class SandboxPool:
             self.backend,
             self._limiter,
             self.metrics_data,
-            limits=self.limits,
-            max_sandboxes=self.max_sandboxes,
-            max_uses=max_uses,
-            retries=retries,
-            backoff_base=backoff_base,
-            backoff_max=backoff_max,
-            deadline_s=deadline_s,
-            health_check_after_s=health_check_after_s,
+            self,
             on_first_use=self.start,
         )
         _live_pools.add(self)
@@ -219,64 +213,8 @@ class SandboxPool:
 
     # ----------------------------------------------------------------- calls
 
-    async def run(
-        self,
-        code: str | RunRequest | Mapping[str, Any],
-        *,
-        language: str | None = None,
-        stdin: str | None = None,
-        files: Mapping[str, bytes | str] | None = None,
-        fetch_files: Sequence[str] | None = None,
-        limits: Limits | None = None,
-        timeout: float | None = None,
-        deadline_s: float | None = None,
-        on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
-    ) -> RunResult:
-        """Run a program in a fresh-state sandbox.
-
-        Args:
-            code: source code, or a ready :class:`RunRequest` (or its dict form).
-            language: language name or alias (default ``python``).
-            stdin: text fed to the program.
-            files: files written to the workspace before the run.
-            fetch_files: workspace files returned in ``result.files``.
-            limits: limits of this run (default: the pool's).
-            timeout: shorthand for ``limits.timeout_s``.
-            deadline_s: deadline of the whole call, queue wait and retries included.
-            on_stdout / on_stderr: called with the program's output bytes as they are written
-                (rules in :mod:`sandboxkit.streaming`); the result is the same without them.
-                A call retried after a passing fault streams the new attempt's output again.
-
-        Returns:
-            The result; ``result.status`` says how the program ended.
-
-        Raises:
-            InvalidRequest: the request is invalid or the backend does not support the language.
-            BackendUnavailable: the backend cannot serve (SDK, engine, key, toolchain missing).
-            SandboxCrashed: the sandbox died during the run.
-            Transient: a passing fault persisted through every retry.
-            DeadlineExceeded: the deadline passed.
-            PoolClosed: the pool is closed.
-        """
-        request = make_request(
-            code,
-            language=language,
-            stdin=stdin,
-            files=files,
-            fetch_files=fetch_files,
-            limits=limits,
-            timeout=timeout,
-            default_limits=self.limits,
-        )
-        self._core.check_language(request.language)
-        if on_stdout is None and on_stderr is None:
-            return await self._core.call(lambda sandbox: sandbox.run(request), deadline_s=deadline_s)
-        check_callbacks(on_stdout, on_stderr, self.backend.name)
-        streams = self.backend.capabilities.streaming
-        return await self._core.call(
-            lambda sandbox: run_streaming(sandbox, streams, request, on_stdout, on_stderr), deadline_s=deadline_s
-        )
+    async def _call(self, fn: Callable[[Sandbox], Awaitable[T]], deadline_s: float | None) -> T:
+        return await self._core.call(fn, deadline_s=deadline_s)
 
     async def exec(
         self,
@@ -291,20 +229,17 @@ class SandboxPool:
     ) -> ExecResult:
         """Run a command (``bash -c`` string or argv list) in a fresh-state sandbox.
 
-        ``on_stdout`` / ``on_stderr``: as in :meth:`run`.
+        ``on_stdout`` / ``on_stderr``: as in :meth:`run` (see :mod:`sandboxkit.streaming`).
 
         Raises:
-            Same as :meth:`run`.
+            Same as :meth:`run` (a ``timeout`` that is not positive is an ``InvalidRequest``).
         """
         if timeout is not None:
             positive_timeout(timeout)
-        if on_stdout is None and on_stderr is None:
-            return await self._core.call(
-                lambda sandbox: sandbox.exec(command, env=env, stdin=stdin, timeout=timeout), deadline_s=deadline_s
-            )
-        check_callbacks(on_stdout, on_stderr, self.backend.name)
+        if on_stdout is not None or on_stderr is not None:
+            check_callbacks(on_stdout, on_stderr, self.backend.name)
         streams = self.backend.capabilities.streaming
-        return await self._core.call(
+        return await self._call(
             lambda sandbox: exec_streaming(
                 sandbox,
                 streams,
@@ -315,7 +250,7 @@ class SandboxPool:
                 on_stdout=on_stdout,
                 on_stderr=on_stderr,
             ),
-            deadline_s=deadline_s,
+            deadline_s,
         )
 
     async def run_many(

@@ -9,24 +9,24 @@ and cannot deadlock each other.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import anyio
 
 from sandboxkit._lease import LeaseCore, keeps_sandbox
-from sandboxkit._request import make_request, positive_timeout
+from sandboxkit._request import RunsPrograms, positive_timeout
 from sandboxkit._slots import CallSlot, Entry
 from sandboxkit.base import OutputCallback, Sandbox
 from sandboxkit.errors import PoolClosed
-from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
-from sandboxkit.streaming import check_callbacks, exec_streaming, run_streaming
+from sandboxkit.models import ExecResult, Limits
+from sandboxkit.streaming import check_callbacks, exec_streaming
 
 __all__ = ["Session"]
 
 T = TypeVar("T")
 
 
-class Session:
+class Session(RunsPrograms):
     """One sandbox held across calls, for multi-turn tools and agent environments.
 
     Create it with :meth:`SandboxPool.session`. The sandbox counts against the pool's
@@ -107,38 +107,6 @@ class Session:
                 what="session call",
             )
 
-    async def run(
-        self,
-        code: str | RunRequest | Mapping[str, Any],
-        *,
-        language: str | None = None,
-        stdin: str | None = None,
-        files: Mapping[str, bytes | str] | None = None,
-        fetch_files: Sequence[str] | None = None,
-        limits: Limits | None = None,
-        timeout: float | None = None,
-        deadline_s: float | None = None,
-        on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
-    ) -> RunResult:
-        """Like :meth:`SandboxPool.run`, in this session's sandbox (files persist)."""
-        request = make_request(
-            code,
-            language=language,
-            stdin=stdin,
-            files=files,
-            fetch_files=fetch_files,
-            limits=limits,
-            timeout=timeout,
-            default_limits=self.limits,
-        )
-        self._core.check_language(request.language)
-        if on_stdout is None and on_stderr is None:
-            return await self._call(lambda s: s.run(request), deadline_s)
-        check_callbacks(on_stdout, on_stderr, self._core.backend.name)
-        streams = self._core.backend.capabilities.streaming
-        return await self._call(lambda s: run_streaming(s, streams, request, on_stdout, on_stderr), deadline_s)
-
     async def exec(
         self,
         command: str | Sequence[str],
@@ -153,16 +121,12 @@ class Session:
     ) -> ExecResult:
         """Run a command in this session's sandbox (cwd relative to the workspace).
 
-        ``on_stdout`` / ``on_stderr`` get the output as it is written (see
-        :mod:`sandboxkit.streaming`); the result is the same with or without them.
+        ``on_stdout`` / ``on_stderr``: as in :meth:`run` (see :mod:`sandboxkit.streaming`).
         """
         if timeout is not None:
             positive_timeout(timeout)
-        if on_stdout is None and on_stderr is None:
-            return await self._call(
-                lambda s: s.exec(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout), deadline_s
-            )
-        check_callbacks(on_stdout, on_stderr, self._core.backend.name)
+        if on_stdout is not None or on_stderr is not None:
+            check_callbacks(on_stdout, on_stderr, self._core.backend.name)
         streams = self._core.backend.capabilities.streaming
         return await self._call(
             lambda s: exec_streaming(

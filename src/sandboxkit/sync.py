@@ -15,25 +15,23 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import functools
 import threading
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sandboxkit._signals import install_sigterm_to_exit
-from sandboxkit.base import Backend, OutputCallback
-from sandboxkit.errors import PoolClosed, SandboxError
-from sandboxkit.limiter import Limiter
-from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
+from sandboxkit.base import Backend
+from sandboxkit.errors import PoolClosed
+from sandboxkit.models import Limits
 from sandboxkit.pool import SandboxPool
 from sandboxkit.session import Session
-
-if TYPE_CHECKING:
-    from sandboxkit.configs import BaseBackendConfig
 
 __all__ = ["EventLoopThread", "SyncSandboxPool", "SyncSession"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 _CLOSE_TIMEOUT_S = 60.0
 
 
@@ -90,57 +88,71 @@ def _close_all_at_exit() -> None:
             pass
 
 
-class SyncSandboxPool:
+class _Twin:
+    """What a generated blocking method needs: the async object and a way to run a coroutine."""
+
+    def _async_twin(self) -> Any:
+        raise NotImplementedError
+
+    def _call(self, coro: Awaitable[T]) -> T:
+        raise NotImplementedError
+
+
+def _blocking(method: Callable[Concatenate[Any, P], Coroutine[Any, Any, T]]) -> Callable[Concatenate[_Twin, P], T]:
+    """The blocking twin of an async method: same parameters, same docstring, runs on the loop thread.
+
+    Writing each twin by hand re-declared every async signature, and the copies drifted (a
+    keyword added to the async method but not to its twin). Generated from the async method,
+    the twin cannot drift: ``P`` carries the exact parameters to type checkers and IDEs, and
+    ``functools.wraps`` gives ``inspect.signature``/``help()`` the async method's signature.
+    The call goes through ``getattr`` so a subclass's override of the async method is honoured.
+    """
+    name = method.__name__
+
+    @functools.wraps(method)
+    def blocking(self: _Twin, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        result: T = self._call(getattr(self._async_twin(), name)(*args, **kwargs))
+        return result
+
+    blocking.__module__ = __name__
+    return blocking
+
+
+def _same_parameters(
+    model: Callable[Concatenate[Any, P], None],
+) -> Callable[[Callable[..., None]], Callable[Concatenate[Any, P], None]]:
+    """Give a ``*args, **kwargs`` forwarder the exact signature of ``model`` (typed and at runtime).
+
+    ``SyncSandboxPool(**options)`` used to hide the options from ``help()`` and type checkers;
+    re-declaring them all by hand was a second copy to keep in step with ``SandboxPool``.
+    """
+
+    def decorate(fn: Callable[..., None]) -> Callable[Concatenate[Any, P], None]:
+        wrapped: Callable[Concatenate[Any, P], None] = functools.wraps(model, assigned=("__annotations__",))(fn)
+        return wrapped
+
+    return decorate
+
+
+class SyncSandboxPool(_Twin):
     """Blocking twin of :class:`SandboxPool`; takes the same arguments and has the same methods.
 
     ``close()`` replaces ``aclose()``. It is also closed at interpreter exit if still open.
+    ``run``, ``exec`` and ``run_many`` are the async methods (same parameters and docstrings),
+    run on the pool's loop thread: anything they call back (e.g. an output callback) runs on
+    that thread, not the caller's.
     """
 
-    def __init__(
-        self,
-        backend: str | Backend | BaseBackendConfig = "subprocess",
-        *,
-        max_concurrency: int = 16,
-        max_sandboxes: int | None = None,
-        creation_rate: float | None = None,
-        creation_burst: float | None = None,
-        warm: int = 0,
-        max_uses: int = 1000,
-        retries: int = 3,
-        backoff_base: float = 0.2,
-        backoff_max: float = 10.0,
-        deadline_s: float | None = None,
-        health_check_after_s: float = 0.0,
-        limits: Limits | None = None,
-        backend_options: Mapping[str, Any] | None = None,
-        limiter: Limiter | str = "local",
-        handle_signals: bool = True,
-    ) -> None:
-        options: dict[str, Any] = {
-            "max_concurrency": max_concurrency,
-            "max_sandboxes": max_sandboxes,
-            "creation_rate": creation_rate,
-            "creation_burst": creation_burst,
-            "warm": warm,
-            "max_uses": max_uses,
-            "retries": retries,
-            "backoff_base": backoff_base,
-            "backoff_max": backoff_max,
-            "deadline_s": deadline_s,
-            "health_check_after_s": health_check_after_s,
-            "limits": limits,
-            "backend_options": backend_options,
-            "limiter": limiter,
-            "handle_signals": handle_signals,
-        }
+    @_same_parameters(SandboxPool.__init__)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._thread = EventLoopThread()
         try:
-            self.pool: SandboxPool = self._thread.call(_construct(backend, options))
+            self.pool: SandboxPool = self._thread.call(_construct(args, kwargs))
             self._thread.call(self.pool.start())
         except BaseException:
             self._thread.stop()
             raise
-        if handle_signals:
+        if self.pool.handle_signals:
             install_sigterm_to_exit()
         _live.add(self)
 
@@ -158,6 +170,9 @@ class SyncSandboxPool:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def _async_twin(self) -> SandboxPool:
+        return self.pool
+
     def _call(self, coro: Awaitable[T]) -> T:
         if self._thread.loop.is_closed():
             raise PoolClosed("the pool is closed; create a new SyncSandboxPool", backend=self.pool.backend.name)
@@ -172,65 +187,9 @@ class SyncSandboxPool:
             raise PoolClosed("the pool is closed; create a new SyncSandboxPool", backend=self.pool.backend.name)
         return self._thread.submit(_apply(fn, self.pool))
 
-    def run(
-        self,
-        code: str | RunRequest | Mapping[str, Any],
-        *,
-        language: str | None = None,
-        stdin: str | None = None,
-        files: Mapping[str, bytes | str] | None = None,
-        fetch_files: Sequence[str] | None = None,
-        limits: Limits | None = None,
-        timeout: float | None = None,
-        deadline_s: float | None = None,
-        on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
-    ) -> RunResult:
-        """See :meth:`SandboxPool.run`. The callbacks run on the pool's loop thread, not the caller's."""
-        return self._call(
-            self.pool.run(
-                code,
-                language=language,
-                stdin=stdin,
-                files=files,
-                fetch_files=fetch_files,
-                limits=limits,
-                timeout=timeout,
-                deadline_s=deadline_s,
-                on_stdout=on_stdout,
-                on_stderr=on_stderr,
-            )
-        )
-
-    def exec(
-        self,
-        command: str | Sequence[str],
-        *,
-        env: Mapping[str, str] | None = None,
-        stdin: str | None = None,
-        timeout: float | None = None,
-        deadline_s: float | None = None,
-        on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
-    ) -> ExecResult:
-        """See :meth:`SandboxPool.exec`. The callbacks run on the pool's loop thread, not the caller's."""
-        return self._call(
-            self.pool.exec(
-                command,
-                env=env,
-                stdin=stdin,
-                timeout=timeout,
-                deadline_s=deadline_s,
-                on_stdout=on_stdout,
-                on_stderr=on_stderr,
-            )
-        )
-
-    def run_many(
-        self, requests: Iterable[RunRequest | Mapping[str, Any]], *, deadline_s: float | None = None
-    ) -> list[RunResult | SandboxError]:
-        """See :meth:`SandboxPool.run_many`."""
-        return self._call(self.pool.run_many(list(requests), deadline_s=deadline_s))
+    run = _blocking(SandboxPool.run)
+    exec = _blocking(SandboxPool.exec)
+    run_many = _blocking(SandboxPool.run_many)
 
     def session(self, *, limits: Limits | None = None) -> SyncSession:
         """See :meth:`SandboxPool.session`."""
@@ -255,7 +214,7 @@ class SyncSandboxPool:
         return f"<SyncSandboxPool {self.pool!r}>"
 
 
-class SyncSession:
+class SyncSession(_Twin):
     """Blocking twin of :class:`~sandboxkit.session.Session`."""
 
     def __init__(self, owner: SyncSandboxPool, session: Session) -> None:
@@ -273,73 +232,17 @@ class SyncSession:
     def sandbox_id(self) -> str | None:
         return self.session.sandbox_id
 
-    def open(self) -> None:
-        """See :meth:`Session.open`."""
-        self._owner._call(self.session.open())
+    def _async_twin(self) -> Session:
+        return self.session
 
-    def run(
-        self,
-        code: str | RunRequest | Mapping[str, Any],
-        *,
-        language: str | None = None,
-        stdin: str | None = None,
-        files: Mapping[str, bytes | str] | None = None,
-        fetch_files: Sequence[str] | None = None,
-        limits: Limits | None = None,
-        timeout: float | None = None,
-        deadline_s: float | None = None,
-        on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
-    ) -> RunResult:
-        """See :meth:`Session.run`. The callbacks run on the pool's loop thread, not the caller's."""
-        return self._owner._call(
-            self.session.run(
-                code,
-                language=language,
-                stdin=stdin,
-                files=files,
-                fetch_files=fetch_files,
-                limits=limits,
-                timeout=timeout,
-                deadline_s=deadline_s,
-                on_stdout=on_stdout,
-                on_stderr=on_stderr,
-            )
-        )
+    def _call(self, coro: Awaitable[T]) -> T:
+        return self._owner._call(coro)
 
-    def exec(
-        self,
-        command: str | Sequence[str],
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        stdin: str | None = None,
-        timeout: float | None = None,
-        deadline_s: float | None = None,
-        on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
-    ) -> ExecResult:
-        """See :meth:`Session.exec`. The callbacks run on the pool's loop thread, not the caller's."""
-        return self._owner._call(
-            self.session.exec(
-                command,
-                cwd=cwd,
-                env=env,
-                stdin=stdin,
-                timeout=timeout,
-                deadline_s=deadline_s,
-                on_stdout=on_stdout,
-                on_stderr=on_stderr,
-            )
-        )
-
-    def write_files(self, files: Mapping[str, bytes | str], *, deadline_s: float | None = None) -> None:
-        """See :meth:`Session.write_files`."""
-        self._owner._call(self.session.write_files(files, deadline_s=deadline_s))
-
-    def read_files(self, paths: Sequence[str], *, deadline_s: float | None = None) -> dict[str, bytes]:
-        """See :meth:`Session.read_files`."""
-        return self._owner._call(self.session.read_files(paths, deadline_s=deadline_s))
+    open = _blocking(Session.open)
+    run = _blocking(Session.run)
+    exec = _blocking(Session.exec)
+    write_files = _blocking(Session.write_files)
+    read_files = _blocking(Session.read_files)
 
     def close(self) -> None:
         """See :meth:`Session.close`."""
@@ -347,9 +250,9 @@ class SyncSession:
             self._owner._call(self.session.close())
 
 
-async def _construct(backend: str | Backend | BaseBackendConfig, options: dict[str, Any]) -> SandboxPool:
+async def _construct(args: tuple[Any, ...], kwargs: dict[str, Any]) -> SandboxPool:
     # Constructed on the loop thread so every loop-bound object belongs to that loop.
-    return SandboxPool(backend, **options)
+    return SandboxPool(*args, **kwargs)
 
 
 async def _apply(fn: Callable[[SandboxPool], Awaitable[T]], pool: SandboxPool) -> T:

@@ -24,59 +24,52 @@ class _Builtin:
         return [self.spec]
 
 
-subprocess = _Builtin(
-    BackendSpec(
-        name="subprocess",
-        config="sandboxkit.configs:SubprocessConfig",
-        factory="sandboxkit.backends.subprocess:SubprocessBackend",
-        summary="local processes isolated with namespaces and rlimits (no extra needed)",
+def _builtin(name: str, config: str, factory: str, summary: str, *, sdk: str | None = None) -> _Builtin:
+    """A built-in backend's plugin: its options model in :mod:`sandboxkit.configs`, its class in
+    ``sandboxkit.<factory>``, and ``sdk``, the module it needs, named like the extra that installs it."""
+    return _Builtin(
+        BackendSpec(
+            name=name,
+            config=f"sandboxkit.configs:{config}",
+            factory=f"sandboxkit.{factory}",
+            extra=sdk,
+            modules=(sdk,) if sdk else (),
+            summary=summary,
+        )
     )
+
+
+subprocess = _builtin(
+    "subprocess",
+    "SubprocessConfig",
+    "backends.subprocess:SubprocessBackend",
+    "local processes isolated with namespaces and rlimits (no extra needed)",
 )
-docker = _Builtin(
-    BackendSpec(
-        name="docker",
-        config="sandboxkit.configs:DockerConfig",
-        factory="sandboxkit.backends.docker:DockerBackend",
-        extra="docker",
-        modules=("docker",),
-        summary="hardened local Docker containers with a warm in-container runner",
-    )
+docker = _builtin(
+    "docker",
+    "DockerConfig",
+    "backends.docker:DockerBackend",
+    "hardened local Docker containers with a warm in-container runner",
+    sdk="docker",
 )
-sandbox_fusion = _Builtin(
-    BackendSpec(
-        name="sandbox_fusion",
-        config="sandboxkit.configs:SandboxFusionConfig",
-        factory="sandboxkit.backends.sandbox_fusion:SandboxFusionBackend",
-        summary="a Sandbox Fusion-compatible /run_code HTTP service (stateless)",
-    )
+sandbox_fusion = _builtin(
+    "sandbox_fusion",
+    "SandboxFusionConfig",
+    "backends.sandbox_fusion:SandboxFusionBackend",
+    "a Sandbox Fusion-compatible /run_code HTTP service (stateless)",
 )
-daytona = _Builtin(
-    BackendSpec(
-        name="daytona",
-        config="sandboxkit.configs:DaytonaConfig",
-        factory="sandboxkit.backends.daytona:DaytonaBackend",
-        extra="daytona",
-        modules=("daytona",),
-        summary="Daytona cloud sandboxes through the daytona SDK",
-    )
+daytona = _builtin(
+    "daytona",
+    "DaytonaConfig",
+    "backends.daytona:DaytonaBackend",
+    "Daytona cloud sandboxes through the daytona SDK",
+    sdk="daytona",
 )
-e2b = _Builtin(
-    BackendSpec(
-        name="e2b",
-        config="sandboxkit.configs:E2BConfig",
-        factory="sandboxkit.backends.e2b:E2BBackend",
-        extra="e2b",
-        modules=("e2b",),
-        summary="E2B cloud sandboxes through the e2b SDK",
-    )
-)
-ray = _Builtin(
-    BackendSpec(
-        name="ray",
-        config="sandboxkit.configs:RayConfig",
-        factory="sandboxkit.distributed.placement:RayPlacedBackend",
-        extra="ray",
-        modules=("ray",),
-        summary="another backend's sandboxes on the Ray nodes with free CPUs (options: inner=...)",
-    )
+e2b = _builtin("e2b", "E2BConfig", "backends.e2b:E2BBackend", "E2B cloud sandboxes through the e2b SDK", sdk="e2b")
+ray = _builtin(
+    "ray",
+    "RayConfig",
+    "distributed.placement:RayPlacedBackend",
+    "another backend's sandboxes on the Ray nodes with free CPUs (options: inner=...)",
+    sdk="ray",
 )

@@ -37,19 +37,22 @@ import shlex
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from sandboxkit.errors import InvalidRequest, ToolchainMissing
-from sandboxkit.models import ExecResult, Status, decode_output
+from sandboxkit.models import ExecResult, Limits, Status, decode_output
 from sandboxkit.output import DEFAULT_STOP_BYTES, cut_marker
 
 __all__ = [
     "CONTROL_DIR",
     "WORKSPACE_DIR",
+    "OutputCaps",
     "RawResult",
     "Step",
     "build_script",
     "keep_head_tail",
     "kill_script",
+    "output_caps",
     "parse_result",
     "reset_script",
 ]
@@ -71,6 +74,21 @@ _OOM = re.compile(
     r"MemoryError|std::bad_alloc|OutOfMemoryError|JavaScript heap out of memory|runtime: out of memory"
     r"|cannot allocate memory|memory allocation of \d+ bytes failed"
 )
+
+
+class OutputCaps(TypedDict):
+    """The output fields of a :class:`Step`, taken from a run's :class:`~sandboxkit.models.Limits`."""
+
+    output_bytes: int
+    head_fraction: float
+    stop_bytes: int
+
+
+def output_caps(limits: Limits) -> OutputCaps:
+    """``Step(..., **output_caps(limits))``: every step caps its output by the same three limits."""
+    return OutputCaps(
+        output_bytes=limits.output_bytes, head_fraction=limits.output_head_fraction, stop_bytes=limits.stop_bytes()
+    )
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import marshal
 import os
 import signal
@@ -37,11 +36,8 @@ GRACE_S = 0.5
 #: server has killed every other process of the sandbox by then).
 EOF_GRACE_S = 0.25
 START_TIMEOUT_S = 15.0
-#: Largest command message (argv + env): what one pipe can hold (``/proc/sys/fs/pipe-max-size``).
+#: Largest command message (argv + env): far above any real command, a bound on what a child reads.
 MAX_MESSAGE = 1 << 20
-_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
-#: The interpreter's own pipe buffer; a larger request needs the pipe grown first.
-_PIPE_DEFAULT = 1 << 16
 SERVER_SOURCE = (Path(__file__).with_name("_server_main.py")).read_text()
 
 
@@ -89,6 +85,8 @@ class ForkServer:
         self.dirty = False
         #: The server died on its own (a program killed it): never start another in this workspace.
         self.died = False
+        #: The server's ``dirty`` report on the last command is still unread (see ``settle``).
+        self._report_pending = False
         self.prefix = list(prefix)
         self.user = user
         self.env = dict(env)
@@ -256,6 +254,40 @@ class ForkServer:
             timer.cancel()
             loop.remove_reader(fd)
 
+    async def settle(self) -> None:
+        """Collect the server's state report on the last command (``dirty``), if still unread.
+
+        The server sends it right after the exit report, so it checks while the host is busy
+        with the result and the report is usually waiting here already (one ``recv``). Called
+        before the next command and before a reset. A server that does not report in time is
+        killed (restarted by the next command: it was not the program's doing that we know of);
+        one that died is ``died``.
+        """
+        if not self._report_pending:
+            return
+        self._report_pending = False
+        sock = self.sock
+        if sock is None or not self.alive:
+            self.dirty = True
+            return
+        try:
+            try:  # usually already here: no event-loop round
+                reply: bytes | None = sock.recv(256, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                reply = await self._reply(sock, START_TIMEOUT_S)
+            except OSError:
+                reply = b""
+        except BaseException:  # cancelled: a late report would be taken for the next command's
+            self.kill()
+            raise
+        if reply is None or not reply.startswith(b"dirty "):
+            self.dirty = True
+            if reply == b"":
+                self.died = True
+            self.kill()
+        elif reply == b"dirty 1":
+            self.dirty = True
+
     def _send_kill(self) -> None:
         if self.sock is not None:
             with contextlib.suppress(OSError):
@@ -285,13 +317,12 @@ class ForkServer:
             raise ValueError(f"command, environment and arguments take {len(body)} bytes; the limit is {MAX_MESSAGE}")
         oom_before = self.cgroup.oom_kills() if self.cgroup is not None else 0
         header = marshal.dumps({"timeout": timeout_s, "sweep": self.sweep_all})
-        req_r, req_w = _request_pipe(body)
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         started = time.perf_counter()
         try:
-            socket.send_fds(sock, [header], [in_r, out_w, err_w, req_r])
+            socket.send_fds(sock, [header], [in_r, out_w, err_w])
         except OSError:
             for fd in (in_w, out_r, err_r):
                 os.close(fd)
@@ -299,9 +330,18 @@ class ForkServer:
             self.kill()
             raise ConnectionError("fork server is gone") from None
         finally:
-            for fd in (in_r, out_w, err_w, req_r, req_w):
+            for fd in (in_r, out_w, err_w):
                 os.close(fd)
-        drain = Drain(out_r, err_r, in_w, stdin, output, self._send_kill)
+        # The child's part rides ahead of stdin (see ``_server_main``): written now, it is
+        # usually all in the pipe before the child looks; the rest goes with stdin.
+        prefix = len(body).to_bytes(8, "little") + body
+        os.set_blocking(in_w, False)  # never wait here: a request larger than the pipe goes in the loop
+        try:
+            written = os.write(in_w, prefix)
+        except OSError:  # full, or the server died holding the read end: the reply below says so
+            written = 0
+        feed = stdin if written == len(prefix) else prefix[written:] + stdin
+        drain = Drain(out_r, err_r, in_w, feed, output, self._send_kill)
         status: int | None = None
         timed_out = crashed = False
         try:
@@ -313,9 +353,9 @@ class ForkServer:
         if reply is None:  # the server did not report in time (stopped, starved): the host's own timeout
             timed_out = crashed = True
         elif reply.startswith(b"exit "):
-            _, raw_status, raw_timeout, raw_dirty = reply.split()
+            _, raw_status, raw_timeout = reply.split()
             status, timed_out = int(raw_status), raw_timeout == b"1"
-            self.dirty = self.dirty or raw_dirty == b"1"
+            self._report_pending = self.private_state
         else:  # b"": the server died (a program may kill its parent) or answered nonsense
             crashed = self.died = True
         if crashed:
@@ -339,27 +379,6 @@ class ForkServer:
             output_limit=drain.stopped,
             oom_killed=oom,
         )
-
-
-def _request_pipe(body: bytes) -> tuple[int, int]:
-    """A pipe already holding ``body`` (the child reads it; the server never does)."""
-    r, w = os.pipe()
-    try:
-        os.set_blocking(w, False)
-        if len(body) > _PIPE_DEFAULT:
-            fcntl.fcntl(w, _F_SETPIPE_SZ, len(body))
-        view = memoryview(body)
-        while view:  # the pipe holds it all, or BlockingIOError says the request is too large
-            view = view[os.write(w, view) :]
-    except OSError as exc:
-        os.close(r)
-        os.close(w)
-        raise ValueError(f"command, environment and arguments ({len(body)} bytes) do not fit a pipe: {exc}") from exc
-    except BaseException:
-        os.close(r)
-        os.close(w)
-        raise
-    return r, w
 
 
 def _set_done(fut: asyncio.Future[None]) -> None:

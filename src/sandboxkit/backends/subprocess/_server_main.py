@@ -23,12 +23,16 @@ modules to import before serving, and ``1`` when ``/tmp``, ``/dev/shm``, ``/dev/
 IPC namespace are the sandbox's own (then the server reports when a command left state there).
 
 Protocol on the control socket (``SOCK_SEQPACKET``, one message per datagram):
-    host -> server: ``marshal`` dict {"timeout", "sweep"} with four descriptors attached (stdin
-                    read end, stdout and stderr write ends, and the read end of a pipe holding the
-                    ``marshal`` request {"argv"|"python", "cwd", "env", "rlimits"} for the child);
+    host -> server: ``marshal`` dict {"timeout", "sweep"} with three descriptors attached (stdin
+                    read end, stdout and stderr write ends). The stdin pipe starts with the child's
+                    part: an 8-byte little-endian length and the ``marshal`` request {"argv"|"python",
+                    "cwd", "env", "rlimits"}; the program's own stdin follows. Only the forked
+                    child reads it (before the program exists), so no pipe more per command;
                     or ``b"kill"`` while a command runs (output stop reached).
-    server -> host: ``b"ready"`` once at start; ``b"exit <waitstatus> <timed_out> <dirty>"`` after
-                    each command (``dirty``: state was left outside the workspace, see ``_dirty``).
+    server -> host: ``b"ready"`` once at start; ``b"exit <waitstatus> <timed_out>"`` after each
+                    command, then (private state only) ``b"dirty <0|1>"``: whether state is left
+                    outside the workspace (see ``_dirty``). Checked after the exit is reported, so
+                    its six system calls run while the host collects the result, not before it.
 """
 
 from __future__ import annotations
@@ -133,10 +137,8 @@ def _run_python(path: str, args: list[str]) -> int:
     sys.modules["__main__"] = main
     sys.argv = [path, *args]
     directory = os.path.dirname(path)
-    sys.path.insert(0, directory)  # isolated mode put no script directory first; python3 main.py does
+    sys.path[0] = directory  # the script directory first, as python3 main.py does (see ``main``)
     _unshadow(directory)
-    # The server's own frames are below the program's: give it the recursion depth it would have.
-    sys.setrecursionlimit(sys.getrecursionlimit() + SERVER_FRAMES)
     code = 0
     try:
         with open(path, "rb") as f:
@@ -191,16 +193,21 @@ def _shutdown(code: int) -> int:
     return code
 
 
+def _read_exactly(fd: int, size: int) -> bytes:
+    # Never a byte more: what follows the request in the pipe is the program's stdin.
+    data = b""
+    while len(data) < size:
+        chunk = os.read(fd, size - len(data))
+        if not chunk:
+            raise EOFError("the host closed stdin inside the command's request")
+        data += chunk
+    return data
+
+
 def _read_request(fd: int) -> dict[str, Any]:
     """The command, read by the child only (the server never holds a command's env or argv)."""
-    chunks = []
-    while True:
-        chunk = os.read(fd, 1 << 16)
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(fd)
-    req: dict[str, Any] = marshal.loads(b"".join(chunks))
+    size = int.from_bytes(_read_exactly(fd, 8), "little")
+    req: dict[str, Any] = marshal.loads(_read_exactly(fd, size))
     return req
 
 
@@ -210,7 +217,7 @@ def _child(ctl: _socket.socket, fds: list[int]) -> None:
     try:
         os.setsid()
         os.close(ctl.detach())  # the program must not be able to talk to the host
-        req = _read_request(fds[3])
+        req = _read_request(fds[0])
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)
         for fd in fds[:3]:
@@ -313,13 +320,15 @@ def _dirty() -> bool:
         return True
 
 
-def _serve_one(ctl: _socket.socket, req: dict[str, Any], fds: list[int], dirty: bool) -> bool:
-    """Run one command; return whether the sandbox now holds state outside its workspace."""
-    if len(fds) != 4:
+def _serve_one(ctl: _socket.socket, req: dict[str, Any], fds: list[int]) -> None:
+    """Run one command and report how it ended."""
+    if len(fds) != 3:
         for fd in fds:
             os.close(fd)
-        ctl.send(b"exit %d 0 %d" % (127 << 8, dirty))
-        return dirty
+        ctl.send(b"exit %d 0" % (127 << 8))
+        if PRIVATE:
+            ctl.send(b"dirty %d" % _dirty())
+        return
     pid = os.fork()
     if pid == 0:
         _child(ctl, fds)
@@ -350,9 +359,9 @@ def _serve_one(ctl: _socket.socket, req: dict[str, Any], fds: list[int], dirty: 
     _, status = os.waitpid(pid, 0)
     os.close(pidfd)
     _sweep(req["sweep"], pid)
-    dirty = dirty or (PRIVATE and _dirty())
-    ctl.send(b"exit %d %d %d" % (status, timed_out, dirty))
-    return dirty
+    ctl.send(b"exit %d %d" % (status, timed_out))
+    if PRIVATE:
+        ctl.send(b"dirty %d" % _dirty())
 
 
 def _kill_group(pid: int) -> None:
@@ -411,11 +420,16 @@ def main() -> None:
     _warm_up()
     # Move everything alive now out of the collector's reach: a child's GC then never
     # touches (and copies) the server's pages, which keeps forks cheap.
+    # Both are the child's, set here once so no child writes (and copies) the pages they live on:
+    # the server's own frames sit below the program's, so it gets the recursion depth it would
+    # have had; and sys.path gets a first entry the child points at the script directory (what
+    # isolated mode leaves out). Nothing is imported after this, and ``/proc/0`` can never exist.
+    sys.setrecursionlimit(sys.getrecursionlimit() + SERVER_FRAMES)
+    sys.path.insert(0, "/proc/0")
     gc.collect()
     gc.freeze()
     _trim()
     ctl.send(b"ready")
-    dirty = False
     while True:
         try:
             msg, fds = _recv(ctl)
@@ -427,7 +441,7 @@ def main() -> None:
             for fd in fds:
                 os.close(fd)
             continue
-        dirty = _serve_one(ctl, marshal.loads(msg), fds, dirty)
+        _serve_one(ctl, marshal.loads(msg), fds)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,577 @@
+"""``SubprocessSandbox``: one sandbox of the subprocess backend (its workspace, fork server and limits).
+
+Split from ``_backend`` (which keeps the backend: discovery, capabilities, options, cleanup)
+because the sandbox alone is one idea of a few hundred lines: run/exec through the fork server,
+the per-run limits, reset and teardown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import secrets
+import tempfile
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from sandboxkit.backends.subprocess import _isolation as isolation
+from sandboxkit.backends.subprocess import _seccomp as seccomp
+from sandboxkit.backends.subprocess._cgroup import SandboxCgroup
+from sandboxkit.backends.subprocess._cold import Command, run_cold
+from sandboxkit.backends.subprocess._forkserver import ForkServer, ServerStartError
+from sandboxkit.backends.subprocess._output import OutputLimits
+from sandboxkit.backends.subprocess._status import Outcome, classify, rlimits_for
+from sandboxkit.backends.subprocess._workspace import Workspace, program_env
+from sandboxkit.base import OutputCallback, Sandbox
+from sandboxkit.errors import BackendUnavailable, InvalidRequest, SandboxCrashed, ToolchainMissing
+from sandboxkit.languages import Language, resolve_language
+from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status
+from sandboxkit.streaming import Sink, sink
+
+if TYPE_CHECKING:
+    from sandboxkit.backends.subprocess._backend import SubprocessBackend
+
+__all__ = ["SubprocessSandbox"]
+
+
+log = logging.getLogger(__name__)
+NAME = "subprocess"
+#: Memory the fork server and bwrap hold inside the sandbox's memory cgroup, on top of the program's.
+SERVER_MEMORY = 32 << 20
+#: Processes of the sandbox that are not the program's: bwrap (2), the server, and slack.
+SERVER_PIDS = 4
+#: Tries to start a sandbox's fork server before giving up.
+START_ATTEMPTS = 3
+#: Largest value an rlimit or a cgroup byte count can hold (a signed 64-bit integer).
+_MAX_BYTES = (1 << 63) - 1
+#: The kernel's PID_MAX_LIMIT: no sandbox can have more processes than this.
+_MAX_PIDS = 1 << 22
+
+
+class SubprocessSandbox(Sandbox):
+    """One workspace on this machine and the fork server that runs its commands in isolation."""
+
+    backend_name = NAME
+
+    def __init__(self, backend: SubprocessBackend, limits: Limits) -> None:
+        self.id = f"sbx-{secrets.token_hex(6)}"
+        self.limits = limits
+        self._backend = backend
+        self._iso = backend.isolation
+        self._closed = False
+        self._lock = asyncio.Lock()
+        self._server: ForkServer | None = None
+        self._server_network: bool | None = None
+        self.uid = isolation.allocate_uid() if self._iso.is_root else None
+        owner = (self.uid, self.uid) if self.uid is not None else None
+        # The owner's pid in the names lets ``cleanup`` tell a crashed process's leftovers from live ones.
+        tag = f"{self.id}-p{os.getpid()}"
+        path = os.path.realpath(tempfile.mkdtemp(prefix=f"{tag}-", dir=backend.root))
+        self.workspace = Workspace(path, owner, self.id)
+        #: Why the sandbox can no longer be used (its fork server died on its own), or None.
+        self._broken: str | None = None
+        self._mounted = False
+        self.cgroup: SandboxCgroup | None = None
+        try:
+            if owner is not None:
+                os.chown(path, *owner)
+            if self._iso.tmpfs and owner is not None:
+                isolation.mount_tmpfs(path, size_mb=backend.disk_mb, uid=owner[0], gid=owner[1])
+                self._mounted = True
+            if self._iso.cgroup.memory_parent or self._iso.cgroup.pids_parent:
+                self.cgroup = SandboxCgroup(self._iso.cgroup, tag)
+        except BaseException:
+            self._release()
+            raise
+
+    # ------------------------------------------------------------------ helpers
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxCrashed("the sandbox is closed; open a new one", backend=NAME, sandbox_id=self.id)
+        if self._broken is not None:
+            raise SandboxCrashed(self._broken, backend=NAME, sandbox_id=self.id)
+
+    def _discard(self) -> None:
+        """The server died on its own: never start another in a workspace the program controlled."""
+        self._broken = (
+            "the sandbox's fork server died during an earlier command (a program can kill its parent); "
+            "the sandbox is discarded rather than restarted in a workspace the program controlled: "
+            "open a new one (a pool does so by itself)"
+        )
+        if self._server is not None:
+            self._server.kill()
+
+    def _text(self, value: str, what: str) -> bytes:
+        """``value`` as UTF-8, or InvalidRequest for text that cannot be (lone surrogates)."""
+        try:
+            return value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidRequest(
+                f"{what} {value[:60]!r} is not valid Unicode ({exc.reason} at position {exc.start}); "
+                "remove lone surrogates",
+                backend=NAME,
+                sandbox_id=self.id,
+            ) from None
+
+    def _check_texts(self, env: Mapping[str, str], argv: Sequence[str]) -> None:
+        for key, value in env.items():
+            self._text(key, "environment variable name")
+            self._text(value, f"environment variable {key!r}")
+        for arg in argv:
+            self._text(arg, "argument")
+
+    def _env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
+        return program_env(self.inner_path, self._backend.path, extra)
+
+    @property
+    def inner_path(self) -> str:
+        """Where the program sees its workspace: :data:`INNER_WORKDIR` under bubblewrap, else the host path.
+
+        A fixed path hides the host's layout from the program and keeps tracebacks free of
+        sandboxkit's directory names (``File "/work/main.py"``, as on the Docker backend).
+        """
+        return isolation.INNER_WORKDIR if self._iso.bwrap is not None else self.workspace.path
+
+    def _inner(self, host_path: str) -> str:
+        """``host_path`` (the workspace or a path inside it) as the program sees it."""
+        ws = self.workspace.path
+        if self._iso.bwrap is None or host_path == ws:
+            return self.inner_path if host_path == ws else host_path
+        return isolation.INNER_WORKDIR + host_path[len(ws) :] if host_path.startswith(ws + "/") else host_path
+
+    def _prefix(self, network: bool, cwd: str | None = None) -> tuple[list[str], list[int]]:
+        """The namespace wrapper of this sandbox's processes (empty without bubblewrap).
+
+        Returns:
+            The argv prefix and the descriptors it names (the seccomp program), which the
+            process starting it must pass on and then close.
+        """
+        iso = self._iso
+        if iso.bwrap is None:
+            return [], []
+        fds = []
+        if self._backend.seccomp:
+            fds.append(seccomp.seccomp_fd(seccomp.filter_program(deny_unix_sockets=not network)))
+        cg = self.cgroup
+        own = []
+        if cg is not None:
+            if cg.support.version == 2 and cg.memory_dir is not None:
+                own.append((cg.memory_dir, isolation.CGROUP_ROOT))
+            else:
+                own += [
+                    (d, f"{isolation.CGROUP_ROOT}/{c}")
+                    for d, c in ((cg.memory_dir, "memory"), (cg.pids_dir, "pids"))
+                    if d
+                ]
+        argv = isolation.bwrap_argv(
+            iso,
+            bwrap=iso.bwrap,
+            workspace=self.workspace.path,
+            inner=self.inner_path,
+            root=self._backend.root,
+            network=network,
+            tmp_mb=self._backend.tmp_mb,
+            cwd=self._inner(cwd) if cwd is not None else None,
+            seccomp_fd=fds[0] if fds else None,
+            cgroup_dirs=own,
+        )
+        return argv, fds
+
+    async def _server_for(self, network: bool) -> ForkServer | None:
+        """The running fork server, (re)started when missing, dead or on the wrong network."""
+        python = self._backend.server_python
+        if python is None:
+            return None
+        if self._server is not None:
+            await self._server.settle()
+            if self._server.died:
+                self._discard()
+                self._check_open()
+            if self._server.alive and self._server_network == network:
+                return self._server
+            # Killed by the host (a late reply, a cancelled call, state left for reset) or on the
+            # other network: a new server is safe, it imports nothing the program could have planted.
+            self._server.kill()
+        iso = self._iso
+        for attempt in range(START_ATTEMPTS):
+            prefix, fds = self._prefix(network)
+            server = ForkServer(
+                python=python,
+                prefix=prefix,
+                user=(self.uid, self.uid) if self.uid is not None else None,
+                env=self._env(None),
+                cwd=self.workspace.path,
+                cgroup=self.cgroup,
+                sweep_all=iso.bwrap is not None or self.uid is not None,
+                preload=self._backend.preload_modules,
+                private_state=iso.bwrap is not None,
+                pass_fds=fds,
+            )
+            try:
+                await server.start()
+                break
+            except ServerStartError as exc:
+                # bwrap can lose a race with a host mount that disappears while it copies the
+                # mount table; that passes. A real misconfiguration fails every attempt.
+                if attempt < START_ATTEMPTS - 1:
+                    log.debug("fork server of %s failed to start, retrying: %s", self.id, exc)
+                    await asyncio.sleep(0.01 * (attempt + 1))
+                    continue
+                raise BackendUnavailable(
+                    f"cannot start the sandbox: {exc}; run `sandboxkit doctor` to see what this machine allows",
+                    backend=NAME,
+                    sandbox_id=self.id,
+                ) from exc
+        self._server, self._server_network = server, network
+        return server
+
+    def _rlimits(
+        self, limits: Limits, timeout_s: float, lang: Language | None, *, compiler: bool = False
+    ) -> list[tuple[int, int]]:
+        import resource
+
+        self._check_limits(limits)
+        # Compilers (rustc/LLVM, javac, go) reserve far more address space than they touch: an
+        # RLIMIT_AS at memory_mb makes a correct program a compile_error, a wrong reward caused by
+        # the sandbox. Their memory is held by the cgroup (RSS) instead, like the hungry runtimes'.
+        hungry = compiler or (lang is not None and lang.virtual_memory_hungry)
+        out = rlimits_for(limits, timeout_s, address_space=not hungry)
+        if limits.pids is not None and self.uid is not None:
+            # Counted per host uid, and this uid is the sandbox's alone: a per-sandbox cap.
+            out.append((resource.RLIMIT_NPROC, limits.pids + SERVER_PIDS))
+        if hungry and limits.memory_mb is not None and (self.cgroup is None or self.cgroup.memory_dir is None):
+            out.append((resource.RLIMIT_DATA, limits.memory_mb << 20))  # no cgroup: cap the heap instead
+        return out
+
+    def _check_limits(self, limits: Limits) -> None:
+        """Reject limits no kernel interface can hold (they would fail deep inside as OverflowError)."""
+        for field, value, unit in (
+            ("memory_mb", limits.memory_mb, 1 << 20),
+            ("file_size_mb", limits.file_size_mb, 1 << 20),
+        ):
+            if value is not None and value * unit + SERVER_MEMORY > _MAX_BYTES:
+                raise InvalidRequest(
+                    f"limits.{field}={value!r} is more than the kernel can represent (at most "
+                    f"{(_MAX_BYTES - SERVER_MEMORY) // unit}); use a smaller value, or None for the default",
+                    backend=NAME,
+                    sandbox_id=self.id,
+                )
+        if limits.pids is not None and limits.pids + SERVER_PIDS > _MAX_PIDS:
+            raise InvalidRequest(
+                f"limits.pids={limits.pids!r} is more than the kernel allows (at most {_MAX_PIDS - SERVER_PIDS}); "
+                "use a smaller value, or None for the default",
+                backend=NAME,
+                sandbox_id=self.id,
+            )
+
+    def _apply_cgroup(self, limits: Limits) -> None:
+        if self.cgroup is None:
+            return
+        try:
+            if limits.memory_mb is not None:
+                self.cgroup.set_memory((limits.memory_mb << 20) + SERVER_MEMORY)
+            if limits.pids is not None:
+                self.cgroup.set_pids(limits.pids + SERVER_PIDS)
+        except OSError as exc:
+            if exc.errno == errno.EBUSY:  # cgroup v1 refuses a limit below what is charged already
+                held = self.cgroup.memory_usage()
+                raise InvalidRequest(
+                    f"limits.memory_mb={limits.memory_mb!r} is less than this sandbox already holds "
+                    f"({held >> 20} MB: files in /tmp, /dev/shm and the workspace count against its memory); "
+                    "remove those files first, or ask for more memory",
+                    backend=NAME,
+                    sandbox_id=self.id,
+                ) from exc
+            raise InvalidRequest(
+                f"the kernel refused limits memory_mb={limits.memory_mb!r}, pids={limits.pids!r} for this "
+                f"sandbox's cgroup ({exc.strerror}); use smaller values",
+                backend=NAME,
+                sandbox_id=self.id,
+            ) from exc
+
+    async def _spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        stdin: bytes,
+        timeout_s: float,
+        limits: Limits,
+        lang: Language | None,
+        python_file: str | None = None,
+        compiler: bool = False,
+        sinks: tuple[Sink | None, Sink | None] = (None, None),
+    ) -> Outcome:
+        """Run one command through the fork server (or the cold path when there is none).
+
+        Raises:
+            InvalidRequest: the command and its environment are too large to send.
+        """
+        rlimits = self._rlimits(limits, timeout_s, lang, compiler=compiler)
+        server = await self._server_for(limits.network)
+        output = OutputLimits.of(limits, sinks)
+        if server is None:
+            prefix, fds = self._prefix(limits.network, cwd)
+            cmd = Command(
+                argv,
+                cwd,
+                env,
+                stdin,
+                timeout_s,
+                output,
+                rlimits,
+                prefix=prefix,
+                user=(self.uid, self.uid) if self.uid is not None else None,
+                pass_fds=fds,
+            )
+            try:
+                return await run_cold(cmd)
+            except FileNotFoundError:
+                missing = f"{argv[0]}: command not found\n".encode()
+                if sinks[1] is not None:
+                    sinks[1](missing)
+                return Outcome(127, None, b"", missing, False, False, 0.0)
+        self._apply_cgroup(limits)
+        request: dict[str, object] = {"cwd": self._inner(cwd), "env": dict(env), "rlimits": rlimits}
+        if python_file is not None:
+            request.update(python=self._inner(python_file), args=list(argv))
+        else:
+            request["argv"] = list(argv)
+        try:
+            outcome = await server.run(request, stdin=stdin, timeout_s=timeout_s, output=output)
+        except ConnectionError as exc:  # died between commands: its killer controlled this workspace
+            self._discard()
+            raise SandboxCrashed(self._broken or str(exc), backend=NAME, sandbox_id=self.id) from exc
+        except ValueError as exc:
+            raise InvalidRequest(str(exc), backend=NAME, sandbox_id=self.id) from exc
+        if server.died:  # this command's program killed the server: its result stands, the sandbox goes
+            self._discard()
+        return outcome
+
+    def _warm_python(self, lang: Language, request: RunRequest) -> bool:
+        # The warm path runs the code inside an already started interpreter, so interpreter
+        # options passed through the environment (PYTHONHASHSEED...) would be ignored: go cold.
+        return (
+            lang.name == "python" and self._backend.warm_python and not any(k.startswith("PYTHON") for k in request.env)
+        )
+
+    # ------------------------------------------------------------------ contract
+
+    async def run(
+        self,
+        request: RunRequest,
+        *,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> RunResult:
+        """Write the code and files, compile if needed, run with stdin, fetch files.
+
+        ``on_stdout`` / ``on_stderr`` get the program's output chunks as the pipes are read.
+
+        Raises:
+            ToolchainMissing: the language's compiler or interpreter is not installed here.
+            BackendUnavailable: the sandbox's isolation could not be started.
+            SandboxCrashed: the sandbox is closed.
+        """
+        self._check_open()
+        lang = resolve_language(request.language)
+        if not self._backend.has_toolchain(lang):
+            raise ToolchainMissing(
+                f"{lang.name} needs {', '.join(lang.binaries)}, not found on the sandbox PATH {self._backend.path!r}; "
+                f"install it with `apt-get install {lang.package}`",
+                backend=NAME,
+                sandbox_id=self.id,
+            )
+        limits = request.limits
+        sinks = (sink(on_stdout, "on_stdout", backend=NAME), sink(on_stderr, "on_stderr", backend=NAME))
+        stdin = self._text(request.stdin or "", "stdin")
+        self._check_texts(request.env, request.argv)
+        async with self._lock:
+            self._check_open()
+            src = lang.source_name(request.code)
+            self.workspace.write({**request.files, src: request.code})
+            env = self._env({**lang.env, **request.env})
+            compile_result: ExecResult | None = None
+            compile_argv = lang.compile_argv(request.code)
+            if compile_argv is not None:
+                compiled = await self._spawn(
+                    compile_argv,
+                    cwd=self.workspace.path,
+                    env=env,
+                    stdin=b"",
+                    timeout_s=limits.compile_timeout_s,
+                    limits=limits.merged(
+                        output_bytes=max(limits.output_bytes, 1 << 20), pids=max(limits.pids or 0, 64)
+                    ),
+                    lang=lang,
+                    compiler=True,
+                )
+                compile_result = classify(compiled)
+                if compile_result.status is not Status.OK:
+                    return RunResult(
+                        status=Status.COMPILE_ERROR,
+                        compile=compile_result,
+                        language=lang.name,
+                        backend=NAME,
+                        sandbox_id=self.id,
+                        duration_s=compile_result.duration_s,
+                    )
+            if self._warm_python(lang, request):
+                outcome = await self._spawn(
+                    request.argv,
+                    cwd=self.workspace.path,
+                    env=env,
+                    stdin=stdin,
+                    timeout_s=limits.timeout_s,
+                    limits=limits,
+                    lang=lang,
+                    python_file=os.path.join(self.workspace.path, src),
+                    sinks=sinks,
+                )
+            else:
+                outcome = await self._spawn(
+                    lang.run_argv(request.code, request.argv),
+                    cwd=self.workspace.path,
+                    env=env,
+                    stdin=stdin,
+                    timeout_s=limits.timeout_s,
+                    limits=limits,
+                    lang=lang,
+                    sinks=sinks,
+                )
+            fetched = self.workspace.read(request.fetch_files) if request.fetch_files else {}
+        return classify(
+            outcome,
+            RunResult,
+            compile=compile_result,
+            files=fetched,
+            language=lang.name,
+            backend=NAME,
+            sandbox_id=self.id,
+        )
+
+    async def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | None = None,
+        timeout: float | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> ExecResult:
+        """Run a shell command (``bash -c``) or an argv list in the workspace.
+
+        ``on_stdout`` / ``on_stderr`` get the output chunks as the pipes are read.
+
+        Raises:
+            InvalidRequest: ``cwd`` escapes the workspace or the timeout is not positive.
+            BackendUnavailable: the sandbox's isolation could not be started.
+            SandboxCrashed: the sandbox is closed.
+        """
+        self._check_open()
+        if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
+            raise InvalidRequest(f"timeout must be a positive number of seconds, got {timeout!r}", backend=NAME)
+        workdir = self.workspace.path if cwd in (None, "", ".") else self.workspace.resolve(str(cwd), strict=True)
+        argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
+        if not argv:
+            raise InvalidRequest("exec needs a non-empty command", backend=NAME, sandbox_id=self.id)
+        stdin_data = self._text(stdin or "", "stdin")
+        self._check_texts(env or {}, argv)
+        timeout_s = float(timeout) if timeout is not None else self.limits.timeout_s
+        sinks = (sink(on_stdout, "on_stdout", backend=NAME), sink(on_stderr, "on_stderr", backend=NAME))
+        async with self._lock:
+            self._check_open()
+            if not os.path.isdir(workdir):
+                raise InvalidRequest(f"cwd {cwd!r} is not a directory in the workspace", backend=NAME)
+            outcome = await self._spawn(
+                argv,
+                cwd=workdir,
+                env=self._env(env),
+                stdin=stdin_data,
+                timeout_s=timeout_s,
+                limits=self.limits,
+                lang=None,
+                sinks=sinks,
+            )
+        return classify(outcome)
+
+    async def write_files(self, files: Mapping[str, bytes | str]) -> None:
+        """Write files into the workspace.
+
+        Raises:
+            InvalidRequest: a path is absolute or contains ``..``.
+            SandboxCrashed: the sandbox is closed.
+        """
+        self._check_open()
+        self.workspace.write(files)
+
+    async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
+        """Read files from the workspace; missing ones are absent.
+
+        Raises:
+            InvalidRequest: a path is absolute or contains ``..``.
+            SandboxCrashed: the sandbox is closed.
+        """
+        self._check_open()
+        return self.workspace.read(paths)
+
+    async def alive(self) -> bool:
+        """True until closed or discarded (and while the workspace exists). Never raises."""
+        return not self._closed and self._broken is None and os.path.isdir(self.workspace.path)
+
+    async def reset(self) -> bool:
+        """Give the next run what a fresh sandbox gives.
+
+        No process survives a command, so what is left is files in the workspace (wiped here)
+        and state in the server's namespaces: files in ``/tmp``, ``/dev/shm``, ``/dev/mqueue``
+        and SysV IPC objects, which also stay charged to the sandbox's memory. The server
+        reports when a command left any; then it is stopped, and the next command starts one
+        in fresh namespaces. A sandbox whose server died on its own is not reset (False).
+        """
+        if self._closed or self._broken is not None:
+            return False
+        async with self._lock:
+            if self._server is not None:
+                await self._server.settle()
+            if self._server is not None and (self._server.dirty or self._server.died):
+                if self._server.died:
+                    self._discard()
+                    return False
+                self._server.kill()
+                self._server = None
+            try:
+                self.workspace.wipe()
+            except OSError:
+                log.warning("could not wipe workspace of %s", self.id, exc_info=True)
+                return False
+        return True
+
+    async def close(self) -> None:
+        """Kill every process of the sandbox and remove its workspace. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._backend._forget(self)
+        self._release()
+
+    def _release(self) -> None:
+        """Synchronous teardown, shared by ``close`` and the backend's emergency cleanup."""
+        self._closed = True
+        if self._server is not None:
+            self._server.kill()
+            self._server = None
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
+        if self._mounted:
+            isolation.unmount(self.workspace.path)
+            self._mounted = False
+        self.workspace.remove()
+        if self.uid is not None:
+            isolation.release_uid(self.uid)

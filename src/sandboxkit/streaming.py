@@ -24,6 +24,7 @@ Rules every backend follows (pinned by the conformance suite):
 
 from __future__ import annotations
 
+import abc
 import logging
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
@@ -32,7 +33,16 @@ from sandboxkit.base import OutputCallback, Sandbox
 from sandboxkit.errors import InvalidRequest
 from sandboxkit.models import ExecResult, RunRequest, RunResult
 
-__all__ = ["OutputCallback", "Sink", "check_callbacks", "exec_streaming", "replay", "run_streaming", "sink"]
+__all__ = [
+    "BufferedSandbox",
+    "OutputCallback",
+    "Sink",
+    "check_callbacks",
+    "exec_streaming",
+    "replay",
+    "run_streaming",
+    "sink",
+]
 
 logger = logging.getLogger("sandboxkit.streaming")
 
@@ -153,3 +163,54 @@ async def run_streaming(
     if streams:
         return await sandbox.run(request, on_stdout=on_stdout, on_stderr=on_stderr)
     return replay(await sandbox.run(request), on_stdout, on_stderr)
+
+
+class BufferedSandbox(Sandbox):
+    """A sandbox whose backend cannot stream: ``run``/``exec`` replay the final output to the callbacks.
+
+    Written once here so every non-streaming backend (the cloud wrapper, Sandbox Fusion, Ray
+    placement, the testing fake) keeps the same contract: implement :meth:`_run_buffered` and
+    :meth:`_exec_buffered` (the :class:`~sandboxkit.base.Sandbox` semantics without callbacks),
+    and each callback is called once, after the command ends, with the final (cut) output.
+    """
+
+    async def run(
+        self,
+        request: RunRequest,
+        *,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> RunResult:
+        """See :meth:`Sandbox.run`; the callbacks get the final output once (no streaming)."""
+        return replay(await self._run_buffered(request), on_stdout, on_stderr)
+
+    async def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | None = None,
+        timeout: float | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> ExecResult:
+        """See :meth:`Sandbox.exec`; the callbacks get the final output once (no streaming)."""
+        result = await self._exec_buffered(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout)
+        return replay(result, on_stdout, on_stderr)
+
+    @abc.abstractmethod
+    async def _run_buffered(self, request: RunRequest) -> RunResult:
+        """:meth:`Sandbox.run` without callbacks."""
+
+    @abc.abstractmethod
+    async def _exec_buffered(
+        self,
+        command: str | Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | None = None,
+        timeout: float | None = None,
+    ) -> ExecResult:
+        """:meth:`Sandbox.exec` without callbacks."""

@@ -47,11 +47,10 @@ from sandboxkit.backends._wrapper import (
     parse_result,
     reset_script,
 )
-from sandboxkit.base import OutputCallback, Sandbox
 from sandboxkit.errors import InvalidRequest, SandboxCrashed, SandboxError, Transient
 from sandboxkit.languages import Language, resolve_language
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status, check_relative_path
-from sandboxkit.streaming import replay
+from sandboxkit.streaming import BufferedSandbox
 
 if TYPE_CHECKING:
     from sandboxkit.backends._cloud_backend import CloudBackend
@@ -124,7 +123,7 @@ class NoAnswer(Exception):
     """The service did not finish a command within the host deadline (raised by ``_shell``)."""
 
 
-class CloudSandbox(Sandbox):
+class CloudSandbox(BufferedSandbox):
     """A :class:`Sandbox` built on three service primitives: upload, download, shell.
 
     Subclasses implement the primitives (and ``alive`` / ``_destroy``); this class writes code
@@ -227,16 +226,6 @@ class CloudSandbox(Sandbox):
             return ExecResult(status=Status.TIMEOUT, duration_s=time.monotonic() - started)
         return parse_result(raw, step, backend=self.backend_name, sandbox_id=self.id)
 
-    async def run(
-        self,
-        request: RunRequest,
-        *,
-        on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
-    ) -> RunResult:
-        """See :meth:`_run_buffered`. This backend does not stream: the callbacks get the final output once."""
-        return replay(await self._run_buffered(request), on_stdout, on_stderr)
-
     async def _run_buffered(self, request: RunRequest) -> RunResult:
         """See :meth:`Sandbox.run`; code, files and stdin go through the file API."""
         lang: Language = resolve_language(request.language)
@@ -302,21 +291,6 @@ class CloudSandbox(Sandbox):
             backend=self.backend_name,
             sandbox_id=self.id,
         )
-
-    async def exec(
-        self,
-        command: str | Sequence[str],
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        stdin: str | None = None,
-        timeout: float | None = None,
-        on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
-    ) -> ExecResult:
-        """See :meth:`_exec_buffered`. This backend does not stream: the callbacks get the final output once."""
-        result = await self._exec_buffered(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout)
-        return replay(result, on_stdout, on_stderr)
 
     async def _exec_buffered(
         self,

@@ -40,7 +40,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from sandboxkit.base import Availability, Backend, Capabilities, OutputCallback, Sandbox
+from sandboxkit.base import Availability, Backend, Capabilities, Sandbox
 from sandboxkit.errors import BackendUnavailable, InvalidRequest, RateLimited, SandboxCrashed, Transient
 from sandboxkit.languages import LANGUAGES
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, check_relative_path
@@ -50,7 +50,7 @@ from sandboxkit.protocols.sandbox_fusion import (
     request_to_sandbox_fusion,
     result_from_sandbox_fusion,
 )
-from sandboxkit.streaming import replay
+from sandboxkit.streaming import BufferedSandbox
 
 __all__ = ["SandboxFusionBackend", "SandboxFusionSandbox", "split_url"]
 
@@ -280,7 +280,7 @@ class SandboxFusionBackend(Backend):
                 pass
 
 
-class SandboxFusionSandbox(Sandbox):
+class SandboxFusionSandbox(BufferedSandbox):
     """A stateless handle on the service; see the module docstring for what persists."""
 
     backend_name = _NAME
@@ -312,16 +312,6 @@ class SandboxFusionSandbox(Sandbox):
         response = await self.backend.post_run_code(body, read_timeout=read_timeout, sandbox_id=self.id)
         return result_from_sandbox_fusion(response, request, backend=_NAME, sandbox_id=self.id)
 
-    async def run(
-        self,
-        request: RunRequest,
-        *,
-        on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
-    ) -> RunResult:
-        """See :meth:`_run_buffered`. This backend does not stream: the callbacks get the final output once."""
-        return replay(await self._run_buffered(request), on_stdout, on_stderr)
-
     async def _run_buffered(self, request: RunRequest) -> RunResult:
         """One ``POST /run_code`` (staged files uploaded with it).
 
@@ -332,21 +322,6 @@ class SandboxFusionSandbox(Sandbox):
             RateLimited: HTTP 429.
         """
         return await self._call(request)
-
-    async def exec(
-        self,
-        command: str | Sequence[str],
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        stdin: str | None = None,
-        timeout: float | None = None,
-        on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
-    ) -> ExecResult:
-        """See :meth:`_exec_buffered`. This backend does not stream: the callbacks get the final output once."""
-        result = await self._exec_buffered(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout)
-        return replay(result, on_stdout, on_stderr)
 
     async def _exec_buffered(
         self,

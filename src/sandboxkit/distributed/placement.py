@@ -26,10 +26,10 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sandboxkit.base import Backend, Capabilities, OutputCallback, Sandbox
+from sandboxkit.base import Backend, Capabilities, Sandbox
 from sandboxkit.errors import BackendUnavailable, SandboxCrashed, SandboxError, Transient
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
-from sandboxkit.streaming import replay
+from sandboxkit.streaming import BufferedSandbox
 
 __all__ = ["RayPlacedBackend", "SandboxHost"]
 
@@ -125,7 +125,7 @@ async def _call(ref: Any, backend: str, sandbox_id: str | None) -> Any:
         ) from exc
 
 
-class RaySandbox(Sandbox):
+class RaySandbox(BufferedSandbox):
     """A sandbox living in a :class:`SandboxHost` actor somewhere in the cluster."""
 
     def __init__(self, owner: RayPlacedBackend, host: Any, inner_id: str, node: str) -> None:
@@ -136,34 +136,9 @@ class RaySandbox(Sandbox):
         self.backend_name = owner.name
         self._closed = False
 
-    async def run(
-        self,
-        request: RunRequest,
-        *,
-        on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
-    ) -> RunResult:
-        """See :meth:`_run_buffered`. This backend does not stream: the callbacks get the final output once."""
-        return replay(await self._run_buffered(request), on_stdout, on_stderr)
-
     async def _run_buffered(self, request: RunRequest) -> RunResult:
         result: RunResult = await _call(self._host.run.remote(request), self.backend_name, self.id)
         return result
-
-    async def exec(
-        self,
-        command: str | Sequence[str],
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        stdin: str | None = None,
-        timeout: float | None = None,
-        on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
-    ) -> ExecResult:
-        """See :meth:`_exec_buffered`. This backend does not stream: the callbacks get the final output once."""
-        result = await self._exec_buffered(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout)
-        return replay(result, on_stdout, on_stderr)
 
     async def _exec_buffered(
         self,

@@ -38,10 +38,10 @@ from pathlib import Path
 
 import anyio
 
-from sandboxkit.base import Backend, Capabilities, OutputCallback, Sandbox
+from sandboxkit.base import Backend, Capabilities
 from sandboxkit.errors import CapacityExceeded, InvalidRequest, RateLimited, SandboxCrashed, Transient
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status, check_relative_path
-from sandboxkit.streaming import replay
+from sandboxkit.streaming import BufferedSandbox
 
 __all__ = ["FakeBackend", "FakeSandbox", "Response"]
 
@@ -51,7 +51,7 @@ Response = RunResult | BaseException | Callable[[RunRequest], RunResult | Awaita
 _ids = itertools.count()
 
 
-class FakeSandbox(Sandbox):
+class FakeSandbox(BufferedSandbox):
     """One fake sandbox: a dict of files and a script interpreter."""
 
     def __init__(self, backend: FakeBackend, limits: Limits | None) -> None:
@@ -76,16 +76,6 @@ class FakeSandbox(Sandbox):
             return check_relative_path(path)
         except ValueError as exc:
             raise InvalidRequest(str(exc), backend=self.backend_name, sandbox_id=self.id) from exc
-
-    async def run(
-        self,
-        request: RunRequest,
-        *,
-        on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
-    ) -> RunResult:
-        """See :meth:`_run_buffered`. This backend does not stream: the callbacks get the final output once."""
-        return replay(await self._run_buffered(request), on_stdout, on_stderr)
 
     async def _run_buffered(self, request: RunRequest) -> RunResult:
         self._check_open()
@@ -144,21 +134,6 @@ class FakeSandbox(Sandbox):
             return response
         got = response(request)
         return await got if isinstance(got, Awaitable) else got
-
-    async def exec(
-        self,
-        command: str | Sequence[str],
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        stdin: str | None = None,
-        timeout: float | None = None,
-        on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
-    ) -> ExecResult:
-        """See :meth:`_exec_buffered`. This backend does not stream: the callbacks get the final output once."""
-        result = await self._exec_buffered(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout)
-        return replay(result, on_stdout, on_stderr)
 
     async def _exec_buffered(
         self,

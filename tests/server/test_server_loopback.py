@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import json
-import socket
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
 import requests
-import uvicorn
 from verl.utils.reward_score.sandbox_fusion import compute_score
 
 from sandboxkit.server.app import create_app
 from sandboxkit.testing import FakeBackend
-from support.serve import ServeProcess
+from support.serve import ServeProcess, uvicorn_thread
 
 JSON = {"content-type": "application/json"}
 
@@ -56,21 +53,8 @@ def test_huge_body_gets_413_not_a_connection_reset(sk_serve: ServeProcess) -> No
 def saturated_server() -> Iterator[str]:
     """A server with one run slot and a 0.3 s queue timeout, on the fake backend (exact timings)."""
     app = create_app(FakeBackend(), max_concurrency=1, queue_timeout=0.3)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", loop="asyncio"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    with uvicorn_thread(app) as url:
+        yield url
 
 
 def test_verl_retries_the_504_of_a_saturated_server_and_scores_correctly(saturated_server: str) -> None:

@@ -20,7 +20,7 @@ import requests
 from verl.utils.reward_score.sandbox_fusion import compute_score
 
 from sandboxkit.server.app import create_app
-from support.fake_backend import FakeBackend
+from sandboxkit.testing import FakeBackend
 from support.serve import ServeProcess, uvicorn_thread
 
 

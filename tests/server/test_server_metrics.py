@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sandboxkit.pool import SandboxPool
 from sandboxkit.prometheus import prometheus_registry
 from sandboxkit.server.app import create_app
-from support.fake_backend import FakeBackend
+from sandboxkit.testing import FakeBackend
 from support.serve import uvicorn_thread
 
 #: program text -> times sent. The fake backend's behaviour is its program text.

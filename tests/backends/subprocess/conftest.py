@@ -1,4 +1,4 @@
-"""Fixtures of the subprocess backend tests (helpers live in ``sbx_helpers``)."""
+"""Fixtures of the subprocess backend tests (helpers live in ``support.subprocess_sandboxes``)."""
 
 from __future__ import annotations
 

@@ -41,6 +41,12 @@ class Capabilities:
         streaming: ``on_stdout`` / ``on_stderr`` callbacks get output chunks while the program
             runs. When False they are called once each with the final output after it ends
             (so callers need no special case; they just see it late).
+        absolute_paths: file operations and commands accept absolute paths inside the
+            sandbox's own root filesystem (``/testbed``, ``/tests``, ``/logs``), which the shell
+            sees too. When False only workspace-relative paths are accepted.
+        kernels: ``Session.python`` keeps a persistent Python interpreter in the sandbox.
+        fork: how much of a sandbox a checkpoint/fork carries: ``"none"`` (cannot fork),
+            ``"files"``, ``"files+processes"`` or ``"memory"`` (process memory too).
     """
 
     languages: frozenset[str]
@@ -51,6 +57,9 @@ class Capabilities:
     missing_protections: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
     streaming: bool = False
+    absolute_paths: bool = False
+    kernels: bool = False
+    fork: str = "none"
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import pytest
 import pytest_asyncio
 
 from sandboxkit.backends.subprocess import SubprocessBackend
-from sandboxkit.backends.subprocess._rootfs import ROOTFS_UID, has_overlay_mounts, load_image
+from sandboxkit.backends.subprocess._rootfs import ROOTFS_UID, has_overlay_mounts, load_image, resolve_in_root
 from sandboxkit.errors import InvalidRequest
 from sandboxkit.models import Limits, RunRequest, Status
 from support.rootfs import CACHE, IMAGE_HOSTNAME, base_image_tarball, busybox_rootfs
@@ -291,3 +291,19 @@ class _Opened:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.sb.close()
+
+
+async def test_resolve_in_root_never_leaves_the_root(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "usr" / "bin").mkdir(parents=True)
+    (root / "bin").symlink_to("usr/bin")
+    (root / "abs").symlink_to("/usr")
+    (root / "up").symlink_to("../../../../../..")
+    (root / "loop").symlink_to("loop")
+    r = str(root)
+    assert resolve_in_root(r, "/bin/x", follow_last=True) == f"{r}/usr/bin/x"
+    assert resolve_in_root(r, "/abs/bin", follow_last=True) == f"{r}/usr/bin"  # absolute: from the root
+    assert resolve_in_root(r, "/up/etc/passwd", follow_last=True) == f"{r}/etc/passwd"  # '..' stops at /
+    assert resolve_in_root(r, "/abs", follow_last=False) == f"{r}/abs"  # the link itself
+    with pytest.raises(OSError):
+        resolve_in_root(r, "/loop/x", follow_last=True)

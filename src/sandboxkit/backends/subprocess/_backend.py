@@ -193,6 +193,10 @@ class SubprocessBackend(Backend):
                     "separate uid per sandbox: rootfs sandboxes share the image owner's host uid "
                     "(apart by namespaces and cgroups)"
                 )
+                if iso.cgroup.pids_parent is None:
+                    missing.append(
+                        "process limit: no pids cgroup, and a shared uid makes RLIMIT_NPROC no per-sandbox cap"
+                    )
             elif self.server_python is None:
                 missing.append("fork server: no python3 on the sandbox PATH; commands start cold, without the cgroup")
             self._caps = Capabilities(

@@ -122,10 +122,10 @@ class SubprocessSandbox(Sandbox):
         """Host path of ``exec``'s working directory: the workspace, a directory in it, or (rootfs) any absolute one."""
         if cwd in (None, "", "."):
             return self.workspace.path
-        if self.view is not None and str(cwd).startswith("/"):
+        if self.view is not None:
             if not str(cwd).strip("/"):
                 return self.view.root
-            checked = rootfs.split_paths([str(cwd)], self.id)[0][1]
+            checked = self.view.absolute(rootfs.split_paths([str(cwd)], self.id)[0][1])
             try:
                 return rootfs.resolve_in_root(self.view.root, checked, follow_last=True)
             except OSError as exc:  # a link cycle

@@ -146,6 +146,21 @@ async def test_symlinks_resolve_inside_the_sandbox_never_on_the_host(tiny: Subpr
             await sb.read_files(["/testbed/p/self/environ"])
 
 
+async def test_a_working_directory_replaced_by_a_link_is_never_followed_by_the_host(tiny: SubprocessBackend) -> None:
+    async with _open(tiny) as sb:
+        for sabotage in (
+            "rm -rf /testbed && ln -s /etc /testbed",
+            "rm -rf /testbed",
+            "rm -rf /testbed; echo f > /testbed",
+        ):
+            assert (await sb.exec(sabotage, cwd="/")).status is Status.OK
+            await sb.write_files({"planted.txt": "x"})
+            assert not Path("/etc/planted.txt").exists()
+            assert (await sb.exec("cat planted.txt; pwd")).stdout == "x/testbed\n"
+            assert await sb.read_files(["planted.txt"]) == {"planted.txt": b"x"}
+            assert (await sb.exec("ls /etc")).stdout == "hostname\npasswd\n"
+
+
 @pytest.mark.parametrize(
     "bad", ["../x", "/testbed/../etc/passwd", "/a/../../b", "/", "/tmp/x", "/proc/1/environ", "/dev/null", "a\x00"]
 )
@@ -273,6 +288,19 @@ async def test_python_in_the_image_opens_testbed_files_warm(base: SubprocessBack
         assert base.rootfs is not None and base.rootfs.python_ok is True  # the fork server runs the image's python3
         await sb.write_files({"/tests/test.sh": VERIFIER})
         assert await _reward(sb, "42") == 1.0
+
+
+async def test_run_never_writes_through_a_working_directory_the_program_replaced(base: SubprocessBackend) -> None:
+    host_dir = Path(tempfile.mkdtemp(prefix="hostside-", dir=os.path.dirname(CACHE)))
+    try:
+        async with _open(base) as sb:
+            await sb.exec(f"rm -rf /testbed && ln -s {host_dir} /testbed", cwd="/")
+            result = await sb.run(RunRequest(code="import os\nprint(os.getcwd())", files={"in.txt": "i"}, limits=FAST))
+            assert result.status is Status.OK, result
+            assert result.stdout == "/testbed\n"
+            assert list(host_dir.iterdir()) == []  # the host followed no link to its own directory
+    finally:
+        shutil.rmtree(host_dir, ignore_errors=True)
 
 
 def _open(backend: SubprocessBackend) -> _Opened:

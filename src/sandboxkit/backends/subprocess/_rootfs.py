@@ -387,6 +387,29 @@ class RootView:
                 os.mkdir(directory, 0o755)
                 os.lchown(directory, *self.owner)
 
+    def repair_workdir(self) -> None:
+        """Make each component of the working directory a real directory again, before the host uses it.
+
+        The program is root in its view and may remove ``/testbed`` or replace it with a link
+        (``ln -s /etc /testbed``); the host's own path to the workspace must never pass through
+        such a link, so whatever is in the way is removed and the directory made anew (empty).
+        """
+        if not self.mounted:
+            return
+        current = self.root
+        for part in self.workdir.strip("/").split("/"):
+            current = os.path.join(current, part)
+            try:
+                mode: int | None = os.lstat(current).st_mode
+            except FileNotFoundError:
+                mode = None
+            if mode is not None and not stat.S_ISDIR(mode):
+                os.unlink(current)
+                mode = None
+            if mode is None:
+                os.mkdir(current, 0o755)
+                os.lchown(current, *self.owner)
+
     def unmount(self) -> None:
         """Detach the overlay (idempotent; lazy, so a straggler's open file cannot block it)."""
         if self.mounted:

@@ -107,6 +107,8 @@ class SubprocessSandbox(Sandbox):
             raise SandboxCrashed("the sandbox is closed; open a new one", backend=NAME, sandbox_id=self.id)
         if self._broken is not None:
             raise SandboxCrashed(self._broken, backend=NAME, sandbox_id=self.id)
+        if self.view is not None:
+            self.view.repair_workdir()  # no program runs now; the last one may have replaced /testbed
 
     def _discard(self) -> None:
         """The server died on its own: never start another in a workspace the program controlled."""

@@ -590,7 +590,11 @@ class SubprocessSandbox(Sandbox):
 
     async def alive(self) -> bool:
         """True until closed or discarded (and while the workspace exists). Never raises."""
-        return not self._closed and self._broken is None and os.path.isdir(self.workspace.path)
+        if self._closed or self._broken is not None:
+            return False
+        if self.view is not None:  # the program may remove /testbed: the next call makes it again
+            return self.view.mounted
+        return os.path.isdir(self.workspace.path)
 
     async def reset(self) -> bool:
         """Give the next run what a fresh sandbox gives.

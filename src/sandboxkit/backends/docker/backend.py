@@ -136,6 +136,7 @@ class DockerBackend(Backend):
             network_control=True,
             limits=_ENFORCED,
             resettable=True,
+            kernels=True,
             notes=(
                 f"image {self.image}: languages whose toolchain it lacks raise ToolchainMissing",
                 "network can only be chosen when a sandbox opens (Limits.network), not per run",

@@ -99,3 +99,17 @@ async def check_fresh(sandbox: Sandbox) -> None:
     await cell(sandbox, "old = 1")
     fresh = await cell(sandbox, "'old' in dir()", fresh=True)
     assert fresh.value == "False" and fresh.restarted and not fresh.state_lost, fresh
+
+
+async def check_stopped_supervisor(sandbox: Sandbox) -> None:
+    """A cell that stops the kernel's own supervisor (same uid) is ended by the host's timer, in time."""
+    await cell(sandbox, "kept = 1")
+    started = time.monotonic()
+    result = await cell(
+        sandbox, "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\nwhile True:\n    pass", timeout=1.0
+    )
+    took = time.monotonic() - started
+    assert result.status is CellStatus.TIMEOUT and result.state_lost, result
+    assert took < 1.0 + SLACK_S, took
+    after = await cell(sandbox, "'kept' in dir()")
+    assert after.ok and after.value == "False" and after.restarted, after

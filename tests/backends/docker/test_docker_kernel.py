@@ -64,3 +64,8 @@ async def test_reset_and_close_kill_the_kernel(sandbox: Any, docker_client: Any)
     assert swept is not None
     lost = await kernels.cell(sandbox, "'x' in dir()")
     assert lost.ok and lost.state_lost and lost.restarted, lost
+
+
+async def test_stopped_supervisor(sandbox: Any, docker_client: Any) -> None:
+    await kernels.check_stopped_supervisor(sandbox)
+    assert len(_kernel_processes(docker_client, sandbox)) == 2, "the stopped kernel was left behind"

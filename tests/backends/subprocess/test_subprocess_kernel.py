@@ -139,3 +139,12 @@ def _ancestor(pid: int, root: int) -> bool:
         except (OSError, ValueError):
             return False
     return False
+
+
+async def test_stopped_supervisor(backend: RecordingBackend) -> None:
+    sb = await backend.open(FAST)
+    try:
+        await kernels.check_stopped_supervisor(sb)
+        assert leftovers_of_kernel(backend, sb) == {}, "the stopped kernel was left behind"
+    finally:
+        await sb.close()

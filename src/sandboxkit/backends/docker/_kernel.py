@@ -22,6 +22,7 @@ import resource
 import signal
 import socket
 import time
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sandboxkit.backends.docker import _engine
@@ -35,8 +36,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ExecLink", "start_kernel"]
 
-#: How long the supervisor gets to kill its tree and exit once its stdin closes.
-SELF_KILL_WAIT_S = 1.0
+#: How long the supervisor gets to kill its tree and exit once its stdin closes (then the host kills it).
+SELF_KILL_WAIT_S = 0.2
 #: A line of the kernel program's source, to recognise its process by its command line.
 _MARK = KERNEL_SOURCE.splitlines()[0].encode()
 
@@ -63,19 +64,24 @@ def start_kernel(client: Any, container_id: str, sandbox: DockerSandbox) -> Exec
     owner = api.exec_start(created["Id"], socket=True)
     sock = getattr(owner, "_sock", owner)
     sock.setblocking(False)
-    pid = 0
-    with contextlib.suppress(Exception):
-        pid = int(api.exec_inspect(created["Id"]).get("Pid") or 0)
-    return ExecLink(RunnerChannel(sock, owner, sandbox.id), pid)
+    return ExecLink(RunnerChannel(sock, owner, sandbox.id), lambda: api.exec_inspect(created["Id"]))
 
 
 class ExecLink(KernelLink):
-    """The kernel's exec socket. ``pid``: the supervisor's host pid, if the engine is on this host."""
+    """The kernel's exec socket; ``inspect`` reads the exec's state from the engine (its host pid)."""
 
-    def __init__(self, channel: RunnerChannel, pid: int) -> None:
+    def __init__(self, channel: RunnerChannel, inspect: Callable[[], Mapping[str, Any]]) -> None:
         self._channel = channel
-        self._pid = pid
+        self._inspect = inspect
+        self._pid = 0
         self._dead = False
+
+    def host_pid(self) -> int:
+        """The supervisor's pid as this host sees it (0 if unknown); asked of the engine once."""
+        if self._pid == 0:
+            with contextlib.suppress(Exception):
+                self._pid = int(self._inspect().get("Pid") or 0)
+        return self._pid
 
     async def write(self, data: bytes) -> None:
         try:
@@ -112,15 +118,17 @@ class ExecLink(KernelLink):
         if self._dead and self._channel.closed:
             return
         self._dead = True
+        self.host_pid()  # before the exec ends: the engine forgets its pid then
         self._channel.close()  # the supervisor sees its stdin close and kills everything below it
         if not self._ours():
             return
         deadline = time.monotonic() + SELF_KILL_WAIT_S
         while time.monotonic() < deadline and self._ours():
             time.sleep(0.005)
-        if self._ours():  # stopped or starved: kill it here (its worker dies with it: PDEATHSIG)
-            with contextlib.suppress(OSError):
-                os.kill(self._pid, signal.SIGKILL)
+        if self._ours():  # stopped or starved: kill it and what is below it from here
+            for pid in _tree(self._pid):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
 
     def _ours(self) -> bool:
         """Whether the host pid still runs our kernel's supervisor (never signal a recycled pid)."""
@@ -137,3 +145,18 @@ class ExecLink(KernelLink):
 
 
 _PEEK = socket.MSG_PEEK | socket.MSG_DONTWAIT
+
+
+def _tree(root: int) -> list[int]:
+    """``root`` and its descendants on this host (children lists: a few small reads)."""
+    found, todo = [root], [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                kids = [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            continue
+        found += kids
+        todo += kids
+    return found

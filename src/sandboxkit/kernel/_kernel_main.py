@@ -237,6 +237,11 @@ class Worker:
                 os.setpgid(0, 0)
                 _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
                 _prctl(_PR_SET_DUMPABLE, 1)  # the supervisor stays non-dumpable: the worker cannot trace it
+                try:  # the OOM killer takes the worker, never the supervisor (raising it needs no privilege)
+                    with open("/proc/self/oom_score_adj", "w") as f:
+                        f.write("1000")
+                except OSError:
+                    pass
                 for fd in (self.req_w, self.rep_r, self.out_r, self.err_r, HOST_IN, HOST_OUT):
                     os.close(fd)
                 os.dup2(out_w, 1)

@@ -9,7 +9,7 @@ and cannot deadlock each other.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
@@ -18,9 +18,11 @@ from sandboxkit._request import RunsPrograms, positive_timeout
 from sandboxkit._slots import CallSlot, Entry
 from sandboxkit.base import OutputCallback, Sandbox
 from sandboxkit.errors import InvalidRequest, PoolClosed
-from sandboxkit.kernel import CellResult
 from sandboxkit.models import ExecResult, Limits
 from sandboxkit.streaming import check_callbacks, exec_streaming
+
+if TYPE_CHECKING:
+    from sandboxkit.kernel import CellResult  # imported by the backends that run kernels, not by `import sandboxkit`
 
 __all__ = ["Session"]
 

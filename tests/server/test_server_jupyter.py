@@ -63,6 +63,11 @@ def test_sandbox_fusion_client_run_jupyter(endpoint: str) -> None:
     assert again.cells[0].display == [{"text/plain": "False"}]
 
 
+async def test_sandbox_fusion_async_client_run_jupyter(endpoint: str) -> None:
+    resp = await sandbox_fusion.run_jupyter_async(RunJupyterRequest(cells=["b = [1, 2]", "sum(b)"]))
+    assert resp.status == RunStatus.Success and resp.cells[1].display == [{"text/plain": "3"}]
+
+
 def test_sandbox_fusion_client_total_timeout(endpoint: str) -> None:
     resp = sandbox_fusion.run_jupyter(RunJupyterRequest(cells=["x = 1", "while True: pass"], total_timeout=1))
     assert resp.status == RunStatus.Failed and resp.cells == []

@@ -148,3 +148,16 @@ async def test_stopped_supervisor(backend: RecordingBackend) -> None:
         assert leftovers_of_kernel(backend, sb) == {}, "the stopped kernel was left behind"
     finally:
         await sb.close()
+
+
+async def test_session_that_replaces_its_sandbox_says_state_lost(backend: RecordingBackend) -> None:
+    async with SandboxPool(backend, limits=FAST) as pool, pool.session() as session:
+        assert (await session.python("x = 1")).ok
+        entry = session._entry
+        assert entry is not None
+        await entry.sandbox.close()  # the sandbox dies under the session (an infrastructure failure)
+        with pytest.raises(SandboxCrashed):
+            await session.python("x")
+        after = await session.python("'x' in dir()")
+        assert after.value == "False" and after.state_lost and after.restarted, after
+        assert session.restarts == 1

@@ -98,6 +98,16 @@ async def test_session_id_keeps_the_kernel(app_client: AppClient) -> None:
         assert closed == {"session_id": "episode-1", "closed": True} and len(kernels) == 0
 
 
+async def test_cell_timeout_is_one_cells_error(app_client: AppClient) -> None:
+    async with app_client("subprocess") as client:
+        body = {"cells": ["a = 1", "while True:\n    pass", "'a' in dir()"], "cell_timeout": 0.5, "total_timeout": 20}
+        resp = (await client.post("/run_jupyter", json=body)).json()
+        assert resp["status"] == "Success", resp
+        (error,) = resp["cells"][1]["error"]
+        assert error["ename"] == "TimeoutError" and resp["cells"][1]["state_lost"]
+        assert resp["cells"][2]["display"] == [{"text/plain": "False"}] and resp["cells"][2]["restarted"]
+
+
 async def test_bad_jupyter_requests_are_422(app_client: AppClient) -> None:
     async with app_client("subprocess") as client:
         for body in (

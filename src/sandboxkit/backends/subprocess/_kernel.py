@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["start_kernel"]
 
 #: Without bubblewrap: how long the supervisor gets to kill its own tree once its stdin closes.
-SELF_KILL_WAIT_S = 1.0
+SELF_KILL_WAIT_S = 0.2
 
 
 def start_kernel(sandbox: SubprocessSandbox) -> PipeLink:

@@ -161,3 +161,20 @@ async def test_session_that_replaces_its_sandbox_says_state_lost(backend: Record
         after = await session.python("'x' in dir()")
         assert after.value == "False" and after.state_lost and after.restarted, after
         assert session.restarts == 1
+
+
+async def test_without_bubblewrap_the_supervisor_cleans_up(backend: RecordingBackend) -> None:
+    """No PID namespace to kill: the subreaper supervisor ends its tree (the fixture checks the uid is empty)."""
+    import dataclasses
+
+    backend.isolation = dataclasses.replace(backend.isolation, bwrap=None, bwrap_error="disabled by the test")
+    sb = await backend.open(SMALL)
+    try:
+        await kernels.cell(sb, "kept = 1")
+        escape = "import os, time\nif os.fork() == 0:\n    os.setsid(); time.sleep(60)\nwhile True:\n    pass"
+        result = await kernels.cell(sb, escape, timeout=1.0)
+        assert result.status is CellStatus.TIMEOUT and result.state_lost, result
+        assert (await kernels.cell(sb, "'kept' in dir()")).value == "False"
+        assert leftovers_of_kernel(backend, sb) == {}
+    finally:
+        await sb.close()

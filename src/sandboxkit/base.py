@@ -15,8 +15,13 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from sandboxkit.errors import InvalidRequest
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
+
+if TYPE_CHECKING:
+    from sandboxkit.kernel import Kernel
 
 __all__ = ["Availability", "Backend", "Capabilities", "OutputCallback", "Sandbox"]
 
@@ -44,9 +49,13 @@ class Capabilities:
         absolute_paths: file operations and commands accept absolute paths inside the
             sandbox's own root filesystem (``/testbed``, ``/tests``, ``/logs``), which the shell
             sees too. When False only workspace-relative paths are accepted.
-        kernels: ``Session.python`` keeps a persistent Python interpreter in the sandbox.
+        kernels: ``Session.python`` keeps a persistent Python interpreter in the sandbox
+            (:meth:`Sandbox.open_kernel`).
         fork: how much of a sandbox a checkpoint/fork carries: ``"none"`` (cannot fork),
-            ``"files"``, ``"files+processes"`` or ``"memory"`` (process memory too).
+            ``"files"``, ``"files+processes"`` or ``"memory"`` (process memory too). A kernel's
+            variables live in process memory: only ``"memory"`` carries them into a fork; on
+            any other backend the fork's first cell starts a new kernel and its result says
+            ``state_lost`` (the state must be rebuilt by running the cells again).
     """
 
     languages: frozenset[str]
@@ -177,6 +186,23 @@ class Sandbox(abc.ABC):
             default cannot. Never raises: any failure to reset is ``False``.
         """
         return False
+
+    async def open_kernel(self) -> Kernel:
+        """This sandbox's persistent Python kernel (``capabilities.kernels``), started on its first cell.
+
+        The same object until ``reset`` or ``close``, which kill it (and every process it
+        started). The kernel runs with the same isolation and limits as the sandbox's commands.
+
+        Raises:
+            InvalidRequest: this backend has no kernels (``capabilities.kernels`` is False).
+            SandboxCrashed: the sandbox is closed.
+        """
+        raise InvalidRequest(
+            f"the {self.backend_name!r} backend has no Python kernels (capabilities.kernels is False); "
+            "use the subprocess or docker backend, or run whole programs with run()",
+            backend=self.backend_name,
+            sandbox_id=getattr(self, "id", None),
+        )
 
     @abc.abstractmethod
     async def close(self) -> None:

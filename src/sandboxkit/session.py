@@ -9,7 +9,7 @@ and cannot deadlock each other.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
@@ -17,9 +17,12 @@ from sandboxkit._lease import LeaseCore, keeps_sandbox
 from sandboxkit._request import RunsPrograms, positive_timeout
 from sandboxkit._slots import CallSlot, Entry
 from sandboxkit.base import OutputCallback, Sandbox
-from sandboxkit.errors import PoolClosed
+from sandboxkit.errors import InvalidRequest, PoolClosed
 from sandboxkit.models import ExecResult, Limits
 from sandboxkit.streaming import check_callbacks, exec_streaming
+
+if TYPE_CHECKING:
+    from sandboxkit.kernel import CellResult  # imported by the backends that run kernels, not by `import sandboxkit`
 
 __all__ = ["Session"]
 
@@ -47,6 +50,8 @@ class Session(RunsPrograms):
         self.restarts = 0
         self.closed = False
         self._lock = anyio.Lock()
+        #: Id of the sandbox whose kernel ran this session's last cell (a new sandbox means new state).
+        self._kernel_home: str | None = None
 
     @property
     def sandbox_id(self) -> str | None:
@@ -142,6 +147,60 @@ class Session(RunsPrograms):
             ),
             deadline_s,
         )
+
+    async def python(
+        self,
+        code: str,
+        *,
+        timeout: float | None = None,
+        fresh: bool = False,
+        deadline_s: float | None = None,
+    ) -> CellResult:
+        """Run a cell in this session's persistent Python interpreter (variables survive between calls).
+
+        The kernel runs inside the session's sandbox with the isolation and limits of its
+        commands, and sees its files. A cell's exception, timeout or crash is a result, not an
+        error; a timeout or crash restarts the kernel, and ``state_lost`` says the earlier cells'
+        variables are gone (also when the session had to replace its sandbox). See
+        ``docs/kernels.md``.
+
+        Args:
+            code: Python source; the last expression's ``repr`` is the result's ``value``.
+            timeout: wall-clock limit of this cell (default: the session's ``limits.timeout_s``).
+            fresh: run in a new interpreter, without the state of earlier cells.
+            deadline_s: the call's deadline (queueing included), as for :meth:`run`.
+
+        Returns:
+            How the cell ended, with its stdout, stderr, value or traceback.
+
+        Raises:
+            InvalidRequest: the backend has no kernels (``capabilities.kernels``), ``code`` is
+                not a string or ``timeout`` is not positive.
+            SandboxCrashed, Transient, DeadlineExceeded: as for :meth:`run` (the sandbox, and the
+                kernel's state with it, is replaced on the next call).
+        """
+        backend = self._core.backend
+        if not backend.capabilities.kernels:
+            raise InvalidRequest(
+                f"the {backend.name!r} backend has no Python kernels (capabilities.kernels is False); "
+                "use the subprocess or docker backend",
+                backend=backend.name,
+            )
+        if not isinstance(code, str):
+            raise InvalidRequest(f"code must be a str, got {type(code).__name__}", backend=backend.name)
+        if timeout is not None:
+            positive_timeout(timeout)
+
+        async def cell(sandbox: Sandbox) -> CellResult:
+            kernel = await sandbox.open_kernel()
+            result = await kernel.run(code, timeout=timeout, fresh=fresh)
+            moved = self._kernel_home is not None and self._kernel_home != sandbox.id
+            self._kernel_home = sandbox.id
+            if moved and not fresh:  # the old sandbox (and its kernel) was discarded after a failure
+                result = result.model_copy(update={"state_lost": True, "restarted": True})
+            return result
+
+        return await self._call(cell, deadline_s)
 
     async def write_files(self, files: Mapping[str, bytes | str], *, deadline_s: float | None = None) -> None:
         """Write files into this session's workspace."""

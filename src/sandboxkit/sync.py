@@ -241,6 +241,7 @@ class SyncSession(_Twin):
     open = _blocking(Session.open)
     run = _blocking(Session.run)
     exec = _blocking(Session.exec)
+    python = _blocking(Session.python)
     write_files = _blocking(Session.write_files)
     read_files = _blocking(Session.read_files)
 

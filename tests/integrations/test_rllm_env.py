@@ -235,3 +235,24 @@ def test_rllm_sandbox_methods_match_rllm_protocol() -> None:
     # rLLM's runtime_checkable Protocol (rllm/sandbox/protocol.py) checks these names; rLLM is not on PyPI.
     for name in ("exec", "upload_file", "upload_dir", "download_file", "close", "is_alive"):
         assert callable(getattr(RLLMSandbox, name))
+
+
+def test_stateful_python_episode() -> None:
+    env = SandboxEnv.from_dict({**TASK, "backend": "subprocess", "stateful_python": True, "pool_options": POOL})
+    try:
+        assert [t["function"]["name"] for t in env.tools][-1] == "code_interpreter"
+        assert "code_interpreter" not in [t["function"]["name"] for t in SandboxEnv(TASK).tools]
+        env.reset()
+
+        def call(code: str) -> str:
+            action = {"name": "code_interpreter", "arguments": {"code": code}}
+            observation, _, done, _ = env.step(f"<tool_call>{json.dumps(action)}</tool_call>")
+            assert not done
+            return observation
+
+        assert call("notes = open('README.md').read().split()\nlen(notes)") == "3"
+        assert call("notes.append('more')\nprint(' '.join(notes))") == "sum two numbers more"
+        assert call("notes[-1]") == "'more'"
+        assert "non-empty 'code'" in call("")
+    finally:
+        env.close()

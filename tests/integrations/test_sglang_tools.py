@@ -121,3 +121,15 @@ def test_backend_down_gives_error_text(down_backend) -> None:
         (msg,) = tool.execute_sync([ToolCall("code_interpreter", {"code": "print(1)"})])
     assert msg["role"] == "tool"
     assert msg["content"].startswith("Error: the code sandbox failed")
+
+
+def test_stateful_python_keeps_definitions_between_turns() -> None:
+    with CodeInterpreter("subprocess", timeout=5, stateful_python=True) as tool:
+        call = '<tool_call>{{"name": "code_interpreter", "arguments": {{"code": {code}}}}}</tool_call>'
+        first = tool.respond_sync(call.format(code='"def area(r):\\n    return 3 * r * r\\nsizes = [1]"'))
+        assert first[0]["content"] == "(no output)"
+        second = tool.respond_sync(call.format(code='"sizes.append(area(2))\\nsizes"'))
+        assert second[0]["content"] == "[1, 12]"
+        third = tool.respond_sync(call.format(code='"area(sizes[-1]) / 0"'))
+        assert "ZeroDivisionError" in third[0]["content"] and "<cell " in third[0]["content"]
+        assert tool.respond_sync(call.format(code='"len(sizes)"'))[0]["content"] == "2"

@@ -144,3 +144,34 @@ def test_tool_yaml_names_the_backend_by_config_and_a_typo_fails_at_load(tmp_path
     bad.write_text(yaml.replace("      backend: subprocess", "      backend: {kind: subprocess, tmp_mbb: 32}"))
     with pytest.raises(InvalidRequest, match=r"unknown option 'tmp_mbb' \(did you mean 'tmp_mb'\?\)"):
         initialize_tools_from_config(str(bad))
+
+
+async def test_stateful_python_three_calls_share_an_interpreter() -> None:
+    """The issue's must-show: verl's own loader and ``_call_tool``; call 2 uses call 1's function, call 3
+    sees the variable call 2 mutated; another trajectory has its own interpreter."""
+    (tool,) = initialize_tools_from_config(str(EXAMPLES / "stateful_python_tool_config.yaml"))
+    assert isinstance(tool, SandboxTool) and tool.stateful_python
+    (plain,) = initialize_tools_from_config(str(EXAMPLES / "sandbox_tool_config.yaml"))
+    assert plain.tool_schema == tool.tool_schema  # the schema the model sees is unchanged
+    plain.close()
+    loop = agent_loop([tool])
+    traj, other = trajectory("retool-1"), trajectory("retool-2")
+    try:
+        first, _, metrics = await loop._call_tool(
+            code_call("def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\nmemo = {}\nfib(10)"), {}, traj
+        )
+        assert first.text.strip() == "55" and metrics["status"] == "ok" and not metrics["state_lost"]
+        second, _, _ = await loop._call_tool(code_call("memo[20] = fib(20)\nprint('stored', memo[20])"), {}, traj)
+        assert second.text.strip() == "stored 6765"
+        third, _, _ = await loop._call_tool(code_call("memo"), {}, traj)
+        assert third.text.strip() == "{20: 6765}"
+        elsewhere, _, metrics = await loop._call_tool(code_call("fib(3)"), {}, other)
+        assert "NameError: name 'fib' is not defined" in elsewhere.text and metrics["status"] == "error"
+        # A cell that hangs is stopped; the answer tells the model its state is gone.
+        hung, _, metrics = await loop._call_tool(code_call("while True:\n    pass", timeout=1), {}, traj)
+        assert "time limit" in hung.text and "earlier calls are gone" in hung.text, hung.text
+        assert metrics["status"] == "timeout" and metrics["state_lost"]
+        after, _, _ = await loop._call_tool(code_call("'memo' in dir()"), {}, traj)
+        assert after.text.strip() == "False"
+    finally:
+        tool.close()

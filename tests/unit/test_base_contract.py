@@ -31,6 +31,8 @@ COVERED: dict[tuple[str, str, str], str] = {
     ("Sandbox", "read_files", "InvalidRequest"): "test_bad_paths_are_invalid_requests",
     ("Sandbox", "read_files", "SandboxCrashed"): "test_calls_after_close_raise_sandbox_crashed",
     ("Sandbox", "read_files", "Transient"): "per backend: fault-injection tests (tests/backends/*)",
+    ("Sandbox", "open_kernel", "InvalidRequest"): "test_open_kernel_follows_capabilities",
+    ("Sandbox", "open_kernel", "SandboxCrashed"): "test_open_kernel_follows_capabilities",
     ("Backend", "open", "BackendUnavailable"): "per backend: availability tests (tests/backends/*)",
     ("Backend", "open", "CapacityExceeded"): "per backend: quota tests against the cloud fakes",
     ("Backend", "open", "RateLimited"): "per backend: fault-injection tests (tests/backends/*)",

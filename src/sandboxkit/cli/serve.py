@@ -60,6 +60,12 @@ def serve(
         int, typer.Option(help="Memory limit of a run when the request says memory_limit_MB=-1.")
     ] = 1024,
     output_kb: Annotated[int, typer.Option(help="Per-stream output cap of a run in KiB (flagged when hit).")] = 1024,
+    kernel_ttl: Annotated[
+        float, typer.Option(help="Idle seconds after which a /run_jupyter session kept by session_id is closed.")
+    ] = 600.0,
+    max_kernels: Annotated[
+        int, typer.Option(help="/run_jupyter sessions kept by session_id at once; past it: 503 with Retry-After.")
+    ] = 64,
     backend_option: Annotated[
         list[str] | None,
         typer.Option(
@@ -71,7 +77,7 @@ def serve(
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     access_log: Annotated[bool, typer.Option(help="Log every request (costs throughput).")] = False,
 ) -> None:
-    """Serve POST /run_code and GET /v1/ping (Sandbox Fusion's API) over BACKEND."""
+    """Serve POST /run_code, POST /run_jupyter and GET /v1/ping (Sandbox Fusion's API) over BACKEND."""
     try:
         import uvicorn
 
@@ -100,6 +106,8 @@ def serve(
                 run_timeout_s=max_run_timeout, compile_timeout_s=max_compile_timeout, memory_mb=max_memory_mb
             ),
             backend_options=backend_options(backend, backend_option),
+            kernel_ttl_s=kernel_ttl,
+            max_kernels=max_kernels,
         )
         protocol = guarded_http_protocol(http, head_timeout)
     except SandboxError as exc:

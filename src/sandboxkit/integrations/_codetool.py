@@ -23,9 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandboxkit.errors import SandboxError
+from sandboxkit.integrations._cells import format_cell
 from sandboxkit.integrations._format import format_error, format_result
 from sandboxkit.integrations._runtime import GRACE_S, PoolHandle
 from sandboxkit.integrations._toolcalls import ToolCall, ToolCallError
+from sandboxkit.kernel import CellResult
 from sandboxkit.languages import resolve_language
 from sandboxkit.models import RunResult
 from sandboxkit.pool import SandboxPool
@@ -133,9 +135,11 @@ class CodeToolBase:
         return CodeRequest(code, language, timeout, note)
 
     async def run_request(
-        self, request: CodeRequest, run: Callable[[SandboxPool, CodeRequest], Awaitable[RunResult]]
-    ) -> tuple[str, RunResult | None]:
+        self, request: CodeRequest, run: Callable[[SandboxPool, CodeRequest], Awaitable[RunResult | CellResult]]
+    ) -> tuple[str, RunResult | CellResult | None]:
         """Run ``run(pool, request)`` on the handle's pool; the answer text, and the result when there is one.
+
+        ``run`` returns a program's result, or a cell's in the ``stateful_python`` mode (``_cells``).
 
         Never raises: an infrastructure failure is answered with :func:`format_error` text.
         """
@@ -146,5 +150,8 @@ class CodeToolBase:
         except Exception as exc:
             log.info("%s call failed: %s", self.tool_name, exc)
             return format_error(exc), None
-        text = format_result(result, max_chars=self.max_output_chars)
+        if isinstance(result, CellResult):
+            text = format_cell(result, max_chars=self.max_output_chars)
+        else:
+            text = format_result(result, max_chars=self.max_output_chars)
         return (f"{text}\n{request.note}" if request.note else text), result

@@ -28,6 +28,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from sandboxkit.errors import InvalidRequest, SandboxError
+from sandboxkit.integrations._cells import format_cell, run_cell
+from sandboxkit.integrations._codetool import CODE_INTERPRETER_SCHEMA
 from sandboxkit.integrations._editor import EditError
 from sandboxkit.integrations._editor import insert as edit_insert
 from sandboxkit.integrations._editor import str_replace as edit_str_replace
@@ -159,8 +161,10 @@ class SandboxEnv(BaseEnv):
         deadline_s: float = 300.0,
         pool_options: Mapping[str, Any] | None = None,
         backend_options: Mapping[str, Any] | None = None,
+        stateful_python: bool = False,
     ) -> None:
         self.task: dict[str, Any] = dict(task or {})
+        self.stateful_python = bool(stateful_python)
         options = {"max_concurrency": 64, "max_sandboxes": 128, **dict(pool_options or {})}
         if backend_options:
             options["backend_options"] = dict(backend_options)
@@ -178,6 +182,11 @@ class SandboxEnv(BaseEnv):
         self._final_reward: float | None = None
         self.final_info: dict[str, Any] = {}
         self.infra_error: str | None = None
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        """The tool schemas this environment answers (``TOOLS``, plus ``code_interpreter`` with ``stateful_python``)."""
+        return [*TOOLS, CODE_INTERPRETER_SCHEMA] if self.stateful_python else list(TOOLS)
 
     # ------------------------------------------------------------------ contract
 
@@ -285,6 +294,8 @@ class SandboxEnv(BaseEnv):
                 return self._bash(args.get("command", args.get("cmd")))
             if call.name in ("str_replace_editor", "file_editor"):
                 return self._edit(args)
+            if self.stateful_python and call.name in ("code_interpreter", "python"):
+                return self._python(args.get("code"))
         except SandboxError as exc:
             if isinstance(exc, InvalidRequest):  # the model's request was bad (a path, say): tell it
                 return f"Error: {exc.message}"
@@ -301,6 +312,13 @@ class SandboxEnv(BaseEnv):
             return "Error: execute_bash needs a non-empty 'command' string."
         result = self._exec(self.workspace.command(command))
         return self.workspace.output(format_result(result, max_chars=self.max_output_chars))
+
+    def _python(self, code: Any) -> str:
+        if not isinstance(code, str) or not code.strip():
+            return "Error: code_interpreter needs a non-empty 'code' string."
+        session = self._session_or_fail()
+        result = self._call(lambda _p: run_cell(session, code, self.timeout))
+        return format_cell(result, max_chars=self.max_output_chars)
 
     def _exec(self, command: str) -> ExecResult:
         session = self._session_or_fail()

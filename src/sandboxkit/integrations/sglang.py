@@ -17,6 +17,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from sandboxkit.integrations._cells import run_cell
 from sandboxkit.integrations._codetool import CODE_INTERPRETER_SCHEMA, CodeRequest, CodeToolBase
 from sandboxkit.integrations._runtime import BackendLike, PoolHandle, run_blocking
 from sandboxkit.integrations._toolcalls import (
@@ -27,6 +28,7 @@ from sandboxkit.integrations._toolcalls import (
     parse_openai_tool_calls,
     parse_tool_arguments,
 )
+from sandboxkit.kernel import CellResult
 from sandboxkit.languages import resolve_language
 from sandboxkit.models import Limits, RunResult
 from sandboxkit.pool import SandboxPool
@@ -62,6 +64,8 @@ class CodeInterpreter(CodeToolBase):
         limits: other limits of the sandbox.
         deadline_s: wall-clock bound of one call, queue wait included.
         tool_name: the function name this executor answers to.
+        stateful_python: run Python calls as cells of the conversation's persistent interpreter
+            (what one call defines, the next can use; see ``docs/kernels.md``).
         pool_options: extra :class:`~sandboxkit.pool.SandboxPool` options (``backend_options`` included).
 
     Raises:
@@ -81,6 +85,7 @@ class CodeInterpreter(CodeToolBase):
         limits: Limits | None = None,
         deadline_s: float = 120.0,
         tool_name: str = "code_interpreter",
+        stateful_python: bool = False,
         pool_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.language = resolve_language(language).name
@@ -92,13 +97,16 @@ class CodeInterpreter(CodeToolBase):
         self.limits = limits or Limits()
         self.deadline_s = deadline_s
         self.tool_name = tool_name
+        self.stateful_python = stateful_python
         self.handle = PoolHandle(backend, **dict(pool_options or {}))
         self._session: Session | None = None
 
-    async def _session_run(self, pool: SandboxPool, request: CodeRequest) -> RunResult:
+    async def _session_run(self, pool: SandboxPool, request: CodeRequest) -> RunResult | CellResult:
         """On the pool's loop: run in this conversation's session (opened on first use)."""
         if self._session is None or self._session.closed:
             self._session = pool.session(limits=self.limits)
+        if self.stateful_python and request.language == "python":
+            return await run_cell(self._session, request.code, request.timeout)
         return await self._session.run(request.code, language=request.language, timeout=request.timeout)
 
     async def execute(self, calls: Iterable[ToolCall | ToolCallError]) -> list[dict[str, Any]]:

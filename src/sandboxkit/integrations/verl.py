@@ -33,9 +33,11 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from sandboxkit.integrations._cells import cell_metrics, run_cell
 from sandboxkit.integrations._codetool import CODE_INTERPRETER_SCHEMA, CodeRequest, CodeToolBase
 from sandboxkit.integrations._format import format_error, format_result
 from sandboxkit.integrations._runtime import GRACE_S, PoolHandle, env_settings, limits_with, shared_handle
+from sandboxkit.kernel import CellResult
 from sandboxkit.languages import resolve_language
 from sandboxkit.models import Limits, RunResult
 from sandboxkit.pool import SandboxPool
@@ -270,6 +272,9 @@ class SandboxTool(BaseTool, CodeToolBase):  # type: ignore[misc]
     * ``stateful`` (True): one sandbox per trajectory, keyed on ``agent_data.request_id``;
       ``session_ttl_s`` (600) releases it after that long unused; ``max_sessions`` (256) bounds
       sandboxes held at once (the least recently used idle one is released past it).
+    * ``stateful_python`` (False): Python calls run as cells of the trajectory's persistent
+      interpreter, so what one call defines the next can use (``docs/kernels.md``); the answer
+      shows the last expression's value, and says when a timeout or crash lost the state.
     * ``max_output_chars`` (8000), ``deadline_s`` (120): bound on one call, queue wait included.
     * ``enable_global_rate_limit``, ``type``: accepted for compatibility.
     """
@@ -291,6 +296,7 @@ class SandboxTool(BaseTool, CodeToolBase):  # type: ignore[misc]
         self.allow_language = bool(cfg.get("allow_model_language", False))
         self.max_timeout = float(cfg.get("max_timeout", 60))
         self.stateful = bool(cfg.get("stateful", True))
+        self.stateful_python = bool(cfg.get("stateful_python", False))
         self.session_ttl_s = float(cfg.get("session_ttl_s", 600))
         self.max_sessions = int(cfg.get("max_sessions", 256))
         self.max_output_chars = int(cfg.get("max_output_chars", 8000))
@@ -336,6 +342,8 @@ class SandboxTool(BaseTool, CodeToolBase):  # type: ignore[misc]
         text, result = await self.run_request(checked, lambda pool, req: self._run(pool, key, req))
         if result is None:
             metrics = {"status": "infra_error", "exit_code": None, "duration_s": round(time.monotonic() - started, 6)}
+        elif isinstance(result, CellResult):
+            metrics = cell_metrics(result)
         else:
             metrics = {"status": result.status.value, "exit_code": result.exit_code, "duration_s": result.duration_s}
         return ToolResponse(text=text), 0.0, metrics
@@ -382,7 +390,7 @@ class SandboxTool(BaseTool, CodeToolBase):  # type: ignore[misc]
             self._instances[instance_id] = key
             return key
 
-    async def _run(self, pool: SandboxPool, key: str, request: CodeRequest) -> RunResult:
+    async def _run(self, pool: SandboxPool, key: str, request: CodeRequest) -> RunResult | CellResult:
         """On the pool's loop: run in the trajectory's session (opened on first use)."""
         with self._lock:
             slot = self._slots.get(key)
@@ -391,6 +399,8 @@ class SandboxTool(BaseTool, CodeToolBase):  # type: ignore[misc]
                 self._slots[key] = slot
             slot.busy += 1
         try:
+            if self.stateful_python and request.language == "python":
+                return await run_cell(slot.session, request.code, request.timeout)
             return await slot.session.run(request.code, language=request.language, timeout=request.timeout)
         finally:
             with self._lock:

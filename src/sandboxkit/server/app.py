@@ -1,4 +1,4 @@
-"""The Sandbox Fusion-compatible HTTP app: ``POST /run_code`` and ``GET /v1/ping`` over any backend.
+"""The Sandbox Fusion-compatible HTTP app: ``POST /run_code``, ``POST /run_jupyter`` and ``GET /v1/ping``.
 
 Behaviour that clients depend on, kept from Sandbox Fusion: field names and status strings
 (see :mod:`sandboxkit.protocols.sandbox_fusion`), HTTP 200 for ``Success``, ``Failed`` *and*
@@ -22,7 +22,9 @@ What sandboxkit adds:
 * output is never cut silently: results carry ``stdout_truncated`` / ``stderr_truncated`` (head
   and tail kept) and a ``message``;
 * ``GET /metrics`` (Prometheus text format), ``GET /v1/stats`` (the same counters as JSON);
-* Sandbox Fusion's other endpoints (datasets, ``/submit``, ``/run_jupyter``...) answer **404**
+* ``/run_jupyter`` on sandboxkit's kernels, with ``session_id`` to keep a kernel across requests
+  (:mod:`.jupyter`);
+* Sandbox Fusion's other endpoints (datasets, ``/submit``...) answer **404**
   with a body that says sandboxkit does not provide them (:mod:`.not_provided`).
 """
 
@@ -32,7 +34,7 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +58,7 @@ from sandboxkit.protocols.sandbox_fusion import (
 from sandboxkit.server.admission import Admission, AdmissionMiddleware
 from sandboxkit.server.ceilings import Ceilings
 from sandboxkit.server.gate import Gate, QueueTimeout
+from sandboxkit.server.jupyter import KernelSessions, RunJupyterRequest, RunJupyterResponse, SessionsFull
 from sandboxkit.server.metrics import ServerMetrics
 from sandboxkit.server.not_provided import add_not_provided_routes
 
@@ -92,6 +95,8 @@ def create_app(
     ceilings: Ceilings | None = None,
     backend_options: Mapping[str, Any] | None = None,
     run_grace_s: float = 30.0,
+    kernel_ttl_s: float = 600.0,
+    max_kernels: int = 64,
 ) -> FastAPI:
     """Build the app.
 
@@ -114,6 +119,8 @@ def create_app(
         backend_options: options for the backend when it is given by name.
         run_grace_s: a run that has not returned ``compile_timeout + run_timeout + run_grace_s``
             seconds after it started is abandoned and answered as ``SandboxError``.
+        kernel_ttl_s: ``/run_jupyter`` sessions kept by ``session_id`` close after this many idle seconds.
+        max_kernels: kept ``/run_jupyter`` sessions alive at once; past it, 503 with ``Retry-After``.
 
     Raises:
         BackendNotFound / BackendUnavailable: the backend cannot be built.
@@ -126,6 +133,8 @@ def create_app(
             raise ValueError(f"max_queue must be >= 0, got {max_queue!r}")
         if heartbeat_s is not None and heartbeat_s < 0:
             raise ValueError(f"heartbeat_s must be >= 0, got {heartbeat_s!r}")
+        if kernel_ttl_s <= 0 or max_kernels < 1:
+            raise ValueError(f"kernel_ttl_s must be > 0 and max_kernels >= 1, got {kernel_ttl_s!r}, {max_kernels!r}")
         gate = Gate(max_concurrency, queue_timeout)
         admission = Admission(max_concurrency + queue, max_queue_bytes, max_body_bytes, body_timeout_s)
         if limits is not None and limits.memory_mb is not None and limits.memory_mb > ceilings.memory_mb:
@@ -151,14 +160,20 @@ def create_app(
     pod_name = os.environ.get("MY_POD_NAME")
     metrics = ServerMetrics(pool, gate, admission)
     beat = heartbeat_s or None
+    kernels = KernelSessions(pool, ttl_s=kernel_ttl_s, max_kernels=max_kernels, max_total_s=ceilings.run_timeout_s)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await pool.start()
         log.info("serving backend %s, max_concurrency=%d, languages=%s", pool.backend.name, max_concurrency, languages)
+        reaper = asyncio.ensure_future(kernels.reaper())
         try:
             yield
         finally:
+            reaper.cancel()
+            with suppress(asyncio.CancelledError):
+                await reaper
+            await kernels.aclose()
             if owns_pool:
                 await pool.aclose()
 
@@ -176,6 +191,7 @@ def create_app(
     app.state.gate = gate
     app.state.admission = admission
     app.state.metrics = metrics
+    app.state.kernels = kernels
 
     @app.get("/", include_in_schema=False)
     async def index() -> RedirectResponse:
@@ -251,7 +267,11 @@ def create_app(
         HTTP 200 for ``Success``, ``Failed`` and ``SandboxError``; 422 for invalid input; 504
         when the server is full. A long wait is answered 200 with whitespace before the JSON.
         """
-        task = asyncio.ensure_future(execute(body))
+        return await respond(execute(body))
+
+    async def respond(work: Awaitable[_Answer]) -> Response:
+        """The answer, or (past ``heartbeat_s``) a 200 that sends whitespace until the answer."""
+        task = asyncio.ensure_future(work)
         try:
             if beat is not None:
                 await asyncio.wait({task}, timeout=beat)
@@ -266,6 +286,55 @@ def create_app(
             return Response(answer.body, status_code=answer.status, media_type=_JSON, headers=answer.headers)
         assert beat is not None
         return StreamingResponse(_heartbeats(task, beat, metrics, pod_name), media_type=_JSON)
+
+    async def execute_cells(body: RunJupyterRequest) -> _Answer:
+        if not pool.backend.capabilities.kernels:
+            return _Answer(
+                404,
+                json.dumps(
+                    {
+                        "detail": f"the {pool.backend.name} backend has no Python kernels; serve with "
+                        "--backend subprocess or --backend docker for /run_jupyter"
+                    }
+                ).encode(),
+            )
+        try:
+            async with gate.slot():
+                response = await kernels.run(body, pod_name)
+        except QueueTimeout:
+            return _saturated(f"server busy: no run slot freed up within {gate.queue_timeout:g}s; retry later")
+        except SessionsFull as exc:
+            return _Answer(503, json.dumps({"detail": str(exc)}).encode(), {"Retry-After": "5"})
+        except InvalidRequest as exc:
+            return _unprocessable("body", str(exc), None)
+        except SandboxError as exc:
+            log.warning("jupyter cells failed on the infrastructure side: %s", exc)
+            return _jupyter_error(f"{exc.kind}: {exc}", pod_name, body.session_id)
+        except Exception as exc:  # a backend bug: report it as an infra error, keep serving
+            log.exception("backend %s raised unexpectedly", pool.backend.name)
+            return _jupyter_error(f"internal error: {type(exc).__name__}: {exc}", pod_name, body.session_id)
+        return _Answer(200, response.model_dump_json().encode())
+
+    @app.post(
+        "/run_jupyter",
+        response_model=RunJupyterResponse,
+        responses={
+            503: {"description": "max_kernels kept sessions are live (with Retry-After)"},
+            504: {"description": "the server holds as many requests as it may; retry"},
+        },
+    )
+    async def run_jupyter(body: RunJupyterRequest) -> Response:
+        """Run notebook cells in one Python interpreter (Sandbox Fusion's fields).
+
+        With ``session_id`` (a sandboxkit extension) the interpreter and its files are kept for
+        the next request with the same id, until ``kernel_ttl_s`` idle seconds pass.
+        """
+        return await respond(execute_cells(body))
+
+    @app.delete("/run_jupyter/{session_id}")
+    async def close_jupyter_session(session_id: str) -> dict[str, Any]:
+        """Close a kept ``/run_jupyter`` session now (its kernel and files)."""
+        return {"session_id": session_id, "closed": await kernels.close(session_id)}
 
     add_not_provided_routes(app)
     return app
@@ -320,6 +389,13 @@ def _unprocessable(field: str, message: str, value: Any) -> _Answer:
 
 def _saturated(message: str) -> _Answer:
     return _Answer(504, json.dumps({"detail": message}).encode(), {"Retry-After": "1"})
+
+
+def _jupyter_error(message: str, pod_name: str | None, session_id: str | None) -> _Answer:
+    body = RunJupyterResponse(
+        status=RunStatus.SandboxError, message=message, executor_pod_name=pod_name, session_id=session_id
+    )
+    return _Answer(200, body.model_dump_json().encode())
 
 
 def _sandbox_error(message: str, pod_name: str | None) -> _Answer:

@@ -2,8 +2,8 @@
 
 Without these routes a client would get FastAPI's bare ``{"detail": "Not Found"}`` and could take
 the server for a misconfigured Sandbox Fusion. The list is every route of Sandbox Fusion's
-``sandbox/server/server.py`` (``run_jupyter`` and the online-judge dataset API) except the two
-sandboxkit serves (``/run_code``, ``/v1/ping``).
+``sandbox/server/server.py`` (the online-judge dataset API) except those sandboxkit serves
+(``/run_code``, ``/run_jupyter``, ``/v1/ping``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ DOCS_URL = "docs/sandbox_fusion.md in the sandboxkit documentation (section: Wha
 
 #: Path -> (HTTP method in Sandbox Fusion, what it does there).
 NOT_PROVIDED: dict[str, tuple[str, str]] = {
-    "/run_jupyter": ("POST", "runs notebook cells in a Jupyter kernel"),
     "/list_datasets": ("GET", "lists the online-judge datasets"),
     "/list_ids": ("POST", "lists the problem ids of a dataset"),
     "/get_prompts": ("POST", "returns a dataset's prompts"),
@@ -37,7 +36,7 @@ def add_not_provided_routes(app: FastAPI) -> None:
         ) -> JSONResponse:
             detail = (
                 f"{method} {path} is a Sandbox Fusion endpoint that sandboxkit does not provide (in Sandbox Fusion it "
-                f"{what}). sandboxkit serves POST /run_code, GET /v1/ping and GET /metrics; for grading against tests "
+                f"{what}). sandboxkit serves POST /run_code, POST /run_jupyter, GET /v1/ping and GET /metrics; for grading against tests "
                 f"use `sandboxkit grade` or sandboxkit.judge. See {DOCS_URL}"
             )
             return JSONResponse({"detail": detail, "provided_by_sandboxkit": False}, status_code=404)

@@ -169,6 +169,7 @@ class DockerBackend(Backend):
             limits=_ENFORCED,
             resettable=not self.writable_root,
             absolute_paths=True,
+            kernels=True,
             notes=(
                 f"image {self.image}: languages whose toolchain it lacks raise ToolchainMissing",
                 "network can only be chosen when a sandbox opens (Limits.network), not per run",

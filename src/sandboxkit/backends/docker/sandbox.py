@@ -23,6 +23,7 @@ from sandboxkit.backends.docker._checks import check_env, check_limits, check_pa
 from sandboxkit.backends.docker._results import Blobs, base_env, classify, make_step, split_outputs
 from sandboxkit.base import OutputCallback, Sandbox
 from sandboxkit.errors import InvalidRequest, SandboxCrashed, SandboxError, ToolchainMissing, Transient
+from sandboxkit.kernel import Kernel, KernelLink
 from sandboxkit.languages import Language, resolve_language
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status, check_sandbox_path
 from sandboxkit.streaming import Sink, sink
@@ -63,6 +64,7 @@ class DockerSandbox(Sandbox):
         self._seq = 0
         self._broken: str | None = None
         self._closed = False
+        self._kernel: Kernel | None = None
 
     # ----------------------------------------------------------------- plumbing
 
@@ -454,6 +456,30 @@ class DockerSandbox(Sandbox):
         except SandboxError:
             return False
 
+    async def open_kernel(self) -> Kernel:
+        """This sandbox's Python kernel: ``docker exec`` of the kernel program as the program's user,
+        inside the container's confinement (see ``_kernel``). Started on its first cell.
+
+        Raises:
+            SandboxCrashed: the sandbox is closed or unusable.
+        """
+        if self._closed or self._broken is not None:
+            raise self._crashed(f"the sandbox is {'closed' if self._closed else 'unusable'}; open a new one")
+        if self._kernel is None or self._kernel.closed:
+            from sandboxkit.backends.docker._kernel import start_kernel
+
+            async def start() -> KernelLink:
+                return await self._sdk(start_kernel, self)
+
+            self._kernel = Kernel(start, self._limits, backend=_NAME, sandbox_id=self.id)
+        return self._kernel
+
+    def _stop_kernel(self) -> None:
+        if self._kernel is not None:
+            kernel, self._kernel = self._kernel, None
+            kernel.kill()
+            kernel.closed = True
+
     async def reset(self) -> bool:
         """Give the next run what a fresh container gives, or say False (the pool then discards it).
 
@@ -464,6 +490,7 @@ class DockerSandbox(Sandbox):
         """
         if self._closed or self._broken is not None or self._backend.writable_root:
             return False  # a writable root keeps what a program wrote outside the workspace: never reuse it
+        self._stop_kernel()  # its variables belong to the last tenant (the runner kills what is left)
         try:
             await self._call({"op": "reset"}, [], RESET_TIMEOUT_S)
             return True
@@ -477,6 +504,7 @@ class DockerSandbox(Sandbox):
             return
         self._closed = True
         with anyio.CancelScope(shield=True):
+            self._stop_kernel()
             self._channel.close()
             await self._backend._remove(self.container_id)
 

@@ -207,6 +207,7 @@ class SubprocessBackend(Backend):
                 network_control=iso.bwrap is not None,
                 limits=frozenset(limits),
                 resettable=True,
+                kernels=self.server_python is not None,
                 missing_protections=tuple(missing),
                 notes=self._active_protections(),
             )

@@ -28,6 +28,7 @@ from sandboxkit.backends.subprocess._status import Outcome, classify, rlimits_fo
 from sandboxkit.backends.subprocess._workspace import Workspace, program_env
 from sandboxkit.base import OutputCallback, Sandbox
 from sandboxkit.errors import BackendUnavailable, InvalidRequest, SandboxCrashed, ToolchainMissing
+from sandboxkit.kernel import Kernel, KernelLink
 from sandboxkit.languages import Language, resolve_language
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status
 from sandboxkit.streaming import Sink, sink
@@ -83,6 +84,7 @@ class SubprocessSandbox(Sandbox):
         self._broken: str | None = None
         self._mounted = False
         self.cgroup: SandboxCgroup | None = None
+        self._kernel: Kernel | None = None
         try:
             if owner is not None:
                 os.chown(path, *owner)
@@ -590,6 +592,30 @@ class SubprocessSandbox(Sandbox):
             return rootfs.read_files(self.view, self.workspace, paths, self.id)
         return self.workspace.read(paths)
 
+    async def open_kernel(self) -> Kernel:
+        """This sandbox's Python kernel: its own bubblewrap instance with the sandbox's workspace,
+        uid, cgroup, seccomp filter and limits (see ``_kernel``). Started on its first cell.
+
+        Raises:
+            SandboxCrashed: the sandbox is closed.
+        """
+        self._check_open()
+        if self._kernel is None or self._kernel.closed:
+            from sandboxkit.backends.subprocess._kernel import start_kernel
+
+            async def start() -> KernelLink:
+                self._check_open()
+                return start_kernel(self)
+
+            self._kernel = Kernel(start, self.limits, backend=NAME, sandbox_id=self.id)
+        return self._kernel
+
+    def _stop_kernel(self) -> None:
+        if self._kernel is not None:
+            kernel, self._kernel = self._kernel, None
+            kernel.kill()
+            kernel.closed = True
+
     async def alive(self) -> bool:
         """True until closed or discarded (and while the workspace exists). Never raises."""
         if self._closed or self._broken is not None:
@@ -609,6 +635,7 @@ class SubprocessSandbox(Sandbox):
         """
         if self._closed or self._broken is not None:
             return False
+        self._stop_kernel()  # its variables belong to the last tenant
         async with self._lock:
             if self._server is not None:
                 await self._server.settle()
@@ -642,6 +669,7 @@ class SubprocessSandbox(Sandbox):
     def _release(self) -> None:
         """Synchronous teardown, shared by ``close`` and the backend's emergency cleanup."""
         self._closed = True
+        self._stop_kernel()
         if self._server is not None:
             self._server.kill()
             self._server = None

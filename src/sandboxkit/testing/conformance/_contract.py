@@ -95,6 +95,26 @@ class ContractTests(ConformanceBase):
         assert result.stdout == f"abs{here}\n", result
         assert (await sandbox.exec("pwd", cwd="/")).stdout == "/\n"
 
+    # ------------------------------------------------------------------ kernels
+
+    async def test_open_kernel_follows_capabilities(self, backend: Backend) -> None:
+        """``open_kernel`` works where ``capabilities.kernels`` says so, else is an InvalidRequest."""
+        sb = await backend.open(self.limits)
+        try:
+            if not backend.capabilities.kernels:
+                with pytest.raises(InvalidRequest):
+                    await sb.open_kernel()
+                return
+            kernel = await sb.open_kernel()
+            assert (await kernel.run("kept = 20")).ok
+            result = await kernel.run("kept + 1")
+            assert result.ok and result.value == "21", result
+        finally:
+            await sb.close()
+        if backend.capabilities.kernels:
+            with pytest.raises(SandboxCrashed):
+                await sb.open_kernel()
+
     # ------------------------------------------------------------------ after close
 
     async def test_calls_after_close_raise_sandbox_crashed(self, backend: Backend) -> None:

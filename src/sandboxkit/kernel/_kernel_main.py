@@ -1,0 +1,586 @@
+"""The in-sandbox side of a stateful Python kernel. Runs as ``python3 -I -u -c SOURCE ARGS``.
+
+Two processes, so that a hostile cell can never take the kernel's machinery down with it:
+
+* the **supervisor** (this program's first process) never runs user code. It is a child
+  subreaper, so every process a cell starts stays below it, whatever that process does
+  (``setsid``, double fork). It reads framed requests from the host on stdin, forwards each
+  cell to the worker, drains the worker's stdout and stderr (head + tail, like every other
+  sandboxkit output), enforces the cell's timeout, and kills the whole process tree when the
+  cell times out or the worker dies (``os._exit``, the OOM killer, a segfault).
+* the **worker**, forked from the supervisor (a fresh one costs a fork, not an interpreter
+  start), runs cells in one persistent ``__main__`` namespace.
+
+This file must stay standalone (stdlib only, no sandboxkit import): the host passes its
+source text to the sandbox's own ``python3``, which cannot see sandboxkit's installation.
+
+Command line: one JSON object ``{"rlimits": [[resource, value], ...], "cap": bytes kept per
+stream, "head": head fraction, "stop": bytes after which a cell is interrupted}``.
+
+Protocol (host <-> supervisor on stdin/stdout; supervisor <-> worker on two private pipes):
+every message is a 4-byte big-endian length and a UTF-8 JSON object.
+    host -> supervisor: ``{"op": "cell", "code", "timeout", "fresh"}`` or ``{"op": "ping"}``.
+    supervisor -> host: ``{"ready": true}`` once at start; after each cell ``{"status", "stdout",
+                        "stderr", "value", "error_name", "error_value", "traceback", "truncated",
+                        "restarted", "state_lost", "duration_s"}``; ``{"pong": true}`` for a ping.
+    A closed stdin (the host went away) kills every process of the kernel.
+"""
+
+from __future__ import annotations
+
+import builtins
+import ctypes
+import json
+import os
+import select
+import signal
+import sys
+import time
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs every kernel memory
+if TYPE_CHECKING:
+    from typing import Any
+
+ARGS = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+CAP = int(ARGS.get("cap", 1 << 20))
+HEAD = float(ARGS.get("head", 0.5))
+STOP = int(ARGS.get("stop", 64 << 20))
+RLIMITS = [(int(r), int(v)) for r, v in ARGS.get("rlimits", [])]
+#: After an output flood's SIGINT, how long the worker gets to stop before it is killed.
+INTERRUPT_GRACE_S = 1.0
+#: How long killing a process tree may take before giving up (a fork bomb racing the kill).
+KILL_WAIT_S = 3.0
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 1, 4, 36
+
+
+def _prctl(option: int, value: int) -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+    except Exception:
+        pass
+
+
+# ---------------------------------------------------------------------- framing
+
+
+def _read_exactly(fd: int, size: int) -> bytes | None:
+    data = b""
+    while len(data) < size:
+        chunk = os.read(fd, size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def read_frame(fd: int) -> dict[str, Any] | None:
+    """Next message on ``fd``; None at end of file."""
+    head = _read_exactly(fd, 4)
+    if head is None:
+        return None
+    body = _read_exactly(fd, int.from_bytes(head, "big"))
+    if body is None:
+        return None
+    msg: dict[str, Any] = json.loads(body)
+    return msg
+
+
+def write_frame(fd: int, msg: dict[str, Any]) -> None:
+    body = json.dumps(msg).encode()
+    data = len(body).to_bytes(4, "big") + body
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+# ---------------------------------------------------------------------- output
+
+
+def cut(data: bytes, cap: int = CAP) -> tuple[bytes, bool]:
+    """Head + marker + tail of ``data`` when longer than ``cap`` (the marker of sandboxkit.output)."""
+    if len(data) <= cap:
+        return data, False
+    head = max(0, min(cap, int(cap * HEAD)))
+    tail = cap - head
+    marker = b"\n[... sandboxkit: %d bytes cut ...]\n" % (len(data) - head - tail)
+    return data[:head] + marker + (data[len(data) - tail :] if tail else b""), True
+
+
+class Stream:
+    """One output stream of a cell: its head and tail, and how many bytes it wrote in all."""
+
+    def __init__(self) -> None:
+        self.head_cap = max(0, min(CAP, int(CAP * HEAD)))
+        self.tail_cap = CAP - self.head_cap
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.head_cap - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data and self.tail_cap:
+            self.tail += data
+            if len(self.tail) > 2 * self.tail_cap:  # trim in batches: a flood must not cost O(n^2)
+                del self.tail[: len(self.tail) - self.tail_cap]
+
+    def text(self) -> tuple[str, bool]:
+        tail = bytes(self.tail[len(self.tail) - self.tail_cap :]) if self.tail_cap else b""
+        kept = len(self.head) + len(tail)
+        if self.total <= kept:
+            return (bytes(self.head) + tail).decode("utf-8", "replace"), False
+        marker = b"\n[... sandboxkit: %d bytes cut ...]\n" % (self.total - kept)
+        return (bytes(self.head) + marker + tail).decode("utf-8", "replace"), True
+
+
+# ---------------------------------------------------------------------- the worker
+
+
+def _cell_name(number: int) -> str:
+    return f"<cell {number}>"
+
+
+def _user_traceback(exc: BaseException) -> str:
+    """The traceback from the cell's first frame down: the kernel's own frames are not the user's."""
+    import traceback
+
+    tb = exc.__traceback__
+    while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<cell "):
+        tb = tb.tb_next
+    exc.__traceback__ = tb
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def _text(value: str) -> tuple[str, bool]:
+    data, truncated = cut(value.encode("utf-8", "replace"))
+    return data.decode("utf-8", "replace"), truncated
+
+
+def run_cell(namespace: dict[str, Any], code: str, number: int) -> dict[str, Any]:
+    """Run one cell; the last expression's ``repr`` is its value, as in a notebook."""
+    import ast
+    import linecache
+
+    name = _cell_name(number)
+    # Registered so tracebacks (now and from functions defined here, called later) show the source.
+    linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+    reply: dict[str, Any] = {"status": "ok", "value": None, "truncated": False}
+    try:
+        try:
+            tree = ast.parse(code, name, "exec")
+        except SyntaxError as exc:
+            exc.__traceback__ = None
+            raise
+        last = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = ast.Expression(tree.body[-1].value)
+            del tree.body[-1]
+        exec(compile(tree, name, "exec"), namespace)
+        if last is not None:
+            value = eval(compile(last, name, "eval"), namespace)
+            if value is not None:
+                namespace["_"] = value
+                reply["value"], reply["truncated"] = _text(repr(value))
+    except BaseException as exc:
+        trace, truncated = _text(_user_traceback(exc))
+        reply = {
+            "status": "error",
+            "value": None,
+            "error_name": type(exc).__name__,
+            "error_value": _text(str(exc))[0],
+            "traceback": trace,
+            "truncated": truncated,
+        }
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()  # type: ignore[union-attr]
+        except Exception:
+            pass
+    return reply
+
+
+def worker(requests: int, replies: int) -> None:
+    """The worker's loop: one cell per request, all in one ``__main__``. Never returns."""
+    main = type(sys)("__main__")
+    main.__dict__.update(__builtins__=builtins, __file__=None)
+    sys.modules["__main__"] = main
+    sys.path.insert(0, os.getcwd())  # as `python3` in the workspace would (isolated mode leaves it out)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    me = os.getpid()
+    while True:
+        req = read_frame(requests)
+        if req is None:
+            os._exit(0)
+        reply = run_cell(main.__dict__, req["code"], req["number"])
+        if os.getpid() != me:  # a process the cell forked ran to the cell's end: it ends here, as after a script
+            os._exit(0 if reply["status"] == "ok" else 1)
+        write_frame(replies, reply)
+
+
+# ---------------------------------------------------------------------- the supervisor
+
+
+class Worker:
+    """The supervisor's handle on one worker process and its pipes."""
+
+    def __init__(self) -> None:
+        req_r, self.req_w = os.pipe()
+        self.rep_r, rep_w = os.pipe()
+        self.out_r, out_w = os.pipe()
+        self.err_r, err_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.setpgid(0, 0)
+                _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+                _prctl(_PR_SET_DUMPABLE, 1)  # the supervisor stays non-dumpable: the worker cannot trace it
+                try:  # the OOM killer takes the worker, never the supervisor (raising it needs no privilege)
+                    with open("/proc/self/oom_score_adj", "w") as f:
+                        f.write("1000")
+                except OSError:
+                    pass
+                for fd in (self.req_w, self.rep_r, self.out_r, self.err_r, HOST_IN, HOST_OUT):
+                    os.close(fd)
+                os.dup2(out_w, 1)
+                os.dup2(err_w, 2)
+                os.close(out_w)
+                os.close(err_w)
+                for res, value in RLIMITS:
+                    try:
+                        import resource
+
+                        resource.setrlimit(res, (value, value))
+                    except (ValueError, OSError):
+                        pass
+                worker(req_r, rep_w)
+            except BaseException:
+                try:
+                    sys.excepthook(*sys.exc_info())
+                except BaseException:
+                    pass
+            os._exit(code)
+        for fd in (req_r, rep_w, out_w, err_w):
+            os.close(fd)
+        self.pid = pid
+        WORKERS.add(pid)
+        self.pidfd = os.pidfd_open(pid)
+        self.cells = 0
+        for fd in (self.out_r, self.err_r, self.rep_r):
+            os.set_blocking(fd, False)
+
+    def drain(self, fd: int, stream: Stream | None) -> bool:
+        """Read what is in ``fd`` now; False at end of file."""
+        while True:
+            try:
+                data = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                return True
+            except OSError:
+                return False
+            if not data:
+                return False
+            if stream is not None:
+                stream.feed(data)
+
+    def kill(self) -> int | None:
+        """Kill the worker and every process below the supervisor; the worker's wait status."""
+        deadline = time.monotonic() + KILL_WAIT_S
+        while time.monotonic() < deadline:  # the group first: one system call reaches a whole fork bomb
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except OSError:
+                break
+            reap()
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        if self.pid not in REAPED:
+            try:
+                REAPED[self.pid] = os.waitpid(self.pid, 0)[1]
+            except ChildProcessError:
+                pass
+        kill_descendants()  # what left the group (setsid, double fork) is still below us
+        for fd in (self.req_w, self.rep_r, self.out_r, self.err_r, self.pidfd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        WORKERS.discard(self.pid)
+        return REAPED.pop(self.pid, None)
+
+
+#: Wait statuses of exited workers, by pid (reaping an orphan may reap the worker too).
+REAPED: dict[int, int] = {}
+#: Pids of the live worker (one at a time).
+WORKERS: set[int] = set()
+
+
+def reap() -> None:
+    """Collect every exited child (orphans of a cell are re-parented here: we are a subreaper)."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        if pid in WORKERS:
+            REAPED[pid] = status
+
+
+def descendants() -> list[int]:
+    """Every process below this one (a scan of /proc, so a process that left its group is found)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            if fields[0] == b"Z":
+                continue  # already dead; its parent reaps it (or we do, as the subreaper)
+            ppid = int(fields[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found: list[int] = []
+    todo = [os.getpid()]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _children(pid: int) -> list[int] | None:
+    """Direct children of ``pid`` (one small read), or None where the kernel does not list them."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except (OSError, ValueError):
+        return None
+
+
+def leftovers(worker: int) -> bool:
+    """Whether any process but the worker is below the supervisor (checked after every cell)."""
+    mine, its = _children(os.getpid()), _children(worker)
+    if mine is None or its is None:
+        return True  # cannot tell cheaply: the full scan decides
+    return mine != [worker] or bool(its)
+
+
+def kill_descendants(spare: int = 0) -> None:
+    """SIGKILL the whole tree below the supervisor but ``spare`` until none is left (bounded in time)."""
+    deadline = time.monotonic() + KILL_WAIT_S
+    while time.monotonic() < deadline:
+        procs = [p for p in descendants() if p != spare]
+        if not procs:
+            return
+        for pid in procs:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        reap()
+        select.select([], [], [], 0.002)
+
+
+def _death(status: int | None) -> tuple[str, str]:
+    if status is None:
+        return "KernelDied", "the kernel process vanished"
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        if sig == signal.SIGKILL:
+            return "KernelDied", "the kernel was killed by SIGKILL (out of memory, or killed)"
+        return "KernelDied", f"the kernel was killed by {name}"
+    return "KernelDied", f"the kernel exited with code {os.WEXITSTATUS(status)} (os._exit, or a fatal error)"
+
+
+class Supervisor:
+    def __init__(self) -> None:
+        self.worker: Worker | None = None
+        #: A worker died between cells (nothing of ours noticed until now): the next result says so.
+        self.lost = False
+        #: The last worker was killed (timeout, crash, reported then): the next cell runs in a new one.
+        self.replaced = False
+        self.numbers = 0
+
+    def handle(self, req: dict[str, Any]) -> dict[str, Any]:
+        restarted = lost = False
+        if self.worker is not None and (req.get("fresh") or _exited(self.worker)):
+            lost = not req.get("fresh") and self.worker.cells > 0
+            restarted = self.worker.cells > 0
+            self.worker.kill()
+            self.worker = None
+        if self.worker is None:
+            restarted = restarted or self.lost or self.replaced
+            lost = lost or self.lost
+            self.lost = self.replaced = False
+            self.worker = Worker()
+        w = self.worker
+        w.drain(w.out_r, None)  # what background processes wrote since the last cell is not this cell's
+        w.drain(w.err_r, None)
+        self.numbers += 1
+        started = time.monotonic()
+        write_frame(w.req_w, {"code": req["code"], "number": self.numbers})
+        w.cells += 1
+        reply = self._wait(w, float(req["timeout"]), started)
+        reply.update(restarted=restarted, state_lost=lost or reply.get("state_lost", False))
+        reply["duration_s"] = time.monotonic() - started
+        return reply
+
+    def _wait(self, w: Worker, timeout: float, started: float) -> dict[str, Any]:
+        out, err = Stream(), Stream()
+        body = bytearray()
+        deadline = started + timeout
+        interrupted_at: float | None = None
+        fds = [w.rep_r, w.out_r, w.err_r, w.pidfd, HOST_IN]
+        reply: dict[str, Any] | None = None
+        while reply is None:
+            now = time.monotonic()
+            end = deadline if interrupted_at is None else min(deadline, interrupted_at + INTERRUPT_GRACE_S)
+            if now >= end:
+                if now >= deadline:
+                    reply = {"status": "timeout", "error_name": "TimeoutError"}
+                    reply["error_value"] = (
+                        f"the cell ran longer than its {timeout:g} s timeout; the kernel was restarted"
+                    )
+                else:
+                    reply = _flooded("did not stop when interrupted; the kernel was restarted")
+                self._drop(w, out, err)
+                reply["state_lost"] = True
+                break
+            ready, _, _ = select.select(fds, [], [], end - now)
+            if HOST_IN in ready:  # the host sends nothing during a cell: readable means it went away
+                w.kill()
+                os._exit(0)
+            for fd, stream in ((w.out_r, out), (w.err_r, err)):
+                if fd in ready and not w.drain(fd, stream):
+                    fds.remove(fd)
+            if interrupted_at is None and max(out.total, err.total) > STOP:
+                interrupted_at = time.monotonic()
+                try:
+                    os.kill(w.pid, signal.SIGINT)
+                except OSError:
+                    pass
+            if w.rep_r in ready:
+                reply = self._reply(w, body)
+            if reply is None and w.pidfd in ready:
+                reply = self._reply(w, body)  # a reply written just before dying still counts
+                if reply is None:
+                    w.drain(w.out_r, out)
+                    w.drain(w.err_r, err)
+                    status = w.kill()
+                    self.worker = None
+                    self.replaced = True
+                    name, value = _death(status)
+                    reply = {"status": "crashed", "error_name": name, "error_value": value, "state_lost": True}
+        if self.worker is w:
+            if leftovers(w.pid):  # what a cell starts does not outlive it, as with a command
+                kill_descendants(spare=w.pid)
+            w.drain(w.out_r, out)  # everything the cell wrote is in the pipes before its reply
+            w.drain(w.err_r, err)
+        if interrupted_at is not None and reply.get("status") == "error":
+            reply.update(_flooded("was interrupted"))
+        reply["stdout"], out_cut = out.text()
+        reply["stderr"], err_cut = err.text()
+        reply["truncated"] = bool(reply.get("truncated")) or out_cut or err_cut
+        return reply
+
+    def _drop(self, w: Worker, out: Stream, err: Stream) -> None:
+        w.drain(w.out_r, out)
+        w.drain(w.err_r, err)
+        w.kill()
+        self.worker = None
+        self.replaced = True
+
+    def _reply(self, w: Worker, body: bytearray) -> dict[str, Any] | None:
+        """The worker's reply once all of it arrived (it writes one frame per cell)."""
+        while True:
+            try:
+                data = os.read(w.rep_r, 1 << 16)
+            except BlockingIOError:
+                break
+            except OSError:
+                data = b""
+            if not data:
+                break
+            body += data
+        if len(body) < 4 or len(body) < 4 + int.from_bytes(body[:4], "big"):
+            return None
+        msg: dict[str, Any] = json.loads(bytes(body[4 : 4 + int.from_bytes(body[:4], "big")]))
+        return msg
+
+
+def _flooded(what: str) -> dict[str, Any]:
+    return {
+        "status": "error",
+        "error_name": "OutputLimitExceeded",
+        "error_value": f"the cell wrote more than {STOP} bytes to stdout or stderr and {what}",
+        "traceback": None,
+    }
+
+
+def _exited(w: Worker) -> bool:
+    ready, _, _ = select.select([w.pidfd], [], [], 0)
+    return bool(ready)
+
+
+HOST_IN = -1
+HOST_OUT = -1
+
+
+def main() -> None:
+    global HOST_IN, HOST_OUT
+    # The protocol moves off descriptors 0-2, which a cell's own output and input must own.
+    HOST_IN, HOST_OUT = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    _prctl(_PR_SET_DUMPABLE, 0)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    sup = Supervisor()
+    sup.worker = Worker()  # forked now, so the first cell pays no fork
+    write_frame(HOST_OUT, {"ready": True})
+    while True:
+        try:
+            req = read_frame(HOST_IN)
+        except (OSError, ValueError):
+            req = None
+        if req is None:
+            if sup.worker is not None:
+                sup.worker.kill()
+            kill_descendants()
+            os._exit(0)
+        if req.get("op") == "ping":
+            write_frame(HOST_OUT, {"pong": True})
+            continue
+        try:
+            reply = sup.handle(req)
+        except Exception as exc:  # the supervisor's own failure: report it, restart the worker
+            if sup.worker is not None:
+                sup.worker.kill()
+                sup.worker = None
+            reply = {
+                "status": "crashed",
+                "error_name": "KernelError",
+                "error_value": f"{type(exc).__name__}: {exc}",
+                "state_lost": True,
+                "stdout": "",
+                "stderr": "",
+            }
+        write_frame(HOST_OUT, reply)
+
+
+if __name__ == "__main__":
+    main()

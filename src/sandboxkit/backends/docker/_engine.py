@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from sandboxkit.backends.docker._results import PATH
+from sandboxkit.backends.docker._static import MOUNT_PATH
 from sandboxkit.models import Limits
 
 __all__ = [
@@ -81,6 +82,8 @@ class ContainerSpec:
     limits: Limits
     volume: str
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: The static runner binary on the engine's host (bind-mounted read-only), or None for the Python runner.
+    runner: str | None = None
 
 
 def resource_kwargs(limits: Limits) -> dict[str, Any]:
@@ -124,7 +127,7 @@ def create_container(client: Any, spec: ContainerSpec) -> str:
         security_opt=["no-new-privileges"],
         read_only=True,
         ipc_mode="private",
-        mounts=[workspace],
+        mounts=[workspace, *_runner_mounts(spec)],
         tmpfs={"/tmp": f"rw,nosuid,nodev,size={spec.tmp_size_mb}m,mode=1777"},
         shm_size=f"{spec.tmp_size_mb}m",
         ulimits=[Ulimit(name="core", soft=0, hard=0)],
@@ -134,7 +137,11 @@ def create_container(client: Any, spec: ContainerSpec) -> str:
     )
     created = api.create_container(
         spec.image,
-        command=["python3", "-c", runner_source(), spec.workdir, str(SANDBOX_UID)],
+        # The entrypoint is set too: an image's own ENTRYPOINT must not wrap (or replace) the runner.
+        entrypoint=[MOUNT_PATH] if spec.runner else ["python3"],
+        command=[spec.workdir, str(SANDBOX_UID)]
+        if spec.runner
+        else ["-c", runner_source(), spec.workdir, str(SANDBOX_UID)],
         user="0:0",  # the runner only: each program runs as SANDBOX_UID (see _runner.supervise)
         working_dir=spec.workdir,
         hostname="sandbox",
@@ -145,6 +152,15 @@ def create_container(client: Any, spec: ContainerSpec) -> str:
         host_config=host_config,
     )
     return str(created["Id"])
+
+
+def _runner_mounts(spec: ContainerSpec) -> list[Any]:
+    """The static runner, read-only at :data:`MOUNT_PATH` (nothing of it is writable from inside)."""
+    from docker.types import Mount
+
+    if spec.runner is None:
+        return []
+    return [Mount(target=MOUNT_PATH, source=spec.runner, type="bind", read_only=True)]
 
 
 def attach(client: Any, container_id: str) -> tuple[socket.socket, Any]:

@@ -131,6 +131,10 @@ class DockerConfig(BaseBackendConfig):
     """How long a container may take to start."""
     grace_s: float = Field(5.0, gt=0)
     """How much longer than a run's limit the host waits for the runner."""
+    runner: Literal["auto", "static", "python"] | None = None
+    """In-container runner: ``python`` (needs python3 in the image; has the Python fast path),
+    ``static`` (a static Go binary mounted read-only; any image), or ``auto`` (default, or
+    ``$SANDBOXKIT_DOCKER_RUNNER``): ``python``, and ``static`` where the image cannot run it."""
 
 
 class SandboxFusionConfig(BaseBackendConfig):

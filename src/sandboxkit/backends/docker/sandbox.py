@@ -178,7 +178,7 @@ class DockerSandbox(Sandbox):
             )
         wanted = (limits.memory_mb, limits.cpus, limits.pids)
         if wanted != self._applied:
-            await self._sdk(_engine.update_limits, limits)
+            await self._sdk(_engine.update_limits, limits, _engine.runner_pids(self.runner == "static"))
             self._applied = wanted
 
     def _cwd(self, cwd: str | None) -> str:

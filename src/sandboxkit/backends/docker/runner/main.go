@@ -7,9 +7,8 @@
 //
 // Why PID 1, root with few capabilities, non-dumpable, every signal ignored: see _runner.py;
 // the same reasoning holds here. Go adds one twist: its runtime installs handlers for most
-// signals, and a handled signal is delivered even to init. signal.Ignore on every signal puts
-// the catchable ones at SIG_IGN (never delivered) and makes the runtime drop the rest when they
-// come from a user (kill), so a program cannot stop, crash or interrupt the runner.
+// signals, and a handled signal is delivered even to init. The runner replaces them all (see
+// ignoreAllSignals), so it catches no signal and a program cannot stop, crash or interrupt it.
 //
 // Why a second stage: a Go process cannot run code between fork and exec, but a program must
 // start with its limits, nice value, OOM score, session and user set. So each program is
@@ -22,8 +21,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"os/signal"
-	"runtime"
 	"strconv"
 	"syscall"
 )
@@ -40,11 +37,6 @@ var (
 	scrubDirs  = []string{"/tmp", "/dev/shm", "/dev/mqueue"}
 	hasBash    = false
 )
-
-func init() {
-	// fsuid, nice and the like are per-thread: keep the main goroutine on one thread.
-	runtime.LockOSThread()
-}
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "-stage2" {
@@ -101,17 +93,24 @@ func main() {
 	}
 }
 
-// ignoreAllSignals: see the package comment. SIGKILL and SIGSTOP never reach init from inside.
-// SIGCHLD stays with the runtime's handler (harmless when sent by kill): "ignore" would make the
-// kernel reap every child itself, and the runner could no longer learn how its program ended.
+// ignoreAllSignals sets every signal to "ignore" with no handler, so none sent from inside the
+// container reaches init (see the package comment). Set with rt_sigaction directly, replacing the
+// Go runtime's handlers: a handled signal would be delivered. The exceptions are at their default:
+// SIGCHLD ("ignore" would make the kernel reap our children, hiding how they ended) and the
+// synchronous faults (a real fault must end the runner, not loop). A default action is never
+// taken for init by a signal sent from its own namespace. Signal 33 keeps the runtime's handler:
+// AllThreadsSyscall (setfsuid, setresuid on every thread) is built on it. Only root can send it
+// to the runner, and the handler does nothing unless such a call is under way.
 func ignoreAllSignals() {
-	var sigs []os.Signal
 	for sig := 1; sig <= 64; sig++ {
-		if sig != int(syscall.SIGKILL) && sig != int(syscall.SIGSTOP) && sig != int(syscall.SIGCHLD) {
-			sigs = append(sigs, syscall.Signal(sig))
+		switch syscall.Signal(sig) {
+		case syscall.SIGKILL, syscall.SIGSTOP, sigPerThreadSyscall:
+		case syscall.SIGCHLD, syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGILL, syscall.SIGTRAP, syscall.SIGSYS:
+			setSignal(sig, sigDfl)
+		default:
+			setSignal(sig, sigIgn)
 		}
 	}
-	signal.Ignore(sigs...)
 }
 
 // supervise: started as root, stay root but touch files as the program's user (see _runner.py's

@@ -37,7 +37,8 @@ func stage2(args []string) {
 		syscall.Write(fd, []byte("1000")) // the OOM killer takes the program, never the runner
 		syscall.Close(fd)
 	}
-	syscall.Setpriority(syscall.PRIO_PROCESS, 0, childNice) // this thread is the one that execs
+	// Every thread of this process (the only one in its new process group): nice is per thread.
+	syscall.Setpriority(syscall.PRIO_PGRP, 0, childNice)
 	limits := [3]int{}
 	for i := range limits {
 		if i < len(args) {

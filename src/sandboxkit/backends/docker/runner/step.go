@@ -202,7 +202,7 @@ func runStep(step map[string]any, blobs []byte, slot int) (map[string]any, [][]b
 	inR, inW, outR, outW, errR, errW, privR, privW, reportR, reportW := fds[0], fds[1], fds[2], fds[3], fds[4], fds[5], fds[6], fds[7], fds[8], fds[9]
 	attr := &syscall.ProcAttr{
 		Dir:   "/",
-		Env:   []string{},
+		Env:   []string{"GOMAXPROCS=1", "GOTRACEBACK=none"}, // few threads (pids limit), no runtime dump
 		Files: []uintptr{uintptr(inR), uintptr(outW), uintptr(errW), uintptr(privR), uintptr(reportW)},
 		Sys:   &syscall.SysProcAttr{Setsid: true},
 	}

@@ -105,15 +105,26 @@ type kernelSigaction struct {
 	mask     uint64
 }
 
+const (
+	sigDfl = 0
+	sigIgn = 1
+	// sigPerThreadSyscall is the Go runtime's signal for AllThreadsSyscall (_SIGRTMIN + 1).
+	sigPerThreadSyscall = syscall.Signal(33)
+)
+
+// setSignal sets one signal's disposition (sigDfl or sigIgn) without going through the runtime.
+func setSignal(sig int, handler uintptr) {
+	act := kernelSigaction{handler: handler}
+	syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&act)), 0, 8, 0, 0)
+}
+
 // defaultSignals puts every signal back to its default action and unblocks all, right before
 // exec: dispositions the runner set to "ignore" would otherwise survive exec into the program.
 func defaultSignals() {
-	var act kernelSigaction // handler 0 = SIG_DFL
 	for sig := 1; sig <= 64; sig++ {
-		if sig == int(syscall.SIGKILL) || sig == int(syscall.SIGSTOP) {
-			continue
+		if sig != int(syscall.SIGKILL) && sig != int(syscall.SIGSTOP) {
+			setSignal(sig, sigDfl)
 		}
-		syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&act)), 0, 8, 0, 0)
 	}
 	var empty uint64
 	syscall.RawSyscall6(syscall.SYS_RT_SIGPROCMASK, 2 /* SIG_SETMASK */, uintptr(unsafe.Pointer(&empty)), 0, 8, 0, 0)

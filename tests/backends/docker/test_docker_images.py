@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from sandboxkit.errors import ToolchainMissing
+from sandboxkit.errors import BackendUnavailable, ToolchainMissing
 from sandboxkit.models import Limits, RunRequest, Status
 from support.docker_engine import FAST, leftovers
 
@@ -138,3 +138,46 @@ async def test_files_symlinks_and_reset(box: Any) -> None:
     assert await box.reset() is True
     after = await box.exec(["sh", "-c", "ls -A; ls -A /tmp"])
     assert after.stdout == "", after
+
+
+async def test_a_python_without_its_standard_library_falls_back_to_the_static_runner(
+    test_labels: dict[str, str], docker_client: Any
+) -> None:
+    # What python3-minimal gives (issue 15): `python3` exists, `import json` fails, so the Python
+    # runner dies at start. The image is the base image with the json package removed.
+    import uuid
+
+    from sandboxkit.backends.docker import DEFAULT_IMAGE, DockerBackend
+
+    name = f"sandboxkit-test-nojson:{uuid.uuid4().hex[:8]}"
+    container = docker_client.containers.create(
+        DEFAULT_IMAGE, ["sh", "-c", "rm -rf /usr/lib/python3*/json"], labels=test_labels, user="0:0"
+    )
+    try:
+        container.start()
+        assert container.wait(timeout=60)["StatusCode"] == 0
+        container.commit(repository=name.split(":")[0], tag=name.split(":")[1])
+    finally:
+        container.remove(force=True)
+    python_only = DockerBackend(labels=test_labels, image=name, runner="python")
+    backend = DockerBackend(labels=test_labels, image=name)
+    try:
+        with pytest.raises(BackendUnavailable, match="did not start"):
+            await python_only.open(FAST)
+        sandbox = await backend.open(FAST)
+        try:
+            assert sandbox.runner == "static"
+            ran = await sandbox.run(RunRequest(code="import sys\nprint(sys.version_info[0])", limits=FAST))
+            assert ran.status is Status.OK and ran.stdout == "3\n", ran  # python3 itself still runs programs
+            broken = await sandbox.run(RunRequest(code="import json", limits=FAST))
+            assert broken.status is Status.FAILED and "json" in broken.stderr, broken
+        finally:
+            await sandbox.close()
+        again = await backend.open(FAST)  # later sandboxes go straight to the static runner
+        assert again.runner == "static"
+        await again.close()
+    finally:
+        await python_only.aclose()
+        await backend.aclose()
+        docker_client.api.remove_image(name, force=True)
+    assert leftovers(docker_client, test_labels) == (0, 0)

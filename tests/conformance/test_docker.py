@@ -92,6 +92,12 @@ class TestDockerStaticRunnerConformance(TestDockerConformance):
 
     backend_options: ClassVar[dict[str, Any]] = {"labels": _LABELS, "runner": "static"}
 
+    @pytest.fixture(autouse=True)
+    def _static_runner(self) -> None:
+        from support.docker_engine import require_static_runner
+
+        require_static_runner()
+
 
 #: Tests that call python3 without going through a language (so no ToolchainMissing): they fail there.
 _NO_PYTHON = {

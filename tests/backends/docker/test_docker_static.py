@@ -17,13 +17,14 @@ from typing import Any
 import pytest
 
 from sandboxkit.models import RunRequest, Status
-from support.docker_engine import FAST
+from support.docker_engine import FAST, require_static_runner
 
 
 @pytest.fixture
 async def static(test_labels: dict[str, str], docker_client: Any) -> AsyncIterator[Any]:
     from sandboxkit.backends.docker import DockerBackend
 
+    require_static_runner()
     backend = DockerBackend(labels=test_labels, runner="static")
     sandbox = await backend.open(FAST)
     try:

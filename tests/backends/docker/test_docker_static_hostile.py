@@ -12,8 +12,10 @@ import pytest
 from test_docker_hostile import *  # noqa: F403
 
 from sandboxkit.backends.docker.backend import RUNNER_ENV
+from support.docker_engine import require_static_runner
 
 
 @pytest.fixture(autouse=True)
 def _static_runner(monkeypatch: pytest.MonkeyPatch) -> None:
+    require_static_runner()
     monkeypatch.setenv(RUNNER_ENV, "static")

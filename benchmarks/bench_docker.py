@@ -14,6 +14,9 @@ for Python ``print(1)``, and p50 <= 15 ms for a warm run.
 * Informational rows: ``SandboxPool.run`` (a reset after every run, as pooled runs get), the
   runner's cold path (``python_fast=False``: it forks ``python3 -u main.py``, still no exec), a
   compiled C program, and the time to open a sandbox (create + attach + start + hello).
+* The static runner (``runner="static"``, for images without Python) side by side with the
+  Python runner in the same rounds: ``print(1)`` (it has no fast path: ``python3 -u main.py``),
+  ``exec(["true"])`` on both (the runner's own cost per program), and its open time.
 """
 
 from __future__ import annotations
@@ -71,6 +74,16 @@ async def _warm(sandboxes: list[DockerSandbox], n: int, code: str = CODE, langua
     return await closed_loop(one, len(sandboxes), n)
 
 
+async def _exec_true(sandboxes: list[DockerSandbox], n: int) -> Any:
+    """``n`` calls of ``exec(["true"])``: what a runner costs per program, with no interpreter start."""
+
+    async def one(i: int) -> None:
+        result = await sandboxes[i].exec(["true"])
+        assert result.exit_code == 0, result
+
+    return await closed_loop(one, len(sandboxes), n)
+
+
 async def _pooled(pool: SandboxPool, concurrency: int, n: int) -> tuple[list[float], float]:
     async def one(_: int) -> None:
         _check(await pool.run(CODE))
@@ -95,6 +108,7 @@ async def _measure(quick: bool) -> dict[str, tuple[list[float], list[float]]]:
 
     backend = DockerBackend(labels={"sandboxkit.bench": "docker"})
     cold_backend = DockerBackend(labels={"sandboxkit.bench": "docker"}, python_fast=False)
+    static_backend = DockerBackend(labels={"sandboxkit.bench": "docker"}, runner="static")
     try:
         opens = []
         sandboxes: list[DockerSandbox] = []
@@ -108,6 +122,15 @@ async def _measure(quick: bool) -> dict[str, tuple[list[float], list[float]]]:
         containers = [backend.client.containers.get(sb.container_id) for sb in sandboxes]
         cold = await cold_backend.open(LIMITS)
         assert isinstance(cold, DockerSandbox)
+        static_opens = []
+        static: list[DockerSandbox] = []
+        for _ in range(4):  # the first builds the runner if it is not cached yet: not measured
+            t = time.perf_counter()
+            sb = await static_backend.open(LIMITS)
+            static_opens.append(time.perf_counter() - t)
+            assert isinstance(sb, DockerSandbox) and sb.runner == "static"
+            static.append(sb)
+        data["open static"] = (static_opens[1:], [])
         loop = asyncio.get_running_loop()
         async with SandboxPool(backend, max_concurrency=2, warm=2, limits=LIMITS) as pool:
             await _warm(sandboxes, 20)  # warm-up, not measured
@@ -119,12 +142,16 @@ async def _measure(quick: bool) -> dict[str, tuple[list[float], list[float]]]:
                     add(f"warm c={c}", *await _warm(sandboxes[:c], per_round))
                     add(f"pool c={c}", *await _pooled(pool, c, per_round))
                 add("cold c=1", *await _warm([cold], per_round // 4))
+                add("static c=1", *await _warm(static[:1], per_round // 4))
+                add("true python c=1", *await _exec_true(sandboxes[:1], per_round))
+                add("true static c=1", *await _exec_true(static[:1], per_round))
                 add("c c=1", *await _warm(sandboxes[:1], 1, '#include <stdio.h>\nint main(){puts("1");}', "c"))
-        for sb in [*sandboxes, cold]:
+        for sb in [*sandboxes, cold, *static]:
             await sb.close()
     finally:
         await backend.aclose()
         await cold_backend.aclose()
+        await static_backend.aclose()
     return data
 
 
@@ -177,7 +204,30 @@ def run(quick: bool = False) -> list[Row]:
         )
     )
     rows.append(
+        row_from_samples(
+            BENCH,
+            "sandbox.run, static runner (python3 -u main.py), c=1",
+            data["static c=1"][0],
+            throughput=rps["static c=1"],
+            baseline="exec_run",
+            ratio=rps["static c=1"] / rps["exec c=1"],
+        )
+    )
+    for kind in ("python", "static"):
+        key = f"true {kind} c=1"
+        rows.append(
+            row_from_samples(
+                BENCH,
+                f"sandbox.exec(['true']), {kind} runner, c=1",
+                data[key][0],
+                throughput=rps[key],
+                baseline="exec_run",
+                ratio=rps[key] / rps["exec c=1"],
+            )
+        )
+    rows.append(
         row_from_samples(BENCH, "sandbox.run C hello (gcc + run), c=1", data["c c=1"][0], throughput=rps["c c=1"])
     )
     rows.append(row_from_samples(BENCH, "backend.open (create + attach + start + hello)", data["open"][0]))
+    rows.append(row_from_samples(BENCH, "backend.open, static runner", data["open static"][0]))
     return rows

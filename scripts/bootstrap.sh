@@ -52,6 +52,10 @@ if [ "$ALL" = 1 ]; then
   $PIP -e ".[all]" "verl==0.9.1"
   log "starting Docker and building the base image"
   bash scripts/docker-setup.sh
+  log "building the small test images (busybox only, Debian without Python) and the static runner"
+  bash scripts/docker-test-images.sh
+  .venv/bin/python -c "from sandboxkit.backends.docker._static import static_runner; static_runner()" ||
+    log "the static runner did not build (the Docker tests of images without Python will fail)"
 else
   log "installing sandboxkit"
   $PIP -e .

@@ -141,6 +141,10 @@ class DockerConfig(BaseBackendConfig):
     """Writable root filesystem: files may be written at absolute paths outside the workspace (no reuse after reset)."""
     writable_dirs: tuple[str, ...] = ()
     """Absolute directories created at open and given to the program's user (needs ``writable_root``)."""
+    runner: Literal["auto", "static", "python"] | None = None
+    """In-container runner: ``python`` (needs python3 in the image; has the Python fast path),
+    ``static`` (a static Go binary mounted read-only; any image), or ``auto`` (default, or
+    ``$SANDBOXKIT_DOCKER_RUNNER``): ``python``, and ``static`` where the image cannot run it."""
 
 
 class SandboxFusionConfig(BaseBackendConfig):

@@ -40,3 +40,28 @@ def containers_of(client: Any, labels: dict[str, str]) -> list[str]:
     """Ids of running containers carrying ``labels``."""
     filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
     return [c["Id"] for c in client.api.containers(filters=filters)]
+
+
+@functools.cache
+def static_runner_status() -> tuple[bool, str]:
+    """Whether the static runner can be had here (built with Go, cached, or ``SANDBOXKIT_RUNNER_BIN``)."""
+    from sandboxkit.backends.docker._static import StaticRunnerUnavailable, static_runner
+
+    try:
+        static_runner()
+    except StaticRunnerUnavailable as exc:
+        return False, str(exc)
+    return True, "static runner available"
+
+
+def require_static_runner() -> None:
+    """Skip (locally) or fail (under ``CI=true``) when there is no static runner."""
+    import os
+
+    import pytest
+
+    usable, why = static_runner_status()
+    if not usable:
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(f"{why} (CI=true turns this skip into a failure)")

@@ -11,6 +11,7 @@ import signal
 import socket
 import struct
 import threading
+from pathlib import Path
 
 import anyio
 import pytest
@@ -171,3 +172,58 @@ def test_the_runner_flags_a_stream_past_stop_bytes() -> None:
     assert _through_the_runner(b"x" * 50_000, limits)[2] is False
     text, cut, over = _through_the_runner(b"x" * 50_001, limits)
     assert over and cut and text == cut_head_tail(b"x" * 50_001, 100)[0]
+
+
+# ----------------------------------------------------------------------------- the static runner's build
+
+
+def test_static_runner_cache_key_follows_the_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sandboxkit.backends.docker import _static
+
+    copy = tmp_path / "runner"
+    copy.mkdir()
+    for path in _static.SOURCE_DIR.iterdir():
+        if path.suffix == ".go" or path.name == "go.mod":
+            (copy / path.name).write_bytes(path.read_bytes())
+    monkeypatch.setattr(_static, "SOURCE_DIR", copy)
+    before = _static.source_hash()
+    (copy / "main.go").write_text((copy / "main.go").read_text() + "\n// changed\n")
+    assert _static.source_hash() != before  # a changed runner is rebuilt, never run stale
+
+
+def test_static_runner_without_go_or_with_a_bad_binary_says_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sandboxkit.backends.docker import _static
+
+    monkeypatch.setenv(_static.CACHE_ENV, str(tmp_path))
+    monkeypatch.delenv(_static.RUNNER_BIN_ENV, raising=False)
+    with pytest.raises(_static.StaticRunnerUnavailable, match="golang-go"):
+        _static.static_runner(build=False)
+    monkeypatch.setenv(_static.RUNNER_BIN_ENV, str(tmp_path / "missing"))
+    with pytest.raises(_static.StaticRunnerUnavailable, match="not an executable file"):
+        _static.static_runner()
+
+
+def test_bad_runner_option_is_an_invalid_request() -> None:
+    from sandboxkit.backends.docker import DockerBackend
+    from sandboxkit.errors import InvalidRequest
+
+    with pytest.raises(InvalidRequest, match="auto, static, python"):
+        DockerBackend(runner="go")
+
+
+def test_static_runner_refuses_to_run_outside_a_container() -> None:
+    # kill(-1) and wiping the workspace are only safe as PID 1 of a container of its own.
+    import subprocess
+
+    from sandboxkit.backends.docker import _static
+
+    try:
+        binary = _static.static_runner()
+    except _static.StaticRunnerUnavailable as exc:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(str(exc))
+    done = subprocess.run([str(binary), "/nonexistent", "1000"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1 and "refusing to run outside a container" in done.stderr

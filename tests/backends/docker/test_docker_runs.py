@@ -220,7 +220,7 @@ async def test_open_with_a_missing_image_is_unavailable(test_labels: dict[str, s
     await backend.aclose()
 
 
-async def test_an_image_without_python_is_unavailable(test_labels: dict[str, str], docker_client: Any) -> None:
+async def test_an_empty_image_needs_the_static_runner(test_labels: dict[str, str], docker_client: Any) -> None:
     import io
     import tarfile
     import uuid
@@ -234,12 +234,25 @@ async def test_an_image_without_python_is_unavailable(test_labels: dict[str, str
         tar.addfile(info)
     name = f"sandboxkit-test-empty:{uuid.uuid4().hex[:8]}"
     docker_client.api.import_image_from_data(empty.getvalue(), repository=name.split(":")[0], tag=name.split(":")[1])
-    backend = DockerBackend(labels=test_labels, image=name)
+    backend = DockerBackend(labels=test_labels, image=name, runner="python")
+    anything = DockerBackend(labels=test_labels, image=name)  # runner="auto": the static runner stands in
     try:
         with pytest.raises(BackendUnavailable, match="python3"):
             await backend.open(FAST)
+        sandbox = await anything.open(FAST)
+        try:
+            assert sandbox.runner == "static"
+            missing = await sandbox.exec(["sh", "-c", "true"])  # nothing at all in this image
+            assert missing.exit_code == 127 and "command not found" in missing.stderr, missing
+            with pytest.raises(ToolchainMissing, match="python3"):
+                await sandbox.run(RunRequest(code="print(1)", limits=FAST))
+            await sandbox.write_files({"a/b.txt": "kept"})
+            assert await sandbox.read_files(["a/b.txt"]) == {"a/b.txt": b"kept"}
+        finally:
+            await sandbox.close()
     finally:
         await backend.aclose()
+        await anything.aclose()
         docker_client.api.remove_image(name, force=True)
 
 

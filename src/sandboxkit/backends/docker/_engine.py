@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from sandboxkit.backends.docker._results import PATH
+from sandboxkit.backends.docker._static import MOUNT_PATH
 from sandboxkit.models import Limits
 
 __all__ = [
@@ -55,8 +56,10 @@ LABEL = "sandboxkit"
 SANDBOX_UID = 1000
 #: Memory the runner needs on top of the program's limit (it is ~15 MB resident, plus output buffers).
 RUNNER_OVERHEAD_MB = 24
-#: Processes the runner itself takes from the container's pids limit.
+#: Processes (threads count) the runner itself takes from the container's pids limit: the Python
+#: runner is one thread; the static runner's Go runtime a few, plus its brief second stage.
 RUNNER_PIDS = 1
+STATIC_RUNNER_PIDS = 8
 #: Capabilities of the runner (root, PID 1): become the program's user in each child, kill the
 #: program's processes. Not DAC_OVERRIDE: it opens files (and removes IPC objects) as the program.
 RUNNER_CAPS = ("SETUID", "SETGID", "KILL")
@@ -83,6 +86,8 @@ class ContainerSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     #: The root filesystem is writable (absolute paths outside the workspace; see ``_abspath``).
     writable_root: bool = False
+    #: The static runner binary on the engine's host (bind-mounted read-only), or None for the Python runner.
+    runner: str | None = None
 
 
 def resource_kwargs(limits: Limits) -> dict[str, Any]:
@@ -120,13 +125,13 @@ def create_container(client: Any, spec: ContainerSpec) -> str:
     limits = spec.limits
     host_config = api.create_host_config(
         network_mode=spec.network if limits.network else "none",
-        pids_limit=limits.pids + RUNNER_PIDS if limits.pids is not None else None,
+        pids_limit=limits.pids + runner_pids(spec.runner is not None) if limits.pids is not None else None,
         cap_drop=["ALL"],
         cap_add=list(RUNNER_CAPS),  # the runner's (PID 1, root); the program, uid 1000, gets none
         security_opt=["no-new-privileges"],
         read_only=not spec.writable_root,
         ipc_mode="private",
-        mounts=[workspace],
+        mounts=[workspace, *_runner_mounts(spec)],
         tmpfs={"/tmp": f"rw,nosuid,nodev,size={spec.tmp_size_mb}m,mode=1777"},
         shm_size=f"{spec.tmp_size_mb}m",
         ulimits=[Ulimit(name="core", soft=0, hard=0)],
@@ -136,17 +141,36 @@ def create_container(client: Any, spec: ContainerSpec) -> str:
     )
     created = api.create_container(
         spec.image,
-        command=["python3", "-c", runner_source(), spec.workdir, str(SANDBOX_UID)],
+        # The entrypoint is set too: an image's own ENTRYPOINT must not wrap (or replace) the runner.
+        entrypoint=[MOUNT_PATH] if spec.runner else ["python3"],
+        command=[spec.workdir, str(SANDBOX_UID)]
+        if spec.runner
+        else ["-c", runner_source(), spec.workdir, str(SANDBOX_UID)],
         user="0:0",  # the runner only: each program runs as SANDBOX_UID (see _runner.supervise)
         working_dir=spec.workdir,
         hostname="sandbox",
-        environment={"LANG": "C.UTF-8", "PATH": PATH, "HOME": spec.workdir},  # = what programs get (_results)
+        # = what programs get from the Python runner (_results); the static one runs on one CPU thread.
+        environment={
+            "LANG": "C.UTF-8",
+            "PATH": PATH,
+            "HOME": spec.workdir,
+            **({"GOMAXPROCS": "1"} if spec.runner else {}),
+        },
         labels=dict(spec.labels),
         stdin_open=True,
         detach=False,  # with stdin_open: AttachStdin + StdinOnce, so our hang-up closes the runner's stdin
         host_config=host_config,
     )
     return str(created["Id"])
+
+
+def _runner_mounts(spec: ContainerSpec) -> list[Any]:
+    """The static runner, read-only at :data:`MOUNT_PATH` (nothing of it is writable from inside)."""
+    from docker.types import Mount
+
+    if spec.runner is None:
+        return []
+    return [Mount(target=MOUNT_PATH, source=spec.runner, type="bind", read_only=True)]
 
 
 def attach(client: Any, container_id: str) -> tuple[socket.socket, Any]:
@@ -157,8 +181,13 @@ def attach(client: Any, container_id: str) -> tuple[socket.socket, Any]:
     return sock, owner
 
 
-def update_limits(client: Any, container_id: str, limits: Limits) -> None:
-    """Apply a run's memory / CPU / pids limits to a live container."""
+def runner_pids(static: bool) -> int:
+    """What the runner takes from the pids limit (the limit asked for is the program's own)."""
+    return STATIC_RUNNER_PIDS if static else RUNNER_PIDS
+
+
+def update_limits(client: Any, container_id: str, limits: Limits, extra_pids: int = RUNNER_PIDS) -> None:
+    """Apply a run's memory / CPU / pids limits to a live container (``extra_pids``: the runner's share)."""
     kwargs = resource_kwargs(limits)
     if kwargs:
         client.api.update_container(container_id, **kwargs)
@@ -166,7 +195,7 @@ def update_limits(client: Any, container_id: str, limits: Limits) -> None:
         # docker-py's update_container has no pids parameter; the Engine API has had it since 1.40.
         api = client.api
         url = api._url("/containers/{0}/update", container_id)
-        api._result(api._post_json(url, data={"PidsLimit": limits.pids + RUNNER_PIDS}), True)
+        api._result(api._post_json(url, data={"PidsLimit": limits.pids + extra_pids}), True)
 
 
 def remove_container(client: Any, container_id: str, volume: str | None = None) -> bool:

@@ -725,7 +725,9 @@ def main() -> None:
         del os.environ[key]
     _STDIO = make_stdio()
     _OOM_SEEN = oom_kills()
-    send({"hello": 1, "python": list(sys.version_info[:3]), "uid": os.getuid(), "pidfd": hasattr(os, "pidfd_open")}, [])
+    bash = resolve("bash", os.environ.get("PATH", ""), "/") is not None
+    hello = {"hello": 1, "runner": "python", "python": list(sys.version_info[:3]), "uid": os.getuid(), "bash": bash}
+    send({**hello, "pidfd": hasattr(os, "pidfd_open")}, [])
     while True:
         frame = receive()
         if frame is None:

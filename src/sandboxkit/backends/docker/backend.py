@@ -3,14 +3,18 @@
 Options (``SandboxPool("docker", backend_options={...})`` or ``sandboxkit.backend("docker", ...)``):
 
 * ``image``: image to run (default: ``$SANDBOXKIT_DOCKER_IMAGE`` or ``sandboxkit-base:latest``,
-  built offline by ``scripts/docker-setup.sh``). It needs ``python3`` (>= 3.8) for the runner and
-  the toolchains of the languages you use; a missing one is a :class:`ToolchainMissing` error.
+  built offline by ``scripts/docker-setup.sh``). Any image works (see ``runner``); it needs the
+  toolchains of the languages you use, and a missing one is a :class:`ToolchainMissing` error.
+* ``runner`` (``$SANDBOXKIT_DOCKER_RUNNER`` or ``auto``): the in-container runner. ``python`` needs ``python3`` >= 3.8 with its
+  standard library in the image and has the Python fast path; ``static`` is a static Go binary
+  (built once with the Go toolchain, or ``$SANDBOXKIT_RUNNER_BIN``) bind-mounted read-only, that
+  needs nothing from the image; ``auto`` tries ``python`` and falls back to ``static`` for good.
 * ``workdir`` (``/work``), ``workdir_size_mb`` (512), ``tmp_size_mb`` (64): the tmpfs workspace
   and ``/tmp``. On cgroup v1 and v2 alike, tmpfs pages count against the memory limit.
 * ``network``: the Docker network used when ``Limits.network`` is true (default ``bridge``);
   with the default ``network=False`` containers get ``network_mode=none``.
 * ``python_fast`` (True): Python runs in a child forked from the runner instead of a new
-  interpreter (~10x faster); set False to run ``python3 -u main.py`` like the other languages.
+  interpreter (~10x faster; Python runner only); set False to run ``python3 -u main.py`` like the other languages.
 * ``labels``: extra labels on every container (default: ``$SANDBOXKIT_DOCKER_LABELS``, ``k=v,k2=v2``);
   they also scope :meth:`DockerBackend.cleanup`. ``base_url``: the engine (default: ``DOCKER_HOST``).
 * ``writable_root`` (False): the container's root filesystem is writable, so files can be written
@@ -41,25 +45,33 @@ from sandboxkit.backends.docker import _abspath, _engine
 from sandboxkit.backends.docker._channel import ChannelClosed, RunnerChannel
 from sandboxkit.backends.docker._checks import check_limits
 from sandboxkit.backends.docker._owner import owner_alive, owner_labels
+from sandboxkit.backends.docker._static import StaticRunnerUnavailable, static_runner
 from sandboxkit.backends.docker.sandbox import DockerSandbox
 from sandboxkit.base import Availability, Backend, Capabilities, Sandbox
 from sandboxkit.errors import BackendUnavailable, InvalidRequest, Transient
 from sandboxkit.languages import LANGUAGES
 from sandboxkit.models import Limits, check_sandbox_path
 
-__all__ = ["DEFAULT_IMAGE", "IMAGE_ENV", "LABELS_ENV", "DockerBackend"]
+__all__ = ["DEFAULT_IMAGE", "IMAGE_ENV", "LABELS_ENV", "RUNNERS", "RUNNER_ENV", "DockerBackend"]
 
 log = logging.getLogger(__name__)
 
 IMAGE_ENV = "SANDBOXKIT_DOCKER_IMAGE"
 LABELS_ENV = "SANDBOXKIT_DOCKER_LABELS"
+RUNNER_ENV = "SANDBOXKIT_DOCKER_RUNNER"
 DEFAULT_IMAGE = "sandboxkit-base:latest"
 _NAME = "docker"
+#: ``runner`` option values: the Python runner first, the static one if the image cannot run it; or one of them only.
+RUNNERS = ("auto", "static", "python")
 _DOCS = "docs/backends/docker.md"
 _SETUP = "scripts/docker-setup.sh"
 _ENFORCED = frozenset(
     {"timeout_s", "compile_timeout_s", "memory_mb", "cpus", "pids", "output_bytes", "file_size_mb", "network"}
 )
+
+
+class _RunnerFailed(BackendUnavailable):
+    """The image could not start this runner (``runner="auto"`` then tries the other one)."""
 
 
 def _labels_from_env() -> dict[str, str]:
@@ -129,7 +141,11 @@ class DockerBackend(Backend):
         grace_s: float = 5.0,
         writable_root: bool = False,
         writable_dirs: Sequence[str] = (),
+        runner: str | None = None,
     ) -> None:
+        runner = runner or os.environ.get(RUNNER_ENV) or "auto"
+        if runner not in RUNNERS:
+            raise InvalidRequest(f"runner must be one of {', '.join(RUNNERS)}, got {runner!r}", backend=_NAME)
         if not posixpath.isabs(workdir) or workdir == "/" or ".." in workdir.split("/"):
             raise InvalidRequest(f"workdir must be an absolute path below '/', got {workdir!r}", backend=_NAME)
         for option, value in (("workdir_size_mb", workdir_size_mb), ("tmp_size_mb", tmp_size_mb)):
@@ -149,6 +165,9 @@ class DockerBackend(Backend):
         self.grace_s = grace_s
         self.writable_root = bool(writable_root)
         self.writable_dirs = _checked_dirs(writable_dirs, self.writable_root)
+        self.runner = runner
+        self._static_path: str | None = None
+        self._auto_static = False  # runner="auto" found that the image cannot run the Python runner
         self.instance_id = uuid.uuid4().hex[:12]
         self.extra_labels = dict(labels) if labels is not None else _labels_from_env()
         self.labels = {
@@ -212,16 +231,47 @@ class DockerBackend(Backend):
     async def open(self, limits: Limits | None = None) -> Sandbox:
         """Create, attach and start one container and wait for its runner's hello.
 
+        With ``runner="auto"`` the Python runner is tried first (its Python fast path is ~10x
+        faster for Python code); if the image cannot run it (no ``python3``, or one without
+        ``json``/``ctypes``), the static runner takes over, for this and every later sandbox.
+
         Raises:
             BackendUnavailable: no engine, the image is missing, or the image cannot run the runner.
             Transient: the engine failed or was too slow for now (the pool retries).
         """
-        import docker.errors
-        import requests.exceptions
-
         limits = limits or Limits()
         check_limits(limits)
         client = await self._connect()
+        if self.runner == "static" or self._auto_static:
+            return await self._open_once(client, limits, await self._static_binary())
+        try:
+            return await self._open_once(client, limits, None)
+        except _RunnerFailed as exc:
+            if self.runner != "auto":
+                raise
+            try:
+                binary = await self._static_binary()
+            except BackendUnavailable as why:
+                raise BackendUnavailable(f"{exc}; the static runner cannot stand in: {why}", backend=_NAME) from exc
+            sandbox = await self._open_once(client, limits, binary)
+            log.info("image %s cannot run the Python runner; using the static runner", self.image)
+            self._auto_static = True
+            return sandbox
+
+    async def _static_binary(self) -> str:
+        """The static runner's path (built once per source version, in a worker thread)."""
+        if self._static_path is None:
+            try:
+                path = await anyio.to_thread.run_sync(static_runner)
+            except StaticRunnerUnavailable as exc:
+                raise BackendUnavailable(f"runner='static' needs the static runner: {exc}", backend=_NAME) from exc
+            self._static_path = str(path)
+        return self._static_path
+
+    async def _open_once(self, client: Any, limits: Limits, static: str | None) -> Sandbox:
+        import docker.errors
+        import requests.exceptions
+
         volume = f"sandboxkit-{self.instance_id}-{uuid.uuid4().hex[:10]}"
         spec = _engine.ContainerSpec(
             self.image,
@@ -233,7 +283,9 @@ class DockerBackend(Backend):
             volume,
             self.labels,
             writable_root=self.writable_root,
+            runner=static,
         )
+        needs = "the static runner" if static else "python3 >= 3.8 with its standard library"
         container_id: str | None = None
         channel: RunnerChannel | None = None
         try:
@@ -257,14 +309,14 @@ class DockerBackend(Backend):
             if isinstance(exc, docker.errors.ImageNotFound):
                 raise BackendUnavailable(
                     f"the image {self.image!r} is not on this engine; build it with {_SETUP} "
-                    f"or set {IMAGE_ENV} / image= to an image that has python3",
+                    f"or set {IMAGE_ENV} / image= to another image",
                     backend=_NAME,
                 ) from exc
             if isinstance(exc, docker.errors.APIError):
                 text = str(exc.explanation or exc)
                 if "executable file not found" in text or "no such file or directory" in text:
-                    raise BackendUnavailable(
-                        f"the image {self.image!r} cannot start the runner (it needs python3 >= 3.8): {text}",
+                    raise _RunnerFailed(
+                        f"the image {self.image!r} cannot start the runner (it needs {needs}): {text}",
                         backend=_NAME,
                     ) from exc
                 if exc.status_code is not None and exc.status_code < 500:
@@ -273,8 +325,8 @@ class DockerBackend(Backend):
             if isinstance(exc, requests.exceptions.RequestException):
                 raise Transient(f"talking to the Docker engine failed: {exc}", backend=_NAME) from exc
             if isinstance(exc, ChannelClosed):
-                raise BackendUnavailable(
-                    f"the runner in image {self.image!r} did not start (the image needs python3 >= 3.8): {exc}",
+                raise _RunnerFailed(
+                    f"the runner in image {self.image!r} did not start (it needs {needs}): {exc}",
                     backend=_NAME,
                 ) from exc
             if isinstance(exc, TimeoutError):
@@ -284,7 +336,7 @@ class DockerBackend(Backend):
                     backend=_NAME,
                 ) from exc
             raise
-        return DockerSandbox(self, container_id, channel, limits, volume)
+        return DockerSandbox(self, container_id, channel, limits, volume, hello=hello)
 
     async def _remove(self, container_id: str) -> None:
         """Remove one container we created and its volume; logs (never raises) on failure."""
@@ -360,7 +412,7 @@ class DockerBackend(Backend):
             client.images.get(image)
         except docker.errors.ImageNotFound:
             return Availability(
-                False, f"image {image!r} not found; build it with {_SETUP} or set {IMAGE_ENV} to an image with python3"
+                False, f"image {image!r} not found; build it with {_SETUP} or set {IMAGE_ENV} to another image"
             )
         except Exception as exc:
             return Availability(False, f"could not inspect image {image!r}: {exc}")

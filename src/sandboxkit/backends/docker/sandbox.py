@@ -49,7 +49,14 @@ class DockerSandbox(Sandbox):
     backend_name = _NAME
 
     def __init__(
-        self, backend: DockerBackend, container_id: str, channel: RunnerChannel, limits: Limits, volume: str
+        self,
+        backend: DockerBackend,
+        container_id: str,
+        channel: RunnerChannel,
+        limits: Limits,
+        volume: str,
+        *,
+        hello: Mapping[str, Any] | None = None,
     ) -> None:
         self.id = container_id[:12]
         self.container_id = container_id
@@ -65,6 +72,11 @@ class DockerSandbox(Sandbox):
         self._broken: str | None = None
         self._closed = False
         self._kernel: Kernel | None = None
+        hello = hello or {}
+        #: ``python`` or ``static``: which runner is PID 1 (only the Python one has the Python fast path).
+        self.runner = str(hello.get("runner", "python"))
+        #: ``exec`` of a command string runs it with bash, or with ``/bin/sh`` in an image without bash.
+        self._shell = "bash" if hello.get("bash", True) else "/bin/sh"
 
     # ----------------------------------------------------------------- plumbing
 
@@ -168,7 +180,7 @@ class DockerSandbox(Sandbox):
             )
         wanted = (limits.memory_mb, limits.cpus, limits.pids)
         if wanted != self._applied:
-            await self._sdk(_engine.update_limits, limits)
+            await self._sdk(_engine.update_limits, limits, _engine.runner_pids(self.runner == "static"))
             self._applied = wanted
 
     def _cwd(self, cwd: str | None) -> str:
@@ -260,7 +272,12 @@ class DockerSandbox(Sandbox):
                     compile_step=True,
                 )
             )
-        fast = lang.name == "python" and self._backend.python_fast and not any(k.startswith("PYTHON") for k in env)
+        fast = (
+            lang.name == "python"
+            and self.runner == "python"
+            and self._backend.python_fast
+            and not any(k.startswith("PYTHON") for k in env)
+        )
         steps.append(
             make_step(
                 run_argv,
@@ -312,7 +329,7 @@ class DockerSandbox(Sandbox):
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
     ) -> ExecResult:
-        """Run ``bash -c command`` or an argv list in the workspace (see :class:`Sandbox`).
+        """Run ``bash -c command`` (``/bin/sh`` without bash) or an argv list in the workspace (see :class:`Sandbox`).
 
         ``on_stdout`` / ``on_stderr`` get the output as the runner reads it (streaming).
 
@@ -325,7 +342,7 @@ class DockerSandbox(Sandbox):
         """
         if timeout is not None and not timeout > 0:
             raise InvalidRequest(f"timeout must be positive, got {timeout!r}", backend=_NAME, sandbox_id=self.id)
-        argv = ["bash", "-c", command] if isinstance(command, str) else [str(part) for part in command]
+        argv = [self._shell, "-c", command] if isinstance(command, str) else [str(part) for part in command]
         if not argv:
             raise InvalidRequest("exec needs a non-empty command", backend=_NAME, sandbox_id=self.id)
         extra_env = dict(env or {})

@@ -1,0 +1,3 @@
+module sandboxkit/runner
+
+go 1.19

@@ -131,6 +131,10 @@ class DockerConfig(BaseBackendConfig):
     """How long a container may take to start."""
     grace_s: float = Field(5.0, gt=0)
     """How much longer than a run's limit the host waits for the runner."""
+    writable_root: bool = False
+    """Writable root filesystem: files may be written at absolute paths outside the workspace (no reuse after reset)."""
+    writable_dirs: tuple[str, ...] = ()
+    """Absolute directories created at open and given to the program's user (needs ``writable_root``)."""
 
 
 class SandboxFusionConfig(BaseBackendConfig):

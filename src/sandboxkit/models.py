@@ -21,6 +21,7 @@ __all__ = [
     "RunResult",
     "Status",
     "check_relative_path",
+    "check_sandbox_path",
     "decode_output",
 ]
 
@@ -109,6 +110,35 @@ def check_relative_path(path: str) -> str:
     if norm in (".", ""):
         raise ValueError(f"file path {path!r} names the workspace itself; give a file name")
     return norm
+
+
+def check_sandbox_path(path: str, *, absolute_ok: bool) -> str:
+    """Normalise a path given to a sandbox: workspace-relative, or absolute where the sandbox has its own root.
+
+    A backend whose sandboxes have a filesystem of their own (``Capabilities.absolute_paths``)
+    passes ``absolute_ok=True``: ``/testbed/x.txt`` then names that file *inside the sandbox*, never
+    the host's. This check is lexical; a backend still resolves symlinks against the sandbox's
+    root when it opens the file (a program may plant ``etc -> /etc``).
+
+    Returns:
+        The normalised path: relative (as :func:`check_relative_path` returns it), or absolute
+        with exactly one leading ``/``.
+
+    Raises:
+        ValueError: what :func:`check_relative_path` refuses; an absolute path when ``absolute_ok``
+            is False; ``/`` itself; a ``..`` component anywhere (even one that would stay inside).
+    """
+    if not absolute_ok or not isinstance(path, str) or not path.startswith("/"):
+        return check_relative_path(path)
+    if "\x00" in path:
+        raise ValueError(f"file path {path!r} contains a NUL byte; remove it")
+    parts = path.split("/")
+    if ".." in parts:
+        raise ValueError(f"file path {path!r} contains '..'; give the path without it, like '/testbed/data/in.txt'")
+    rest = check_relative_path(path.lstrip("/")) if path.strip("/") else None
+    if rest is None:
+        raise ValueError(f"file path {path!r} names the sandbox's root directory; give a file name")
+    return "/" + rest
 
 
 def decode_output(data: bytes) -> str:

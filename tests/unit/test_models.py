@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from sandboxkit import ExecResult, InvalidRequest, Limits, RunRequest, RunResult, Status
 from sandboxkit.languages import LANGUAGES, resolve_language, sandbox_fusion_name
-from sandboxkit.models import check_relative_path, decode_output
+from sandboxkit.models import check_relative_path, check_sandbox_path, decode_output
 
 
 def test_run_request_round_trips_json_with_binary_files() -> None:
@@ -49,6 +49,19 @@ def test_paths_that_escape_are_rejected(bad: str) -> None:
 
 def test_paths_are_normalised() -> None:
     assert check_relative_path("a/./b//c.txt") == "a/b/c.txt"
+
+
+def test_sandbox_paths_take_absolute_paths_only_when_the_sandbox_has_a_root() -> None:
+    assert check_sandbox_path("//testbed/./x.txt", absolute_ok=True) == "/testbed/x.txt"
+    assert check_sandbox_path("a/./b", absolute_ok=True) == "a/b"
+    with pytest.raises(ValueError, match="absolute"):
+        check_sandbox_path("/testbed/x.txt", absolute_ok=False)
+
+
+@pytest.mark.parametrize("bad", ["/testbed/../etc", "/..", "/", "//", "/a\x00", "/" + "n" * 256, "../x", ""])
+def test_sandbox_paths_refuse_escapes_even_when_absolute(bad: str) -> None:
+    with pytest.raises(ValueError):
+        check_sandbox_path(bad, absolute_ok=True)
 
 
 def test_limits_validation_and_merge() -> None:

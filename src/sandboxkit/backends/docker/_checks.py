@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from sandboxkit.errors import InvalidRequest
-from sandboxkit.models import Limits, check_relative_path
+from sandboxkit.models import Limits, check_sandbox_path
 
 __all__ = ["NAME_MAX", "PATH_MAX", "check_env", "check_limits", "check_path", "utf8"]
 
@@ -91,15 +91,19 @@ def check_env(env: Mapping[str, str], argv: Iterable[str], sandbox_id: str | Non
         utf8(arg, f"argument {arg!r}", sandbox_id)
 
 
-def check_path(path: str, workdir: str, sandbox_id: str | None) -> str:
-    """A workspace-relative path the filesystem can hold, normalised.
+def check_path(path: str, workdir: str, sandbox_id: str | None, *, absolute_ok: bool = False) -> str:
+    """A path the filesystem can hold, normalised: workspace-relative, or (``absolute_ok``) absolute.
+
+    An absolute path inside the workspace comes back relative to it, so the workspace keeps one
+    route (the runner's); other absolute paths come back absolute (the engine's archive API).
 
     Raises:
-        InvalidRequest: the path escapes the workspace, has a component over 255 bytes, is over
-            4095 bytes with the workspace prefix, or is not valid Unicode.
+        InvalidRequest: the path escapes the workspace (or is absolute without ``absolute_ok``),
+            has a component over 255 bytes, is over 4095 bytes with the workspace prefix, or is
+            not valid Unicode.
     """
     try:
-        norm = check_relative_path(path)
+        norm = check_sandbox_path(path, absolute_ok=absolute_ok)
     except ValueError as exc:
         raise _invalid(str(exc), sandbox_id) from exc
     encoded = utf8(norm, f"file path {path!r}", sandbox_id)
@@ -116,4 +120,9 @@ def check_path(path: str, workdir: str, sandbox_id: str | None) -> str:
             f"{PATH_MAX}-byte limit of Linux paths, shorten it",
             sandbox_id,
         )
+    if norm.startswith("/"):
+        if norm.startswith(workdir.rstrip("/") + "/"):
+            return norm[len(workdir.rstrip("/")) + 1 :]
+        if norm == workdir:
+            raise _invalid(f"file path {path!r} names the workspace itself; give a file name", sandbox_id)
     return norm

@@ -8,7 +8,7 @@ the hardening can be read (and reviewed) in one place:
 * ``cap_drop=ALL``, ``no-new-privileges``, programs as uid/gid 1000 with no capability, a private
   IPC namespace, no core dumps; the runner (PID 1) as root with only ``RUNNER_CAPS``, so no
   program can ``prlimit``, renice or signal it (same-uid rules would let it);
-* a read-only root; the workspace is a size-capped tmpfs *volume* (a ``--tmpfs`` mount is
+* a read-only root (unless ``writable_root``); the workspace is a size-capped tmpfs *volume* (a ``--tmpfs`` mount is
   invisible to the daemon, so ``put_archive``/``get_archive`` could not reach it), ``/tmp`` a
   size-capped tmpfs;
 * ``auto_remove`` with the runner as PID 1 on an attach that closes stdin when we disconnect:
@@ -81,6 +81,8 @@ class ContainerSpec:
     limits: Limits
     volume: str
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: The root filesystem is writable (absolute paths outside the workspace; see ``_abspath``).
+    writable_root: bool = False
 
 
 def resource_kwargs(limits: Limits) -> dict[str, Any]:
@@ -122,7 +124,7 @@ def create_container(client: Any, spec: ContainerSpec) -> str:
         cap_drop=["ALL"],
         cap_add=list(RUNNER_CAPS),  # the runner's (PID 1, root); the program, uid 1000, gets none
         security_opt=["no-new-privileges"],
-        read_only=True,
+        read_only=not spec.writable_root,
         ipc_mode="private",
         mounts=[workspace],
         tmpfs={"/tmp": f"rw,nosuid,nodev,size={spec.tmp_size_mb}m,mode=1777"},

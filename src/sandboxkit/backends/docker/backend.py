@@ -13,6 +13,13 @@ Options (``SandboxPool("docker", backend_options={...})`` or ``sandboxkit.backen
   interpreter (~10x faster); set False to run ``python3 -u main.py`` like the other languages.
 * ``labels``: extra labels on every container (default: ``$SANDBOXKIT_DOCKER_LABELS``, ``k=v,k2=v2``);
   they also scope :meth:`DockerBackend.cleanup`. ``base_url``: the engine (default: ``DOCKER_HOST``).
+* ``writable_root`` (False): the container's root filesystem is writable, so files can be written
+  at absolute paths outside the workspace (``/tests/test.sh``, ``/logs/verifier``). What a program
+  writes there survives ``reset``, so such sandboxes are not reused (``resettable`` is False).
+  Absolute paths are read (and used as ``exec`` cwd) with or without it.
+* ``writable_dirs`` (()): absolute directories created when a container opens and given to the
+  program's user, e.g. ``("/testbed", "/logs/verifier")`` for agent tasks whose verifier writes
+  ``/logs/verifier/reward.txt`` (programs run as an unprivileged user). Needs ``writable_root``.
 * ``start_timeout_s`` (60): how long a new container may take to say hello; ``grace_s`` (5): the
   host-side grace on top of a run's own timeouts before the container is declared stuck.
 """
@@ -24,13 +31,13 @@ import os
 import posixpath
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anyio
 import anyio.to_thread
 
-from sandboxkit.backends.docker import _engine
+from sandboxkit.backends.docker import _abspath, _engine
 from sandboxkit.backends.docker._channel import ChannelClosed, RunnerChannel
 from sandboxkit.backends.docker._checks import check_limits
 from sandboxkit.backends.docker._owner import owner_alive, owner_labels
@@ -38,7 +45,7 @@ from sandboxkit.backends.docker.sandbox import DockerSandbox
 from sandboxkit.base import Availability, Backend, Capabilities, Sandbox
 from sandboxkit.errors import BackendUnavailable, InvalidRequest, Transient
 from sandboxkit.languages import LANGUAGES
-from sandboxkit.models import Limits
+from sandboxkit.models import Limits, check_sandbox_path
 
 __all__ = ["DEFAULT_IMAGE", "IMAGE_ENV", "LABELS_ENV", "DockerBackend"]
 
@@ -77,6 +84,27 @@ def _engine_hint(base_url: str | None) -> str:
     )
 
 
+def _checked_dirs(dirs: Sequence[str], writable_root: bool) -> tuple[str, ...]:
+    """``writable_dirs`` normalised, or InvalidRequest naming the bad entry."""
+    if isinstance(dirs, str):
+        raise InvalidRequest(f"writable_dirs must be a list of absolute paths, got the string {dirs!r}", backend=_NAME)
+    out = []
+    for directory in dirs:
+        if not isinstance(directory, str) or not directory.startswith("/"):
+            raise InvalidRequest(f"writable_dirs entries must be absolute paths, got {directory!r}", backend=_NAME)
+        try:
+            out.append(check_sandbox_path(directory, absolute_ok=True))
+        except ValueError as exc:
+            raise InvalidRequest(f"writable_dirs: {exc}", backend=_NAME) from exc
+        _abspath.check_reachable(out[-1], None)
+    if out and not writable_root:
+        raise InvalidRequest(
+            f"writable_dirs={out!r} needs writable_root=True (the container's root is read-only otherwise)",
+            backend=_NAME,
+        )
+    return tuple(out)
+
+
 class DockerBackend(Backend):
     """Sandboxes as hardened Docker containers, each with a warm runner (see the module docstring).
 
@@ -99,6 +127,8 @@ class DockerBackend(Backend):
         base_url: str | None = None,
         start_timeout_s: float = 60.0,
         grace_s: float = 5.0,
+        writable_root: bool = False,
+        writable_dirs: Sequence[str] = (),
     ) -> None:
         if not posixpath.isabs(workdir) or workdir == "/" or ".." in workdir.split("/"):
             raise InvalidRequest(f"workdir must be an absolute path below '/', got {workdir!r}", backend=_NAME)
@@ -117,6 +147,8 @@ class DockerBackend(Backend):
         self.base_url = base_url
         self.start_timeout_s = start_timeout_s
         self.grace_s = grace_s
+        self.writable_root = bool(writable_root)
+        self.writable_dirs = _checked_dirs(writable_dirs, self.writable_root)
         self.instance_id = uuid.uuid4().hex[:12]
         self.extra_labels = dict(labels) if labels is not None else _labels_from_env()
         self.labels = {
@@ -135,7 +167,8 @@ class DockerBackend(Backend):
             stateful=True,
             network_control=True,
             limits=_ENFORCED,
-            resettable=True,
+            resettable=not self.writable_root,
+            absolute_paths=True,
             notes=(
                 f"image {self.image}: languages whose toolchain it lacks raise ToolchainMissing",
                 "network can only be chosen when a sandbox opens (Limits.network), not per run",
@@ -190,7 +223,15 @@ class DockerBackend(Backend):
         client = await self._connect()
         volume = f"sandboxkit-{self.instance_id}-{uuid.uuid4().hex[:10]}"
         spec = _engine.ContainerSpec(
-            self.image, self.workdir, self.workdir_size_mb, self.tmp_size_mb, self.network, limits, volume, self.labels
+            self.image,
+            self.workdir,
+            self.workdir_size_mb,
+            self.tmp_size_mb,
+            self.network,
+            limits,
+            volume,
+            self.labels,
+            writable_root=self.writable_root,
         )
         container_id: str | None = None
         channel: RunnerChannel | None = None
@@ -199,6 +240,8 @@ class DockerBackend(Backend):
             self._created[container_id] = volume
             sock, owner = await anyio.to_thread.run_sync(_engine.attach, client, container_id)
             channel = RunnerChannel(sock, owner, container_id[:12])
+            if self.writable_dirs:
+                await anyio.to_thread.run_sync(_abspath.make_dirs, client, container_id, self.writable_dirs)
             await anyio.to_thread.run_sync(client.api.start, container_id)
             with anyio.fail_after(self.start_timeout_s):
                 hello, _ = await channel.receive()

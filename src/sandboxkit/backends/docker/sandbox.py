@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 import anyio.to_thread
 
-from sandboxkit.backends.docker import _engine
+from sandboxkit.backends.docker import _abspath, _engine
 from sandboxkit.backends.docker._channel import ChannelClosed, RunnerChannel
 from sandboxkit.backends.docker._checks import check_env, check_limits, check_path, utf8
 from sandboxkit.backends.docker._results import Blobs, base_env, classify, make_step, split_outputs
 from sandboxkit.base import OutputCallback, Sandbox
 from sandboxkit.errors import InvalidRequest, SandboxCrashed, SandboxError, ToolchainMissing, Transient
 from sandboxkit.languages import Language, resolve_language
-from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status
+from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status, check_sandbox_path
 from sandboxkit.streaming import Sink, sink
 
 if TYPE_CHECKING:
@@ -172,10 +172,16 @@ class DockerSandbox(Sandbox):
     def _cwd(self, cwd: str | None) -> str:
         if cwd is None or cwd in ("", "."):
             return self._workdir
+        if str(cwd).startswith("/"):  # a directory of the container's own filesystem
+            return "/" if not str(cwd).strip("/") else check_sandbox_path_or_invalid(str(cwd), self.id)
         return posixpath.join(self._workdir, self._path(cwd))
 
     def _path(self, path: str) -> str:
         return check_path(path, self._workdir, self.id)
+
+    def _any_path(self, path: str) -> str:
+        """A checked path: relative to the workspace, or absolute outside it (see ``_abspath``)."""
+        return check_path(path, self._workdir, self.id, absolute_ok=True)
 
     def _step_failed(self, results: Sequence[Mapping[str, Any]]) -> None:
         for result in results:
@@ -294,8 +300,10 @@ class DockerSandbox(Sandbox):
 
         ``on_stdout`` / ``on_stderr`` get the output as the runner reads it (streaming).
 
+        ``cwd`` is relative to the workspace, or an absolute directory of the container (``/testbed``).
+
         Raises:
-            InvalidRequest: ``cwd`` escapes the workspace, the argv is empty, the timeout is not positive,
+            InvalidRequest: ``cwd`` has a ``..`` component, the argv is empty, the timeout is not positive,
                 or argv/env/stdin hold a lone surrogate or a NUL.
             SandboxCrashed: the container or its runner died, or did not answer in time.
         """
@@ -334,19 +342,31 @@ class DockerSandbox(Sandbox):
         return classify(result, *split_outputs(reply["steps"], blob)[0])
 
     async def write_files(self, files: Mapping[str, bytes | str]) -> None:
-        """Write files into the workspace with ``put_archive`` (parents created).
+        """Write files with ``put_archive`` (parents created, owned by the program's user).
+
+        A relative path is in the workspace; an absolute one anywhere in the container's own
+        filesystem (outside the workspace it needs ``writable_root=True``; see ``_abspath``).
 
         Raises:
-            InvalidRequest: a path is absolute, contains ``..``, has a name over 255 bytes, or a
-                path or text body is not valid Unicode.
+            InvalidRequest: a path contains ``..``, is on ``/tmp``, ``/dev``, ``/proc`` or ``/sys``, is
+                outside the workspace on a read-only root, has a name over 255 bytes, or a path or text
+                body is not valid Unicode.
             SandboxCrashed: the container is gone or the engine refused the archive.
         """
         checked: dict[str, bytes] = {}
+        outside: dict[str, bytes] = {}
         for path, data in files.items():
-            name = self._path(path)
-            checked[name] = utf8(data, f"the text of file {path!r}", self.id) if isinstance(data, str) else bytes(data)
+            name = self._any_path(path)
+            body = utf8(data, f"the text of file {path!r}", self.id) if isinstance(data, str) else bytes(data)
+            if name.startswith("/"):
+                _abspath.check_reachable(name, self.id)
+                outside[name] = body
+            else:
+                checked[name] = body
         if checked:
             await self._sdk(_engine.put_files, self._workdir, checked)
+        if outside:
+            await self._sdk(_abspath.put_files, outside, self.id, self._backend.writable_root)
 
     async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
         """Read regular workspace files; missing ones, and any the program could not read itself, are absent.
@@ -354,14 +374,33 @@ class DockerSandbox(Sandbox):
         The runner opens each path as the program's uid, one component at a time, never
         following a symlink (a program may plant ``etc -> /etc``), and sends small files back over
         the channel; larger ones it only checks, and the host copies them with ``get_archive``
-        while it holds the sandbox (nothing runs in the container between the two).
+        while it holds the sandbox (nothing runs in the container between the two). An absolute
+        path outside the workspace is copied by the engine, which resolves it inside the container.
 
         Raises:
-            InvalidRequest: a path is absolute, contains ``..``, has a name over 255 bytes or is not valid Unicode.
+            InvalidRequest: a path contains ``..``, is on ``/tmp``, ``/dev``, ``/proc`` or ``/sys``, has a
+                name over 255 bytes or is not valid Unicode.
             SandboxCrashed: the container is gone.
         """
-        checked = [self._path(p) for p in paths]
-        return await self._read_checked(checked) if checked else {}
+        named = {check_sandbox_path_or_invalid(p, self.id): self._any_path(p) for p in paths}
+        for name in named.values():
+            if name.startswith("/"):
+                _abspath.check_reachable(name, self.id)
+        inside = [name for name in named.values() if not name.startswith("/")]
+        found = await self._read_checked(inside) if inside else {}
+        outside = [name for name in named.values() if name.startswith("/")]
+        if outside:
+
+            def copy(client: Any, container_id: str) -> dict[str, bytes]:
+                copied = {}
+                for path in outside:
+                    data = _engine.get_file(client, container_id, "/", path)
+                    if data is not None:
+                        copied[path] = data
+                return copied
+
+            found.update(await self._sdk(copy))
+        return {given: found[name] for given, name in named.items() if name in found}
 
     async def _read_checked(self, paths: list[str]) -> dict[str, bytes]:
         unique = list(dict.fromkeys(paths))
@@ -407,8 +446,8 @@ class DockerSandbox(Sandbox):
         charged to the container's memory, and carry data to the next tenant); anything left
         makes the reply an error.
         """
-        if self._closed or self._broken is not None:
-            return False
+        if self._closed or self._broken is not None or self._backend.writable_root:
+            return False  # a writable root keeps what a program wrote outside the workspace: never reuse it
         try:
             await self._call({"op": "reset"}, [], RESET_TIMEOUT_S)
             return True
@@ -428,6 +467,14 @@ class DockerSandbox(Sandbox):
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("broken" if self._broken else "open")
         return f"<DockerSandbox {self.id} {state}>"
+
+
+def check_sandbox_path_or_invalid(path: str, sandbox_id: str) -> str:
+    """The caller's path, normalised (the key it gets its file back under)."""
+    try:
+        return check_sandbox_path(path, absolute_ok=True)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc), backend=_NAME, sandbox_id=sandbox_id) from exc
 
 
 def _sinks(

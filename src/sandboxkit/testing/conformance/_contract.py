@@ -49,8 +49,9 @@ class ContractTests(ConformanceBase):
 
     # ------------------------------------------------------------------ Sandbox.exec
 
-    async def test_exec_cwd_escaping_the_workspace_is_invalid_request(self, sandbox: Sandbox) -> None:
-        for bad in ("..", "../..", "/etc", "a/../../b"):
+    async def test_exec_cwd_escaping_the_workspace_is_invalid_request(self, backend: Backend, sandbox: Sandbox) -> None:
+        absolute = backend.capabilities.absolute_paths  # then /etc is the sandbox's own, and valid
+        for bad in ("..", "../..", "a/../../b", "/etc/../..", *(() if absolute else ("/etc",))):
             with pytest.raises(InvalidRequest):
                 await sandbox.exec("pwd", cwd=bad)
 
@@ -70,12 +71,29 @@ class ContractTests(ConformanceBase):
 
     # ------------------------------------------------------------------ files
 
-    async def test_bad_paths_are_invalid_requests(self, sandbox: Sandbox) -> None:
-        for bad in BAD_PATHS:
+    async def test_bad_paths_are_invalid_requests(self, backend: Backend, sandbox: Sandbox) -> None:
+        absolute = backend.capabilities.absolute_paths
+        for bad in (*BAD_PATHS, "/etc/../etc/passwd", "/"):
+            if absolute and bad == "/etc/passwd":
+                continue  # the sandbox's own /etc/passwd: a valid path there (see the absolute-path tests)
             with pytest.raises(InvalidRequest):
                 await sandbox.write_files({bad: "x"})
             with pytest.raises(InvalidRequest):
                 await sandbox.read_files([bad])
+
+    async def test_absolute_paths_name_the_sandboxs_own_files(self, backend: Backend, sandbox: Sandbox) -> None:
+        if not backend.capabilities.absolute_paths:
+            pytest.skip("backend declares no absolute paths (capabilities.absolute_paths=False)")
+        if not backend.capabilities.stateful:
+            pytest.skip("stateless backend: a file written by one call is gone in the next")
+        here = (await sandbox.exec("pwd")).stdout.strip()
+        assert here.startswith("/"), here
+        await sandbox.write_files({f"{here}/abs.txt": "abs"})
+        assert (await sandbox.read_files(["abs.txt"])) == {"abs.txt": b"abs"}
+        assert (await sandbox.read_files([f"{here}/abs.txt"])) == {f"{here}/abs.txt": b"abs"}
+        result = await sandbox.exec("cat abs.txt; pwd", cwd=here)
+        assert result.stdout == f"abs{here}\n", result
+        assert (await sandbox.exec("pwd", cwd="/")).stdout == "/\n"
 
     # ------------------------------------------------------------------ after close
 

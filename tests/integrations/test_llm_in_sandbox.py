@@ -233,3 +233,21 @@ def test_64_parallel_episodes_leave_nothing_behind() -> None:
     shutdown_math_worker()
     assert pool.open_sandboxes == 0
     assert descendant_processes() <= before
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_program_opens_testbed_paths_it_computes(backend: str) -> None:
+    env = SandboxEnv.from_dict({**row(), "backend": backend, "pool_options": POOL})
+    if not env.handle.pool.backend.capabilities.absolute_paths:
+        pytest.skip(f"{backend} sandboxes have no root filesystem of their own here (the path is mapped instead)")
+    try:
+        env.reset()
+        computed = (
+            "python3 -c \"import os; print(open(os.path.join('/test' + 'bed', 'documents', 'nums.txt')).read())\""
+        )
+        observation, *_ = env.step(act("execute_bash", command=computed + " && pwd"))
+        assert observation.split() == ["3", "4", "5", "/testbed"], observation
+        env.step(act("execute_bash", command="echo 12 > answer.txt"))  # relative to the real /testbed
+        assert env.step(act("submit"))[1] == 1.0
+    finally:
+        env.close()

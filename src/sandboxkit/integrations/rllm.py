@@ -129,6 +129,21 @@ CONTINUE_MSG = (
 FINISHED_MSG = "<<< Finished >>>"
 
 
+def _real_workdir_options(
+    backend: BackendLike, options: Mapping[str, Any] | None, layout: Layout
+) -> Mapping[str, Any] | None:
+    """Docker options that give an agent a real, writable working directory (``/testbed``).
+
+    Only for the ``docker`` backend named as a string without a ``writable_root`` choice of
+    the caller's: its containers have their own root, so the advertised directory can be a
+    real one instead of a name mapped onto the workspace.
+    """
+    if backend != "docker" or (options and "writable_root" in options):
+        return options
+    dirs = dict.fromkeys([layout.working_dir, layout.input_dir, layout.output_dir])
+    return {**dict(options or {}), "writable_root": True, "writable_dirs": tuple(dirs)}
+
+
 class SandboxEnv(BaseEnv):
     """One sandbox per episode, with ``execute_bash`` / ``str_replace_editor`` / ``submit``.
 
@@ -165,20 +180,22 @@ class SandboxEnv(BaseEnv):
         backend_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.task: dict[str, Any] = dict(task or {})
+        self._workdir = workdir
+        self.layout = Layout.from_row(self.task, workdir)
         options = {"max_concurrency": 64, "max_sandboxes": 128, **dict(pool_options or {})}
+        backend_options = _real_workdir_options(backend, backend_options, self.layout)
         if backend_options:
             options["backend_options"] = dict(backend_options)
         self.handle: PoolHandle = (
             shared_handle(backend, **options) if isinstance(backend, str) else PoolHandle(backend, **options)
         )
-        self._workdir = workdir
-        self.layout = Layout.from_row(self.task, workdir)
         self.workspace = WorkspaceMap(self.layout.working_dir)
         self.timeout = timeout
         self.max_output_chars = max_output_chars
         self.limits = (limits or Limits()).merged(timeout_s=timeout)
         self.deadline_s = deadline_s
         self._session: Session | None = None
+        self._cwd: str | None = None  # the real working directory, where the sandbox has its own root
         self._lock = threading.RLock()
         self._done = False
         self._final_reward: float | None = None
@@ -234,9 +251,8 @@ class SandboxEnv(BaseEnv):
                 self.workspace = WorkspaceMap(self.layout.working_dir)
                 info["workdir"] = self.workspace.workdir
                 self._session = self._call(lambda p: open_session(p, self.limits))
-                real = self._call(lambda _p, s=self._session: s.exec("pwd", timeout=self.timeout))
-                self.workspace.bind(real.stdout)
-                files = self._task_files()
+                self._bind_workdir(self._session)
+                files = {self._fs_path(path): body for path, body in self._task_files().items()}
                 if files:
                     self._call(lambda _p, s=self._session: s.write_files(files))
                 info["sandbox_id"] = self._session.sandbox_id
@@ -318,7 +334,7 @@ class SandboxEnv(BaseEnv):
 
     def _exec(self, command: str) -> ExecResult:
         session = self._session_or_fail()
-        result: ExecResult = self._call(lambda _p: session.exec(command, timeout=self.timeout))
+        result: ExecResult = self._call(lambda _p: session.exec(command, cwd=self._cwd, timeout=self.timeout))
         return result
 
     def _edit(self, args: Mapping[str, Any]) -> str:
@@ -373,12 +389,13 @@ class SandboxEnv(BaseEnv):
 
     def _read(self, rel: str) -> bytes | None:
         session = self._session_or_fail()
-        files: dict[str, bytes] = self._call(lambda _p: session.read_files([rel]))
-        return files.get(rel)
+        path = self._fs_path(rel)
+        files: dict[str, bytes] = self._call(lambda _p: session.read_files([path]))
+        return files.get(path)
 
     def _write(self, rel: str, text: str) -> None:
         session = self._session_or_fail()
-        self._call(lambda _p: session.write_files({rel: text.encode("utf-8")}))
+        self._call(lambda _p: session.write_files({self._fs_path(rel): text.encode("utf-8")}))
 
     # ------------------------------------------------------------------ grading
 
@@ -444,6 +461,30 @@ class SandboxEnv(BaseEnv):
             if self._absolute_paths():
                 return absolute
             raise
+
+    def _bind_workdir(self, session: Session) -> None:
+        """Use the real working directory where the sandbox has one, else map it onto the workspace.
+
+        On a backend with its own root filesystem (``capabilities.absolute_paths``) where the
+        working directory exists and is writable, commands run there and files are written at
+        their real absolute paths, so a program that computes ``/testbed/...`` at run time finds
+        it. Elsewhere the advertised directory is rewritten to the workspace in and out.
+        """
+        self._cwd = None
+        workdir = self.workspace.workdir
+        if self._absolute_paths():
+            quoted = "'" + workdir.replace("'", "'\\''") + "'"
+            probe = self._call(lambda _p: session.exec(f"test -d {quoted} && test -w {quoted}", timeout=self.timeout))
+            if probe.ok:
+                self._cwd = workdir
+                self.workspace.bind(workdir)
+                return
+        real = self._call(lambda _p: session.exec("pwd", timeout=self.timeout))
+        self.workspace.bind(real.stdout)
+
+    def _fs_path(self, rel: str) -> str:
+        """The path the file API takes: absolute under the real working directory, else as given."""
+        return posixpath.join(self._cwd, rel) if self._cwd is not None else rel
 
     def _absolute_paths(self) -> bool:
         try:

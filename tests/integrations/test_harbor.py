@@ -1,0 +1,219 @@
+"""Harbor tasks: task directories loaded, verified as Harbor's verifier does, and run as rLLM environments.
+
+Task directories are written here in Harbor's layout (instruction.md, task.toml,
+environment/Dockerfile or [environment] docker_image, tests/test.sh writing
+/logs/verifier/reward.txt or reward.json) and run on real Docker containers.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandboxkit.errors import InvalidRequest
+from sandboxkit.integrations.harbor import (
+    HarborEnv,
+    HarborTask,
+    HarborTaskError,
+    HarborVerdict,
+    parse_reward_files,
+    verify_session,
+)
+from sandboxkit.pool import SandboxPool
+from sandboxkit.sync import SyncSandboxPool
+from support.integrations import docker_backend_present, docker_engine_up
+from support.marks import requires
+
+POOL = {"max_concurrency": 16, "max_sandboxes": 32}
+BASE_IMAGE = "sandboxkit-base:latest"
+
+docker_only = [
+    pytest.mark.docker,
+    requires(docker_backend_present(), "the docker backend module is not in this checkout"),
+    requires(docker_engine_up(), "no Docker engine"),
+]
+
+CHECK_ANSWER = """\
+#!/bin/sh
+# Harbor's contract: the verdict is the number written to /logs/verifier/reward.txt.
+if [ "$(cat /testbed/answer.txt 2>/dev/null)" = "42" ]; then echo 1 > /logs/verifier/reward.txt
+else echo 0 > /logs/verifier/reward.txt; fi
+"""
+
+
+def make_task(
+    root: Path,
+    test_sh: str = CHECK_ANSWER,
+    *,
+    toml: str | None = None,
+    dockerfile: str | None = None,
+    extra_tests: dict[str, str] | None = None,
+) -> Path:
+    """A Harbor task directory."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "instruction.md").write_text(
+        "Write the answer to life, the universe and everything to /testbed/answer.txt.\n"
+    )
+    if toml is None:
+        toml = f'[task]\nname = "answer"\n[environment]\ndocker_image = "{BASE_IMAGE}"\nworkdir = "/testbed"\n'
+        toml += "memory = '1G'\ncpus = 1\n[verifier]\ntimeout_sec = 60\n"
+    (root / "task.toml").write_text(toml)
+    if dockerfile is not None:
+        (root / "environment").mkdir(exist_ok=True)
+        (root / "environment" / "Dockerfile").write_text(dockerfile)
+    (root / "tests").mkdir(exist_ok=True)
+    (root / "tests" / "test.sh").write_text(test_sh)
+    for name, text in (extra_tests or {}).items():
+        (root / "tests" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "tests" / name).write_text(text)
+    return root
+
+
+def call(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"name": name, "arguments": arguments}
+
+
+def run_episode(task: Path | HarborTask, commands: list[str]) -> tuple[float, HarborEnv]:
+    """One episode as rLLM's engine runs it: reset, tool calls, submit (the verifier's reward), close."""
+    env = HarborEnv.from_dict({"task_dir": str(task), "pool_options": POOL}) if isinstance(task, Path) else None
+    env = env or HarborEnv(task, pool_options=POOL)  # type: ignore[arg-type]
+    try:
+        observation, info = env.reset()
+        assert "answer to life" in observation and not info.get("infra_error"), info
+        for command in commands:
+            env.step(call("execute_bash", command=command))
+        _, reward, done, _ = env.step(call("submit"))
+        assert done is True
+    finally:
+        env.close()
+    return reward, env
+
+
+@pytest.mark.parametrize(
+    ("commands", "expected"),
+    [
+        (["echo 42 > answer.txt"], 1.0),
+        (["echo 41 > /testbed/answer.txt"], 0.0),
+        ([], 0.0),
+    ],
+    ids=["right", "wrong", "nothing"],
+)
+@pytest.mark.parametrize("_", [pytest.param(None, id="docker", marks=docker_only)])
+def test_test_sh_writes_reward_txt_and_the_episode_gets_it(tmp_path: Path, commands: list[str], expected: float, _):
+    reward, env = run_episode(make_task(tmp_path / "t"), commands)
+    assert reward == expected
+    assert env.final_info["reward"] == expected and env.final_info["reward_status"] == "ok"
+    assert env.verdict is not None and env.verdict.exit_code == 0
+
+
+VERDICTS = [
+    ('echo \'{"reward": 0.5, "accuracy": 1}\' > /logs/verifier/reward.json', 0.5, "ok"),
+    ("echo '{\"tests\": 1}' > /logs/verifier/reward.json; echo 0 > /logs/verifier/reward.txt", 1.0, "ok"),
+    ('echo \'{"a": 1, "b": 0}\' > /logs/verifier/reward.json', None, "bad_reward_file"),
+    (": > /logs/verifier/reward.txt", None, "empty_reward_file"),
+    ("echo passed > /logs/verifier/reward.txt", None, "bad_reward_file"),
+    ("echo nan > /logs/verifier/reward.txt", None, "bad_reward_file"),
+    ("echo 'all tests passed'; exit 1", None, "no_reward_file"),
+    ("sleep 30; echo 1 > /logs/verifier/reward.txt", None, "verifier_timeout"),
+]
+
+
+@pytest.mark.parametrize("_", [pytest.param(None, id="docker", marks=docker_only)])
+def test_a_reward_is_only_what_test_sh_wrote(tmp_path: Path, _) -> None:
+    toml = f'[environment]\ndocker_image = "{BASE_IMAGE}"\nworkdir = "/testbed"\n[verifier]\ntimeout_sec = 2\n'
+    tasks = [
+        HarborTask.load(make_task(tmp_path / str(i), f"#!/bin/sh\n{v[0]}\n", toml=toml)) for i, v in enumerate(VERDICTS)
+    ]
+    pool = SyncSandboxPool("docker", backend_options=tasks[0].docker_options(), max_concurrency=2)
+
+    async def verify_each(p: SandboxPool) -> list[HarborVerdict]:
+        verdicts = []
+        async with p.session() as session:  # one container, verified once per task
+            for task in tasks:
+                # The agent plants a perfect score where the verifier writes: it must not count.
+                planted = await session.exec("echo 1 > /logs/verifier/reward.txt; echo 1 > /logs/verifier/reward.json")
+                assert planted.ok, planted
+                verdicts.append(await verify_session(task, session))
+        return verdicts
+
+    try:
+        verdicts = pool.submit(verify_each).result(timeout=300)
+    finally:
+        pool.close()
+    got = [(v.reward, v.status) for v in verdicts]
+    assert got == [(reward, status) for _, reward, status in VERDICTS]
+    assert "all tests passed" in verdicts[6].output and verdicts[6].exit_code == 1
+    assert verdicts[0].rewards == {"reward": 0.5, "accuracy": 1.0}
+
+
+@pytest.mark.parametrize("_", [pytest.param(None, id="docker", marks=docker_only)])
+def test_a_task_with_its_own_dockerfile_and_test_files(tmp_path: Path, _) -> None:
+    dockerfile = f"FROM {BASE_IMAGE}\nUSER root\nRUN mkdir -p /srv/app && echo 6 > /srv/app/x.txt\nWORKDIR /srv/app\n"
+    test_sh = textwrap.dedent(
+        """\
+        #!/bin/bash
+        # runs in the task's WORKDIR, with the verifier's env and a helper uploaded with it
+        [ "$PWD" = /srv/app ] && [ "$EXPECTED" = 42 ] || { echo "bad env: $PWD $EXPECTED"; exit 1; }
+        python3 /tests/lib/check.py > /logs/verifier/reward.txt
+        """
+    )
+    check = "print(1.0 if open('/srv/app/answer.txt').read().strip() == '42' else 0.0)\n"
+    toml = '[task]\nname = "Own Image"\n[verifier]\ntimeout_sec = 60\nenv = { EXPECTED = "42" }\n'
+    task = HarborTask.load(
+        make_task(tmp_path / "t", test_sh, toml=toml, dockerfile=dockerfile, extra_tests={"lib/check.py": check})
+    )
+    assert task.image is None and task.workdir == "/srv/app" and set(task.tests) == {"test.sh", "lib/check.py"}
+    tag = task.image_tag()
+    try:
+        assert task.build_image() == tag == task.build_image()  # built once, then found by content
+        reward, env = run_episode(task, ["test -f x.txt && echo $(( $(cat x.txt) * 7 )) > answer.txt"])
+        assert reward == 1.0, env.final_info
+    finally:
+        subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, timeout=120)
+
+
+def test_parse_reward_files() -> None:
+    assert parse_reward_files(None, b"0.25\n")[:3] == (0.25, {"reward": 0.25}, "ok")
+    assert parse_reward_files(b'{"score": 2}', None)[:3] == (2.0, {"score": 2.0}, "ok")
+    assert parse_reward_files(b'{"reward": true}', None)[2] == "bad_reward_file"
+    assert parse_reward_files(b"[1]", None)[2] == "bad_reward_file"
+    assert parse_reward_files(b"inf", None)[2] == "bad_reward_file"
+    assert parse_reward_files(None, b"inf")[2] == "bad_reward_file"
+    assert parse_reward_files(None, None)[:3] == (None, {}, "no_reward_file")
+
+
+def test_load_checks_the_task_directory(tmp_path: Path) -> None:
+    task = HarborTask.load(make_task(tmp_path / "ok"))
+    assert task.name == "answer" and task.workdir == "/testbed" and task.image == BASE_IMAGE
+    assert task.limits.memory_mb == 1024 and task.limits.cpus == 1.0 and task.verifier_timeout_s == 60.0
+    assert task.docker_options()["writable_dirs"][0] == "/testbed"
+    assert json.loads(json.dumps(task.config))["environment"]["memory"] == "1G"
+    broken = make_task(tmp_path / "broken")
+    (broken / "tests" / "test.sh").unlink()
+    with pytest.raises(HarborTaskError, match=r"test\.sh is missing"):
+        HarborTask.load(broken)
+    (broken / "tests" / "test.sh").write_text("#!/bin/sh\n")
+    (broken / "task.toml").write_text("[environment\n")
+    with pytest.raises(HarborTaskError, match="not valid TOML"):
+        HarborTask.load(broken)
+    (broken / "task.toml").write_text("[verifier]\ntimeout_sec = -1\n")
+    with pytest.raises(HarborTaskError, match="neither"):
+        HarborTask.load(broken)
+    (broken / "task.toml").write_text(f'[environment]\ndocker_image = "{BASE_IMAGE}"\n[verifier]\ntimeout_sec = -1\n')
+    with pytest.raises(HarborTaskError, match="positive"):
+        HarborTask.load(broken)
+    (broken / "instruction.md").unlink()
+    with pytest.raises(HarborTaskError, match=r"instruction\.md is missing"):
+        HarborTask.load(broken)
+    with pytest.raises(HarborTaskError, match="names no Harbor task"):
+        HarborEnv.from_dict({"backend": "docker"})
+
+
+def test_a_backend_without_its_own_root_is_refused_up_front(tmp_path: Path) -> None:
+    with pytest.raises(InvalidRequest, match="no root filesystem of their own"):
+        HarborEnv(make_task(tmp_path / "t"), backend="subprocess", pool_options=POOL)

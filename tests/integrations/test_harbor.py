@@ -24,6 +24,7 @@ from sandboxkit.integrations.harbor import (
     parse_reward_files,
     verify_session,
 )
+from sandboxkit.integrations.rllm import RLLMSandbox
 from sandboxkit.pool import SandboxPool
 from sandboxkit.sync import SyncSandboxPool
 from support.integrations import docker_backend_present, docker_engine_up
@@ -217,3 +218,22 @@ def test_load_checks_the_task_directory(tmp_path: Path) -> None:
 def test_a_backend_without_its_own_root_is_refused_up_front(tmp_path: Path) -> None:
     with pytest.raises(InvalidRequest, match="no root filesystem of their own"):
         HarborEnv(make_task(tmp_path / "t"), backend="subprocess", pool_options=POOL)
+
+
+@pytest.mark.parametrize("_", [pytest.param(None, id="docker", marks=docker_only)])
+def test_rllm_shell_script_evaluator_calls_on_rllm_sandbox(tmp_path: Path, _) -> None:
+    # The calls rLLM's Harbor-style ShellScriptEvaluator (rllm/eval/shell_script_evaluator.py) makes
+    # on an rllm.sandbox.protocol.Sandbox; rLLM is installed from git only, so they are replayed here.
+    task = make_task(tmp_path / "t", extra_tests={"a.txt": "from the tests dir\n"})
+    sandbox = RLLMSandbox("harbor", "docker", workdir="/testbed", pool_options=POOL)
+    try:
+        sandbox.exec("echo 42 > /testbed/answer.txt")  # the agent's work
+        sandbox.exec("mkdir -p /tmp/rllm /logs/verifier", timeout=10)
+        sandbox.upload_dir(str(task / "tests"), "/tests")
+        assert sandbox.exec("cat /tests/a.txt") == "from the tests dir\n"
+        sandbox.exec("chmod +x /tests/test.sh && cd /testbed && /tests/test.sh", timeout=600)
+        assert sandbox.exec("test -f /logs/verifier/reward.txt && echo yes || echo no").strip() == "yes"
+        assert float(sandbox.exec("cat /logs/verifier/reward.txt").strip()) == 1.0
+        assert sandbox.download_file("/logs/verifier/reward.txt") == b"1\n"
+    finally:
+        sandbox.close()

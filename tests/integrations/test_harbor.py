@@ -20,6 +20,7 @@ from sandboxkit.integrations.harbor import (
     HarborEnv,
     HarborTask,
     HarborTaskError,
+    HarborToolEnv,
     HarborVerdict,
     parse_reward_files,
     verify_session,
@@ -237,3 +238,27 @@ def test_rllm_shell_script_evaluator_calls_on_rllm_sandbox(tmp_path: Path, _) ->
         assert sandbox.download_file("/logs/verifier/reward.txt") == b"1\n"
     finally:
         sandbox.close()
+
+
+@pytest.mark.parametrize("_", [pytest.param(None, id="docker", marks=docker_only)])
+def test_trl_environment_factory_contract(tmp_path: Path, _) -> None:
+    import inspect
+
+    from transformers.utils import get_json_schema
+
+    task = make_task(tmp_path / "t")
+    env = HarborToolEnv(pool_options=POOL)  # what GRPOTrainer(environment_factory=HarborToolEnv) builds
+    # TRL exposes every public function of the class but reset/get_reward as a tool, with this schema.
+    tools = [n for n, _ in inspect.getmembers(HarborToolEnv, inspect.isfunction) if not n.startswith("_")]
+    assert sorted(tools) == ["bash", "get_reward", "reset"]
+    assert get_json_schema(env.bash)["function"]["parameters"]["required"] == ["command"]
+    row = {"prompt": [{"role": "user", "content": "solve it"}], "task_dir": str(task)}
+    assert "answer to life" in env.reset(**row)
+    assert "42" in env.bash("echo 42 > answer.txt && cat /testbed/answer.txt")
+    assert env.get_reward() == 1.0
+    env.reset(**row)  # the instance is reused for the next rollout: a fresh sandbox
+    assert "No such file" in env.bash("cat answer.txt")
+    assert env.get_reward() == 0.0
+    broken = make_task(tmp_path / "broken", "#!/bin/sh\nexit 0\n")
+    env.reset(task_dir=str(broken))
+    assert env.get_reward() is None  # no reward file: no reward, not 0

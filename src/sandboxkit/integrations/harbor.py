@@ -51,7 +51,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["HarborEnv", "HarborTask", "HarborTaskError", "HarborVerdict", "verify_session"]
+__all__ = ["HarborEnv", "HarborTask", "HarborTaskError", "HarborToolEnv", "HarborVerdict", "verify_session"]
 
 log = logging.getLogger(__name__)
 
@@ -372,6 +372,70 @@ class HarborEnv(SandboxEnv):
         if verdict.detail:
             self.final_info["error"] = verdict.detail
         return verdict.reward if verdict.reward is not None else 0.0
+
+
+class HarborToolEnv:
+    """A Harbor task as a TRL ``GRPOTrainer(environment_factory=HarborToolEnv)`` environment.
+
+    TRL builds a few instances, calls ``reset(**row)`` before each rollout (the row names the
+    task: ``task_dir``), exposes every public method but ``reset`` / ``get_reward`` as a tool
+    (here only ``bash``), and calls ``get_reward()`` once the rollout ends. The reward is the
+    task's verifier's; ``None`` (which TRL treats as "no reward") when there is none to trust.
+    Each rollout gets a fresh sandbox; ``reset`` releases the previous one.
+
+    Args:
+        backend: as :class:`HarborEnv` (``"docker"`` by default).
+        **options: :class:`HarborEnv` options (``timeout``, ``pool_options``...).
+    """
+
+    def __init__(self, backend: BackendLike = "docker", **options: Any) -> None:
+        self._backend = backend
+        self._options = options
+        self._env: HarborEnv | None = None
+        self._tasks: dict[str, HarborTask] = {}
+
+    def reset(self, task_dir: str | None = None, **_: Any) -> str:
+        """Open a sandbox for the row's task and return its instruction (TRL appends it to the prompt).
+
+        Raises:
+            HarborTaskError: the row names no task, or the task directory is invalid.
+        """
+        if not task_dir:
+            raise HarborTaskError("the row names no Harbor task: give a 'task_dir' column")
+        self._release()
+        task = self._tasks.get(str(task_dir)) or self._tasks.setdefault(str(task_dir), HarborTask.load(task_dir))
+        self._env = HarborEnv(task, backend=self._backend, **self._options)
+        observation, _ = self._env.reset()
+        return observation
+
+    def bash(self, command: str) -> str:
+        """
+        Run a shell command in the task's sandbox, in its working directory, and return its output.
+
+        Args:
+            command: The shell command to run.
+
+        Returns:
+            The command's output and exit code.
+        """
+        if self._env is None:
+            return "Error: no task is open; the trainer calls reset() first."
+        observation, *_ = self._env.step({"name": "execute_bash", "arguments": {"command": command}})
+        return str(observation)
+
+    def get_reward(self) -> float | None:
+        """The verifier's reward for this rollout (computed once), or ``None`` when there is none."""
+        if self._env is None:
+            return None
+        self._env.compute_final_reward()
+        reward = self._env.final_info.get("reward")
+        self._release()
+        return float(reward) if reward is not None else None
+
+    def _release(self) -> None:
+        env, self._env = self._env, None
+        if env is not None:
+            env.close()
 
 
 def _table(config: Mapping[str, Any], name: str, where: Path) -> dict[str, Any]:

@@ -28,6 +28,7 @@ if [ "$ALL" = 1 ]; then
   command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
   command -v ps >/dev/null 2>&1 || need+=(procps)
   command -v wrk >/dev/null 2>&1 || need+=(wrk)  # bench serve: HTTP load generator
+  [ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || need+=(busybox-static)  # tiny root filesystems for the rootfs tests
 fi
 if [ "${#need[@]}" -gt 0 ]; then
   log "apt-get install ${need[*]}"

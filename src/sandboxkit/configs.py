@@ -105,6 +105,12 @@ class SubprocessConfig(BaseBackendConfig):
     """Modules the fork server imports before its first command (None: the backend's ``DEFAULT_PRELOAD``)."""
     seccomp: bool = True
     """Refuse dangerous system calls (keyring, io_uring, bpf, mounts...) with a seccomp filter."""
+    rootfs: str | None = None
+    """Root filesystem of every sandbox: a directory or a tarball (``docker export``); a private overlay each."""
+    rootfs_cache: str | None = None
+    """Where root filesystems are unpacked, keyed by sha256 (default ``~/.cache/sandboxkit/rootfs``)."""
+    workdir: str | None = None
+    """Working directory inside the root filesystem (default ``/testbed``; only with ``rootfs``)."""
 
 
 class DockerConfig(BaseBackendConfig):

@@ -11,10 +11,12 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import tarfile
 import tempfile
 from collections.abc import Sequence
 
 from sandboxkit.backends.subprocess import _isolation as isolation
+from sandboxkit.backends.subprocess import _rootfs
 from sandboxkit.backends.subprocess import _seccomp as seccomp
 from sandboxkit.backends.subprocess._sandbox import (
     NAME,
@@ -24,7 +26,7 @@ from sandboxkit.backends.subprocess._workspace import SANDBOX_PATH
 from sandboxkit.base import Availability, Backend, Capabilities
 from sandboxkit.errors import BackendUnavailable, InvalidRequest
 from sandboxkit.languages import LANGUAGES, Language
-from sandboxkit.models import Limits
+from sandboxkit.models import Limits, check_sandbox_path
 
 __all__ = ["SubprocessBackend", "SubprocessSandbox"]
 
@@ -52,6 +54,43 @@ def _toolchain_present(lang: Language, path: str) -> bool:
     return all(shutil.which(b, path=path) is not None for b in lang.binaries)
 
 
+def _check_workdir(workdir: str | None, rootfs: str | None) -> str:
+    if workdir is None:
+        return _rootfs.DEFAULT_WORKDIR
+    if rootfs is None:
+        raise InvalidRequest(
+            f"workdir={workdir!r} needs rootfs=: without a root filesystem the workspace is a host directory",
+            backend=NAME,
+        )
+    try:
+        checked = check_sandbox_path(workdir, absolute_ok=True) if isinstance(workdir, str) else ""
+    except ValueError as exc:
+        raise InvalidRequest(f"workdir: {exc}", backend=NAME) from None
+    if not checked.startswith("/") or checked.split("/")[1] in ("tmp", "dev", "proc", "sys"):
+        raise InvalidRequest(
+            f"workdir must be an absolute directory outside /tmp, /dev, /proc and /sys, got {workdir!r}", backend=NAME
+        )
+    return checked
+
+
+def _load_rootfs(source: str, cache: str | None, iso: isolation.Isolation) -> _rootfs.RootImage:
+    """Unpack (or find in the cache) the image, after checking this machine can mount views of it."""
+    if not iso.is_root or iso.bwrap is None or not iso.tmpfs:
+        why = "not running as root" if not iso.is_root else ("no bubblewrap" if iso.bwrap is None else iso.tmpfs_error)
+        raise BackendUnavailable(
+            f"rootfs= needs root (to mount an overlay per sandbox), bubblewrap and a tmpfs per sandbox; here: {why}. "
+            "Run sandboxkit as root with bubblewrap installed (apt-get install bubblewrap), or use the docker backend",
+            backend=NAME,
+        )
+    try:
+        return _rootfs.load_image(str(source), cache or _rootfs.default_cache())
+    except (OSError, ValueError, tarfile.TarError) as exc:
+        raise InvalidRequest(
+            f"cannot use rootfs={source!r}: {exc}; give a directory or a tarball (docker export IMAGE > image.tar)",
+            backend=NAME,
+        ) from exc
+
+
 class SubprocessBackend(Backend):
     """Runs programs as isolated local processes (namespaces, private uid, cgroups, rlimits).
 
@@ -67,9 +106,19 @@ class SubprocessBackend(Backend):
             imports happen before untrusted code exists, which is why this is a backend option
             and not something a run can ask for. A workspace file with the same name still wins.
         seccomp: refuse dangerous system calls with a seccomp filter (needs bubblewrap).
+        rootfs: a root filesystem for every sandbox: a directory, or a tarball such as
+            ``docker export`` writes. Unpacked once into ``rootfs_cache``; each sandbox runs on
+            its own copy-on-write view of it, so absolute paths (``/testbed``, ``/tests``,
+            ``/logs``) are real and private (see ``_rootfs``). Needs root and bubblewrap.
+        rootfs_cache: where images are unpacked, keyed by sha256 (default
+            ``~/.cache/sandboxkit/rootfs``).
+        workdir: where programs start and relative paths point, inside the root filesystem
+            (default ``/testbed``; only with ``rootfs``).
 
     Raises:
-        InvalidRequest: a ``preload_modules`` entry is not a module name.
+        InvalidRequest: a ``preload_modules`` entry is not a module name, ``workdir`` is not an
+            absolute path (or is given without ``rootfs``), or ``rootfs`` cannot be unpacked.
+        BackendUnavailable: ``rootfs`` needs what this machine lacks (root, bubblewrap, a tmpfs).
     """
 
     name = NAME
@@ -84,6 +133,9 @@ class SubprocessBackend(Backend):
         tmp_mb: int = 256,
         preload_modules: Sequence[str] | None = None,
         seccomp: bool = True,
+        rootfs: str | None = None,
+        rootfs_cache: str | None = None,
+        workdir: str | None = None,
     ) -> None:
         if preload_modules is None:
             preload_modules = DEFAULT_PRELOAD
@@ -104,6 +156,9 @@ class SubprocessBackend(Backend):
         self.disk_mb = disk_mb
         self.tmp_mb = tmp_mb
         self.server_python = shutil.which("python3", path=self.path)
+        self.workdir = _check_workdir(workdir, rootfs)
+        #: The unpacked image every sandbox's root view is made of, or None (the host's filesystem).
+        self.rootfs = _load_rootfs(rootfs, rootfs_cache, self.isolation) if rootfs is not None else None
         self._toolchains: dict[str, bool] = {}
         self._sandboxes: set[SubprocessSandbox] = set()
         self._caps: Capabilities | None = None
@@ -111,6 +166,8 @@ class SubprocessBackend(Backend):
     def has_toolchain(self, lang: Language) -> bool:
         """Whether ``lang``'s binaries are on the sandbox PATH (cached: checked once per backend)."""
         present = self._toolchains.get(lang.name)
+        if present is None and self.rootfs is not None:
+            present = self._toolchains[lang.name] = all(self.rootfs.has_binary(b, self.path) for b in lang.binaries)
         if present is None:
             present = self._toolchains[lang.name] = _toolchain_present(lang, self.path)
         return present
@@ -127,10 +184,16 @@ class SubprocessBackend(Backend):
             missing = list(iso.missing())
             if iso.bwrap is not None and not self.seccomp:
                 missing.append("seccomp filter: off (seccomp=False or an architecture without a syscall table)")
-            if self.server_python is None:
+            if self.rootfs is not None:
+                missing.append(
+                    "separate uid per sandbox: rootfs sandboxes share the image owner's host uid "
+                    "(apart by namespaces and cgroups)"
+                )
+            elif self.server_python is None:
                 missing.append("fork server: no python3 on the sandbox PATH; commands start cold, without the cgroup")
             self._caps = Capabilities(
                 streaming=True,
+                absolute_paths=self.rootfs is not None,
                 languages=langs,
                 stateful=True,
                 network_control=iso.bwrap is not None,
@@ -158,7 +221,12 @@ class SubprocessBackend(Backend):
             out.append(f"cgroup v{cg.version}: {' and '.join(parts)} limits")
         if iso.tmpfs:
             out.append(f"workspace on a {self.disk_mb} MB tmpfs")
-        if self.server_python:
+        if self.rootfs is not None:
+            out.append(
+                f"root filesystem {self.rootfs.source} (sha256 {self.rootfs.key[:12]}) as a private overlay per "
+                f"sandbox, working directory {self.workdir}"
+            )
+        elif self.server_python:
             out.append(f"warm fork server: {self.server_python}")
         return tuple(out)
 

@@ -1,4 +1,4 @@
-"""Remove what crashed sandboxkit processes left behind: processes, cgroups, mounts, workspaces.
+"""Remove what crashed sandboxkit processes left behind: processes, cgroups, mounts (overlays too), workspaces.
 
 Every workspace and cgroup name carries the owner's pid (``sbx-<id>-p<pid>``); an entry is
 a leftover when that process no longer exists. Live processes' sandboxes are never touched.
@@ -69,6 +69,8 @@ def remove_leftovers(root: str, iso: Isolation, *, keep: set[str]) -> int:
             path = os.path.join(root, entry)
             if path in keep or not _owner_dead(entry):
                 continue
+            for below in sorted((m for m in mounts if m.startswith(path + "/")), key=len, reverse=True):
+                unmount(below)  # a rootfs sandbox's overlay (see ``_rootfs``), before the tmpfs holding it
             if path in mounts:
                 unmount(path)
             shutil.rmtree(path, ignore_errors=True)

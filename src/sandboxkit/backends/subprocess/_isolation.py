@@ -113,6 +113,7 @@ def bwrap_argv(
     cwd: str | None = None,
     seccomp_fd: int | None = None,
     cgroup_dirs: Sequence[tuple[str, str]] = (),
+    rootfs: str | None = None,
 ) -> list[str]:
     """The bwrap prefix that puts a command in a fresh set of namespaces around ``workspace``.
 
@@ -121,7 +122,10 @@ def bwrap_argv(
     ``seccomp_fd`` holds a compiled filter (see ``_seccomp``); ``cgroup_dirs`` are
     ``(host dir, path inside)`` pairs: the sandbox's own cgroups, shown read-only where the
     host's whole cgroup tree would be (which would name every sibling sandbox and its usage).
+    ``rootfs`` (see ``_rootfs``): a directory bound as ``/`` instead of the host's filesystem;
+    the workspace is inside it, and the program is uid 0 there, with no capabilities.
     """
+    uid = "0" if rootfs is not None else str(INNER_UID)
     argv = [
         bwrap,
         "--unshare-user",
@@ -130,14 +134,14 @@ def bwrap_argv(
         "--unshare-uts",
         "--unshare-cgroup-try",
         "--uid",
-        str(INNER_UID),
+        uid,
         "--gid",
-        str(INNER_UID),
+        uid,
         "--hostname",
         "sandbox",
         "--die-with-parent",
         "--new-session",
-        *_root_binds(root),
+        *(["--bind", rootfs, "/", "--cap-drop", "ALL"] if rootfs is not None else _root_binds(root)),
         "--dev",
         "/dev",
         "--proc",
@@ -163,7 +167,9 @@ def bwrap_argv(
         argv.append("--unshare-net")
     if iso.disable_userns:
         argv.append("--disable-userns")
-    argv += ["--bind", workspace, inner, "--chdir", cwd or inner, "--"]
+    if rootfs is None:
+        argv += ["--bind", workspace, inner]
+    argv += ["--chdir", cwd or inner, "--"]
     return argv
 
 

@@ -12,11 +12,13 @@ import errno
 import logging
 import os
 import secrets
+import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from sandboxkit.backends.subprocess import _isolation as isolation
+from sandboxkit.backends.subprocess import _rootfs as rootfs
 from sandboxkit.backends.subprocess import _seccomp as seccomp
 from sandboxkit.backends.subprocess._cgroup import SandboxCgroup
 from sandboxkit.backends.subprocess._cold import Command, run_cold
@@ -64,13 +66,21 @@ class SubprocessSandbox(Sandbox):
         self._lock = asyncio.Lock()
         self._server: ForkServer | None = None
         self._server_network: bool | None = None
-        self.uid = isolation.allocate_uid() if self._iso.is_root else None
+        image = backend.rootfs
+        #: Whether ``uid`` is this sandbox's alone (rootfs sandboxes share the image owner's; see ``_rootfs``).
+        self._own_uid = image is None
+        self.uid = (rootfs.ROOTFS_UID if image is not None else isolation.allocate_uid()) if self._iso.is_root else None
         owner = (self.uid, self.uid) if self.uid is not None else None
         # The owner's pid in the names lets ``cleanup`` tell a crashed process's leftovers from live ones.
         tag = f"{self.id}-p{os.getpid()}"
         path = os.path.realpath(tempfile.mkdtemp(prefix=f"{tag}-", dir=backend.root))
         self.workspace = Workspace(path, owner, self.id)
-        #: Why the sandbox can no longer be used (its fork server died on its own), or None.
+        #: The sandbox's own directory on the host (its tmpfs): the workspace, or what holds its root view.
+        self._base = path
+        #: The copy-on-write view of the backend's root filesystem, or None (the host's, read-only).
+        self.view: rootfs.RootView | None = (
+            None  #: Why the sandbox can no longer be used (its fork server died on its own), or None.
+        )
         self._broken: str | None = None
         self._mounted = False
         self.cgroup: SandboxCgroup | None = None
@@ -80,6 +90,10 @@ class SubprocessSandbox(Sandbox):
             if self._iso.tmpfs and owner is not None:
                 isolation.mount_tmpfs(path, size_mb=backend.disk_mb, uid=owner[0], gid=owner[1])
                 self._mounted = True
+            if image is not None and owner is not None:
+                self.view = rootfs.RootView(image, path, owner, backend.workdir)
+                self.view.mount()
+                self.workspace = Workspace(self.view.workdir_host, owner, self.id)
             if self._iso.cgroup.memory_parent or self._iso.cgroup.pids_parent:
                 self.cgroup = SandboxCgroup(self._iso.cgroup, tag)
         except BaseException:
@@ -103,6 +117,20 @@ class SubprocessSandbox(Sandbox):
         )
         if self._server is not None:
             self._server.kill()
+
+    def _cwd(self, cwd: str | None) -> str:
+        """Host path of ``exec``'s working directory: the workspace, a directory in it, or (rootfs) any absolute one."""
+        if cwd in (None, "", "."):
+            return self.workspace.path
+        if self.view is not None and str(cwd).startswith("/"):
+            if not str(cwd).strip("/"):
+                return self.view.root
+            checked = rootfs.split_paths([str(cwd)], self.id)[0][1]
+            try:
+                return rootfs.resolve_in_root(self.view.root, checked, follow_last=True)
+            except OSError as exc:  # a link cycle
+                raise InvalidRequest(str(exc), backend=NAME, sandbox_id=self.id) from None
+        return self.workspace.resolve(str(cwd), strict=True)
 
     def _text(self, value: str, what: str) -> bytes:
         """``value`` as UTF-8, or InvalidRequest for text that cannot be (lone surrogates)."""
@@ -133,10 +161,14 @@ class SubprocessSandbox(Sandbox):
         A fixed path hides the host's layout from the program and keeps tracebacks free of
         sandboxkit's directory names (``File "/work/main.py"``, as on the Docker backend).
         """
+        if self.view is not None:
+            return self.view.workdir
         return isolation.INNER_WORKDIR if self._iso.bwrap is not None else self.workspace.path
 
     def _inner(self, host_path: str) -> str:
         """``host_path`` (the workspace or a path inside it) as the program sees it."""
+        if self.view is not None:
+            return self.view.inner(host_path)
         ws = self.workspace.path
         if self._iso.bwrap is None or host_path == ws:
             return self.inner_path if host_path == ws else host_path
@@ -177,12 +209,13 @@ class SubprocessSandbox(Sandbox):
             cwd=self._inner(cwd) if cwd is not None else None,
             seccomp_fd=fds[0] if fds else None,
             cgroup_dirs=own,
+            rootfs=self.view.root if self.view is not None else None,
         )
         return argv, fds
 
     async def _server_for(self, network: bool) -> ForkServer | None:
         """The running fork server, (re)started when missing, dead or on the wrong network."""
-        python = self._backend.server_python
+        python = self._backend.server_python if self.view is None else await self._image_python()
         if python is None:
             return None
         if self._server is not None:
@@ -228,6 +261,32 @@ class SubprocessSandbox(Sandbox):
         self._server, self._server_network = server, network
         return server
 
+    async def _image_python(self) -> str | None:
+        """``python3`` if the image's interpreter can run the fork server (probed once per image), else None."""
+        assert self.view is not None
+        image = self.view.image
+        if image.python_ok is None:
+            if not image.has_binary("python3", self._backend.path):
+                image.python_ok = False
+            else:
+                prefix, fds = self._prefix(False)
+                probe = Command(
+                    ["python3", "-I", "-c", rootfs.PYTHON_PROBE],
+                    self.workspace.path,
+                    self._env(None),
+                    b"",
+                    30.0,
+                    OutputLimits.of(Limits(output_bytes=4096), (None, None)),
+                    [],
+                    prefix=prefix,
+                    user=(self.uid, self.uid) if self.uid is not None else None,
+                    pass_fds=fds,
+                )
+                image.python_ok = (await run_cold(probe)).returncode == 0
+            if not image.python_ok:
+                log.info("image %s has no python3 that runs the fork server; commands start cold", image.source)
+        return "python3" if image.python_ok else None
+
     def _rlimits(
         self, limits: Limits, timeout_s: float, lang: Language | None, *, compiler: bool = False
     ) -> list[tuple[int, int]]:
@@ -239,7 +298,7 @@ class SubprocessSandbox(Sandbox):
         # the sandbox. Their memory is held by the cgroup (RSS) instead, like the hungry runtimes'.
         hungry = compiler or (lang is not None and lang.virtual_memory_hungry)
         out = rlimits_for(limits, timeout_s, address_space=not hungry)
-        if limits.pids is not None and self.uid is not None:
+        if limits.pids is not None and self.uid is not None and self._own_uid:
             # Counted per host uid, and this uid is the sandbox's alone: a per-sandbox cap.
             out.append((resource.RLIMIT_NPROC, limits.pids + SERVER_PIDS))
         if hungry and limits.memory_mb is not None and (self.cgroup is None or self.cgroup.memory_dir is None):
@@ -477,8 +536,9 @@ class SubprocessSandbox(Sandbox):
         self._check_open()
         if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
             raise InvalidRequest(f"timeout must be a positive number of seconds, got {timeout!r}", backend=NAME)
-        workdir = self.workspace.path if cwd in (None, "", ".") else self.workspace.resolve(str(cwd), strict=True)
-        argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
+        workdir = self._cwd(cwd)
+        shell = self.view.image.shell if self.view is not None else "bash"
+        argv = [shell, "-c", command] if isinstance(command, str) else list(command)
         if not argv:
             raise InvalidRequest("exec needs a non-empty command", backend=NAME, sandbox_id=self.id)
         stdin_data = self._text(stdin or "", "stdin")
@@ -488,7 +548,7 @@ class SubprocessSandbox(Sandbox):
         async with self._lock:
             self._check_open()
             if not os.path.isdir(workdir):
-                raise InvalidRequest(f"cwd {cwd!r} is not a directory in the workspace", backend=NAME)
+                raise InvalidRequest(f"cwd {cwd!r} is not a directory in the sandbox", backend=NAME, sandbox_id=self.id)
             outcome = await self._spawn(
                 argv,
                 cwd=workdir,
@@ -509,7 +569,10 @@ class SubprocessSandbox(Sandbox):
             SandboxCrashed: the sandbox is closed.
         """
         self._check_open()
-        self.workspace.write(files)
+        if self.view is not None:
+            rootfs.write_files(self.view, self.workspace, files, self.id)
+        else:
+            self.workspace.write(files)
 
     async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
         """Read files from the workspace; missing ones are absent.
@@ -519,6 +582,8 @@ class SubprocessSandbox(Sandbox):
             SandboxCrashed: the sandbox is closed.
         """
         self._check_open()
+        if self.view is not None:
+            return rootfs.read_files(self.view, self.workspace, paths, self.id)
         return self.workspace.read(paths)
 
     async def alive(self) -> bool:
@@ -546,7 +611,13 @@ class SubprocessSandbox(Sandbox):
                 self._server.kill()
                 self._server = None
             try:
-                self.workspace.wipe()
+                if self.view is not None:  # discard the whole upper layer; the server lived in it
+                    if self._server is not None:
+                        self._server.kill()
+                        self._server = None
+                    self.view.reset()
+                else:
+                    self.workspace.wipe()
             except OSError:
                 log.warning("could not wipe workspace of %s", self.id, exc_info=True)
                 return False
@@ -569,9 +640,11 @@ class SubprocessSandbox(Sandbox):
         if self.cgroup is not None:
             self.cgroup.remove()
             self.cgroup = None
+        if self.view is not None:
+            self.view.unmount()
         if self._mounted:
-            isolation.unmount(self.workspace.path)
+            isolation.unmount(self._base)
             self._mounted = False
-        self.workspace.remove()
-        if self.uid is not None:
+        shutil.rmtree(self._base, ignore_errors=True)
+        if self.uid is not None and self._own_uid:
             isolation.release_uid(self.uid)

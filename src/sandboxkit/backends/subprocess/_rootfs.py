@@ -1,0 +1,508 @@
+"""Image root filesystems for the subprocess backend: a cached image, and one copy-on-write view per sandbox.
+
+``SubprocessBackend(rootfs=...)`` takes a directory or a tarball (``docker export`` output, any
+compression ``tarfile`` reads). It is unpacked once into a cache keyed by its sha256
+(:func:`load_image`) and never written again. Each sandbox gets a :class:`RootView`: an overlay
+whose lower layer is that cache and whose upper and work directories are on the sandbox's own
+size-capped tmpfs, mounted where only that sandbox's bubblewrap binds it as ``/``. So:
+
+* absolute paths are real: the program sees the image as ``/``, with ``/testbed`` (the default
+  working directory), ``/tests`` and ``/logs`` present, and the host reaches the same files;
+* writes never touch the image or a sibling (they land in this sandbox's upper layer);
+* ``reset`` discards the upper layer (unmount, wipe, mount again: a few milliseconds);
+* closing unmounts it; a crash leaves a mount below the sandbox's workspace, which
+  ``sandboxkit cleanup`` removes with the workspace (see ``_cleanup``).
+
+Ownership: an image's files belong to its root, and agents expect to be root in their image
+(``git`` refuses a repository owned by someone else). So unpacked files are owned by one
+host uid, :data:`ROOTFS_UID`, and a rootfs sandbox runs as that uid, seen inside its user
+namespace as uid 0 with no capabilities. Sibling rootfs sandboxes therefore share a host uid;
+they stay apart through their namespaces (pid, mount, ipc, network) and cgroups, and a
+per-uid ``RLIMIT_NPROC`` is not used for them (the pids cgroup holds the count instead).
+
+Host-side file access resolves paths against the sandbox's root, component by component
+(:func:`resolve_in_root`, like ``openat2(RESOLVE_IN_ROOT)``): a planted ``etc -> /etc`` link names
+the image's ``/etc``, never the host's, and ``..`` stops at the root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import hashlib
+import logging
+import os
+import posixpath
+import secrets
+import shutil
+import stat
+import tarfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from sandboxkit.backends.subprocess._workspace import Workspace
+from sandboxkit.errors import InvalidRequest
+from sandboxkit.models import check_sandbox_path
+
+__all__ = [
+    "AGENT_DIRS",
+    "DEFAULT_WORKDIR",
+    "PRIVATE_MOUNTS",
+    "PYTHON_PROBE",
+    "ROOTFS_UID",
+    "RootImage",
+    "RootView",
+    "default_cache",
+    "has_overlay_mounts",
+    "load_image",
+    "read_files",
+    "resolve_in_root",
+    "split_paths",
+    "write_files",
+]
+
+log = logging.getLogger(__name__)
+
+#: Host uid that owns unpacked images and runs rootfs sandboxes (uid 0 inside their user namespace).
+#: Just below the per-sandbox uid range of ``_isolation``, so it never collides with one.
+ROOTFS_UID = 1_499_999_999
+#: Where programs start in a rootfs sandbox unless ``workdir=`` says otherwise (SWE/Harbor tasks' habit).
+DEFAULT_WORKDIR = "/testbed"
+#: Directories every rootfs sandbox has, empty unless the image has them (agent tasks' conventions).
+AGENT_DIRS = ("/tests", "/logs")
+#: Filesystems private to the sandbox's namespaces: the host cannot reach what programs see there.
+PRIVATE_MOUNTS = ("/tmp", "/dev", "/proc", "/sys")
+#: Can this image's python3 run the fork server (``_server_main``'s imports, Python >= 3.8)?
+PYTHON_PROBE = "import sys, _socket, atexit, builtins, ctypes, gc, marshal, os, resource, signal\nsys.exit(sys.version_info < (3, 8))"
+_MARKER = ".sandboxkit-image"
+_MS_NOSUID, _MS_NODEV = 2, 4
+_MNT_DETACH = 2
+
+
+def default_cache() -> str:
+    """``$XDG_CACHE_HOME/sandboxkit/rootfs`` (``~/.cache/sandboxkit/rootfs``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "sandboxkit", "rootfs")
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+
+
+# ---------------------------------------------------------------------- resolution
+
+
+def resolve_in_root(root: str, path: str, *, follow_last: bool) -> str:
+    """The host path of ``path`` (absolute, as the sandbox sees it) under the host directory ``root``.
+
+    Symlinks are resolved against ``root``, never the host's ``/``: an absolute target restarts
+    from ``root``, ``..`` stops there. Every component of the answer that exists is a real
+    directory (or, with ``follow_last=False``, the last one may be a link, which the caller
+    opens with ``O_NOFOLLOW``). Components past a missing one are kept as written.
+
+    Raises:
+        OSError: ELOOP after 40 links (a cycle).
+    """
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    done: list[str] = []
+    links = 0
+    while parts:
+        name = parts.pop(0)
+        if name == "..":
+            if done:
+                done.pop()
+            continue
+        host = os.path.join(root, *done, name)
+        try:
+            mode = os.lstat(host).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            done.append(name)
+            continue
+        if stat.S_ISLNK(mode) and (parts or follow_last):
+            links += 1
+            if links > 40:
+                raise OSError(errno.ELOOP, f"too many levels of symbolic links in {path!r}")
+            target = os.readlink(host)
+            if target.startswith("/"):
+                done = []
+            parts = [p for p in target.split("/") if p not in ("", ".")] + parts
+            continue
+        done.append(name)
+    return os.path.join(root, *done)
+
+
+def _private_mount(inner: str) -> str | None:
+    for mount in PRIVATE_MOUNTS:
+        if inner == mount or inner.startswith(mount + "/"):
+            return mount
+    return None
+
+
+# ---------------------------------------------------------------------- the cached image
+
+
+@dataclass
+class RootImage:
+    """An unpacked image in the cache (the overlays' shared, never-written lower layer).
+
+    Attributes:
+        source: what the caller gave (a directory or a tarball).
+        path: the unpacked tree.
+        key: sha256 of the tarball (or of the directory's listing).
+        shell: ``bash`` when the image has it, else ``sh``: what ``exec("...")`` runs.
+        python_ok: whether the image's ``python3`` runs the fork server (None: not probed yet).
+    """
+
+    source: str
+    path: str
+    key: str
+    shell: str = "sh"
+    python_ok: bool | None = None
+    _which: dict[str, bool] = field(default_factory=dict)
+
+    def has_binary(self, name: str, search_path: str) -> bool:
+        """Whether ``name`` is an executable on ``search_path`` inside the image (cached)."""
+        found = self._which.get(name)
+        if found is None:
+            found = False
+            for directory in search_path.split(":"):
+                if not directory.startswith("/"):
+                    continue
+                try:
+                    host = resolve_in_root(self.path, posixpath.join(directory, name), follow_last=True)
+                    st = os.stat(host, follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode) and st.st_mode & 0o111:
+                    found = True
+                    break
+            self._which[name] = found
+        return found
+
+
+def _sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _known_key(tarball: str, cache_dir: str) -> str:
+    """The tarball's sha256, remembered by (path, inode, size, mtime) so a backend opens in milliseconds.
+
+    Hashing an 800 MB ``docker export`` takes seconds; a file rewritten in place changes its
+    mtime or size, which makes a new entry (and a new hash).
+    """
+    st = os.stat(tarball)
+    ident = hashlib.sha256(f"{tarball}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()
+    index = os.path.join(cache_dir, ".keys", ident)
+    with contextlib.suppress(OSError), open(index) as f:
+        key = f.read().strip()
+        if len(key) == 64:
+            return key
+    key = _sha256_file(tarball)
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(index), mode=0o700, exist_ok=True)
+        tmp = f"{index}.{secrets.token_hex(4)}"
+        with open(tmp, "w") as f:
+            f.write(key)
+        os.replace(tmp, index)
+    return key
+
+
+def _sha256_tree(path: str) -> str:
+    """A key for a directory: names, types, modes, sizes, mtimes and link targets of everything in it."""
+    digest = hashlib.sha256(b"dir\0")
+    for top, dirs, files in os.walk(path):
+        dirs.sort()
+        for name in sorted(files) + dirs:
+            full = os.path.join(top, name)
+            st = os.lstat(full)
+            link = os.readlink(full) if stat.S_ISLNK(st.st_mode) else ""
+            rel = os.path.relpath(full, path)
+            digest.update(
+                f"{rel}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\0{link}\n".encode(errors="surrogateescape")
+            )
+    return digest.hexdigest()
+
+
+def _inside(dest: str, path: str) -> bool:
+    real = os.path.realpath(path)
+    return real == dest or real.startswith(dest + os.sep)
+
+
+def _member_filter(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    """What is extracted of an image: files, directories and links, owned by ROOTFS_UID, no set-id bits.
+
+    Device nodes and FIFOs are dropped (``/dev`` is the sandbox's own), and so is any member
+    whose path (or hard link target) would leave ``dest`` through ``..`` or an unpacked link.
+    Symlinks are kept as written: they are resolved inside the sandbox, never on the host.
+    """
+    name = member.name.lstrip("/")
+    if not name or name == "." or ".." in name.split("/"):
+        return None
+    if not (member.isreg() or member.isdir() or member.issym() or member.islnk()):
+        return None
+    if not _inside(dest, os.path.join(dest, os.path.dirname(name))):
+        return None
+    changes: dict[str, object] = {"name": name, "uid": ROOTFS_UID, "gid": ROOTFS_UID, "uname": "", "gname": ""}
+    if member.islnk():
+        target = member.linkname.lstrip("/")
+        if ".." in target.split("/") or not _inside(dest, os.path.join(dest, target)):
+            return None
+        changes["linkname"] = target
+    mode = member.mode & 0o777
+    changes["mode"] = mode | 0o700 if member.isdir() else mode
+    return member.replace(**changes, deep=False)  # type: ignore[arg-type]
+
+
+def _copy_tree(source: str, dest: str) -> None:
+    """Copy a directory image into ``dest`` with the same rules as a tarball (owner, no set-id, no devices)."""
+    for top, dirs, files in os.walk(source):
+        rel = os.path.relpath(top, source)
+        target_dir = os.path.normpath(os.path.join(dest, rel))
+        os.makedirs(target_dir, exist_ok=True)
+        shutil.copymode(top, target_dir)
+        for name in [*files, *[d for d in dirs if os.path.islink(os.path.join(top, d))]]:
+            src, dst = os.path.join(top, name), os.path.join(target_dir, name)
+            st = os.lstat(src)
+            if stat.S_ISLNK(st.st_mode):
+                os.symlink(os.readlink(src), dst)
+            elif stat.S_ISREG(st.st_mode):
+                shutil.copyfile(src, dst, follow_symlinks=False)
+                os.chmod(dst, st.st_mode & 0o777)
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(top, d))]
+    for top, dirs, files in os.walk(dest):
+        for name in [*dirs, *files]:
+            os.lchown(os.path.join(top, name), ROOTFS_UID, ROOTFS_UID)
+    os.chown(dest, ROOTFS_UID, ROOTFS_UID)
+
+
+def load_image(source: str, cache_dir: str) -> RootImage:
+    """Unpack ``source`` into ``cache_dir`` unless an earlier call (any process) did; return it.
+
+    Unpacking goes to a private temporary directory renamed into place at the end, so a
+    crash or a concurrent process never leaves (or sees) half an image.
+
+    Raises:
+        FileNotFoundError: ``source`` does not exist.
+        ValueError: ``source`` is neither a directory nor a readable tarball, or the cache
+            path holds a character an overlay mount cannot name (``,`` ``:`` or whitespace).
+    """
+    source = os.path.realpath(source)
+    if not os.path.exists(source):
+        raise FileNotFoundError(errno.ENOENT, f"root filesystem {source!r} does not exist")
+    cache_dir = os.path.realpath(cache_dir)
+    if any(c in cache_dir for c in ",: \t\n\\"):
+        raise ValueError(f"rootfs_cache {cache_dir!r} holds ',', ':', a backslash or whitespace; pick a plainer path")
+    is_dir = os.path.isdir(source)
+    if not is_dir and not tarfile.is_tarfile(source):
+        raise ValueError(f"root filesystem {source!r} is neither a directory nor a tar archive (docker export output)")
+    key = _sha256_tree(source) if is_dir else _known_key(source, cache_dir)
+    path = os.path.join(cache_dir, key)
+    if not os.path.exists(os.path.join(path, _MARKER)):
+        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+        tmp = os.path.join(cache_dir, f".tmp-{key[:16]}-{secrets.token_hex(4)}")
+        os.mkdir(tmp, 0o755)
+        try:
+            if is_dir:
+                _copy_tree(source, tmp)
+            else:
+                with tarfile.open(source) as tar:
+                    tar.extractall(tmp, filter=_member_filter, numeric_owner=True)
+                os.chown(tmp, ROOTFS_UID, ROOTFS_UID)
+            with open(os.path.join(tmp, _MARKER), "w") as f:
+                f.write(source + "\n")
+            try:
+                os.rename(tmp, path)
+            except OSError as exc:  # another process finished first: use theirs
+                if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+        finally:
+            if os.path.exists(tmp):
+                shutil.rmtree(tmp, ignore_errors=True)
+        log.info("unpacked root filesystem %s into %s", source, path)
+    image = RootImage(source=source, path=path, key=key)
+    image.shell = "bash" if image.has_binary("bash", "/usr/local/bin:/usr/bin:/bin") else "sh"
+    return image
+
+
+# ---------------------------------------------------------------------- one sandbox's view
+
+
+class RootView:
+    """One sandbox's private, copy-on-write view of an image, mounted below its workspace.
+
+    Args:
+        image: the cached image (lower layer).
+        base: the sandbox's own directory (a tmpfs owned by ``owner``), which holds ``upper``,
+            ``work`` and the merged tree ``root``.
+        owner: host ``(uid, gid)`` the sandbox runs as (:data:`ROOTFS_UID`).
+        workdir: the program's working directory inside (absolute).
+    """
+
+    def __init__(self, image: RootImage, base: str, owner: tuple[int, int], workdir: str) -> None:
+        self.image = image
+        self.owner = owner
+        self.workdir = workdir
+        self.upper = os.path.join(base, "upper")
+        self.work = os.path.join(base, "work")
+        self.root = os.path.join(base, "root")
+        self.mounted = False
+
+    @property
+    def workdir_host(self) -> str:
+        """Host path of the working directory (the sandbox's workspace)."""
+        return os.path.join(self.root, self.workdir.lstrip("/"))
+
+    def mount(self) -> None:
+        """Mount a fresh overlay and create the working directory and :data:`AGENT_DIRS`.
+
+        Raises:
+            OSError: the kernel refused the overlay (no overlayfs, or not root).
+        """
+        for directory in (self.upper, self.work, self.root):
+            os.makedirs(directory, mode=0o755, exist_ok=True)
+            os.chown(directory, *self.owner)
+        lower_root = os.stat(self.image.path)
+        os.chmod(self.upper, stat.S_IMODE(lower_root.st_mode))  # the merged "/" takes the upper's mode
+        opts = f"lowerdir={self.image.path},upperdir={self.upper},workdir={self.work}".encode()
+        if _libc().mount(b"overlay", self.root.encode(), b"overlay", _MS_NOSUID | _MS_NODEV, opts) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"mount overlay on {self.root!r}: {os.strerror(err)}")
+        self.mounted = True
+        for directory in (self.workdir, *AGENT_DIRS):
+            self._makedirs(resolve_in_root(self.root, directory, follow_last=True))
+
+    def _makedirs(self, host: str) -> None:
+        missing: list[str] = []
+        while not os.path.isdir(host) and host != self.root:
+            missing.append(host)
+            host = os.path.dirname(host)
+        for directory in reversed(missing):
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(directory, 0o755)
+                os.lchown(directory, *self.owner)
+
+    def unmount(self) -> None:
+        """Detach the overlay (idempotent; lazy, so a straggler's open file cannot block it)."""
+        if self.mounted:
+            _libc().umount2(self.root.encode(), _MNT_DETACH)
+            self.mounted = False
+
+    def reset(self) -> None:
+        """Discard every change: unmount, empty the upper and work layers, mount again.
+
+        Raises:
+            OSError: the overlay could not be mounted again (the sandbox is then unusable).
+        """
+        self.unmount()
+        for directory in (self.upper, self.work):
+            shutil.rmtree(directory, ignore_errors=True)
+        self.mount()
+
+    def host(self, inner: str, *, follow_last: bool) -> tuple[str, str]:
+        """``(host path, resolved inner path)`` of an absolute path inside the sandbox.
+
+        Raises:
+            ValueError: the path (after its links) is on a filesystem private to the sandbox's
+                namespaces (``/tmp``, ``/dev``, ``/proc``, ``/sys``), which the host cannot reach.
+            OSError: a link cycle.
+        """
+        resolved = resolve_in_root(self.root, inner, follow_last=follow_last)
+        inside = "/" + os.path.relpath(resolved, self.root) if resolved != self.root else "/"
+        mount = _private_mount(inside)
+        if mount is not None:
+            via = "" if inside == inner else f" (through a link, it is {inside!r})"
+            raise ValueError(
+                f"file path {inner!r}{via} is on {mount}, a filesystem private to the sandbox's namespaces that "
+                "the host cannot reach; use the working directory or another absolute path (or exec a command)"
+            )
+        return resolved, inside
+
+    def inner(self, host: str) -> str:
+        """The sandbox's name for a host path below :attr:`root`."""
+        if host == self.root:
+            return "/"
+        return "/" + os.path.relpath(host, self.root)
+
+
+def has_overlay_mounts(paths: Iterable[str]) -> list[str]:
+    """The overlay mount points among ``/proc/self/mountinfo`` below any of ``paths`` (for tests and doctor)."""
+    found = []
+    prefixes = tuple(p.rstrip("/") + "/" for p in paths)
+    with contextlib.suppress(OSError), open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            sep = fields.index("-")
+            if fields[sep + 1] == "overlay" and fields[4].startswith(prefixes):
+                found.append(fields[4])
+    return found
+
+
+# ---------------------------------------------------------------------- file access from the host
+
+
+def _invalid(exc: Exception, sandbox_id: str | None) -> InvalidRequest:
+    return InvalidRequest(str(exc), backend="subprocess", sandbox_id=sandbox_id)
+
+
+def split_paths(paths: Iterable[str], sandbox_id: str | None) -> list[tuple[str, str]]:
+    """Each path checked: ``(the caller's path normalised, relative or absolute)``.
+
+    Raises:
+        InvalidRequest: a path that :func:`sandboxkit.models.check_sandbox_path` refuses.
+    """
+    out = []
+    for path in paths:
+        try:
+            out.append((path, check_sandbox_path(path, absolute_ok=True)))
+        except ValueError as exc:
+            raise _invalid(exc, sandbox_id) from None
+    return out
+
+
+def _rel_in_root(view: RootView, path: str, sandbox_id: str | None) -> str:
+    try:
+        resolved, _inside_path = view.host(path, follow_last=True)
+    except (ValueError, OSError) as exc:
+        raise _invalid(exc, sandbox_id) from None
+    return os.path.relpath(resolved, view.root)
+
+
+def write_files(view: RootView, workspace: Workspace, files: Mapping[str, bytes | str], sandbox_id: str | None) -> None:
+    """Write files: relative ones in the working directory, absolute ones anywhere in the view.
+
+    Raises:
+        InvalidRequest: a bad path, one on a private mount, or text that is not valid Unicode.
+        OSError: the sandbox's tmpfs is full.
+    """
+    checked = split_paths(files, sandbox_id)
+    relative = {norm: files[given] for given, norm in checked if not norm.startswith("/")}
+    absolute = {_rel_in_root(view, norm, sandbox_id): files[given] for given, norm in checked if norm.startswith("/")}
+    if relative:
+        workspace.write(relative)
+    if absolute:
+        Workspace(view.root, view.owner, sandbox_id).write(absolute)
+
+
+def read_files(view: RootView, workspace: Workspace, paths: Sequence[str], sandbox_id: str | None) -> dict[str, bytes]:
+    """Read regular files (relative or absolute); missing ones are absent. Keys: the normalised paths.
+
+    Raises:
+        InvalidRequest: a bad path or one on a private mount.
+    """
+    out: dict[str, bytes] = {}
+    root = Workspace(view.root, view.owner, sandbox_id)
+    for _given, norm in split_paths(paths, sandbox_id):
+        if norm.startswith("/"):
+            rel = _rel_in_root(view, norm, sandbox_id)
+            found = root.read([rel])
+            if rel in found:
+                out[norm] = found[rel]
+        else:
+            out.update(workspace.read([norm]))
+    return out

@@ -11,18 +11,23 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import shutil
+import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from sandboxkit.backends.subprocess._rootfs import has_overlay_mounts
 from sandboxkit.integrations._llm_in_sandbox import Layout, input_files, score_answer
 from sandboxkit.integrations._math_worker import MathWorker, shutdown_math_worker
 from sandboxkit.integrations._runtime import shared_handle
 from sandboxkit.integrations.rllm import TOOLS, SandboxEnv
 from support.integrations import descendant_processes, docker_backend_present, docker_engine_up
 from support.marks import requires
+from support.rootfs import CACHE, base_image_tarball
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # llm-in-sandbox imports litellm: no network fetch
 lis = pytest.importorskip("llm_in_sandbox", reason="llm-in-sandbox is not installed (pip install llm-in-sandbox)")
@@ -58,10 +63,30 @@ def row(ground_truth: str = "12", domain: str = "math", **extra: Any) -> dict[st
     }
 
 
+def rootfs_options() -> dict[str, Any] | None:
+    """Subprocess backend options for the project's base image as a root filesystem (None: not possible here)."""
+    if os.geteuid() != 0:
+        return None
+    tarball = base_image_tarball()
+    return None if tarball is None else {"rootfs": tarball, "rootfs_cache": CACHE, "root": ROOTFS_ROOT}
+
+
+#: A workspace root of this module's own, so overlay mounts counted there are this module's.
+ROOTFS_ROOT = os.path.join(tempfile.gettempdir(), f"sandboxkit-test-agents-p{os.getpid()}")
+
 BACKENDS = [
-    pytest.param("subprocess", id="subprocess"),
+    pytest.param({"backend": "subprocess"}, id="subprocess"),
     pytest.param(
-        "docker",
+        {"backend": "subprocess", "rootfs": True},
+        id="subprocess-rootfs",
+        marks=[
+            pytest.mark.docker,  # the base image is exported from Docker
+            requires(os.geteuid() == 0, "rootfs sandboxes mount an overlay per sandbox: root only"),
+            requires(docker_engine_up(), "no Docker engine to export the base image from"),
+        ],
+    ),
+    pytest.param(
+        {"backend": "docker"},
         id="docker",
         marks=[
             pytest.mark.docker,
@@ -72,9 +97,27 @@ BACKENDS = [
 ]
 
 
-def episode(backend: str, answer_command: str, task: dict[str, Any] | None = None) -> tuple[list[tuple], SandboxEnv]:
+@pytest.fixture(scope="module", autouse=True)
+def _remove_rootfs_root() -> Iterator[None]:
+    yield
+    shutil.rmtree(ROOTFS_ROOT, ignore_errors=True)
+
+
+def env_args(backend: dict[str, Any]) -> dict[str, Any]:
+    """SandboxEnv arguments for a BACKENDS entry."""
+    if not backend.get("rootfs"):
+        return dict(backend)
+    options = rootfs_options()
+    if options is None:
+        pytest.skip("no root filesystem image here")
+    return {"backend": "subprocess", "backend_options": options}
+
+
+def episode(
+    backend: dict[str, Any], answer_command: str, task: dict[str, Any] | None = None
+) -> tuple[list[tuple], SandboxEnv]:
     """One scripted episode the way rLLM's engine runs it: from_dict, reset, steps, final reward, close."""
-    env = SandboxEnv.from_dict({**(task or row()), "backend": backend, "pool_options": POOL})
+    env = SandboxEnv.from_dict({**(task or row()), **env_args(backend), "pool_options": POOL})
     steps: list[tuple] = []
     try:
         observation, info = env.reset()
@@ -94,7 +137,7 @@ WRONG = "echo 13 > /testbed/answer.txt"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_scripted_episode_scores_right_1_and_wrong_0(backend: str) -> None:
+def test_scripted_episode_scores_right_1_and_wrong_0(backend: dict[str, Any]) -> None:
     steps, env = episode(backend, RIGHT)
     no_call, listing, _, submit, (final,) = steps
     assert "No tool call" in no_call[0] and no_call[1:3] == (0.0, False)
@@ -220,11 +263,15 @@ def test_layout_and_input_files() -> None:
     assert env.timeout == 7 and "step_timeout" not in env.task and "docker_image" not in env.task
 
 
-def test_64_parallel_episodes_leave_nothing_behind() -> None:
+@pytest.mark.parametrize("backend", BACKENDS[:2])
+def test_64_parallel_episodes_leave_nothing_behind(backend: dict[str, Any]) -> None:
+    args = env_args(backend)
     before = descendant_processes()
-    handle = shared_handle("subprocess", **POOL)
+    handle = shared_handle(
+        args["backend"], **POOL, **({"backend_options": args["backend_options"]} if "backend_options" in args else {})
+    )
     with concurrent.futures.ThreadPoolExecutor(max_workers=64) as executor:  # as rLLM's engine runs envs
-        runs = list(executor.map(lambda i: episode("subprocess", RIGHT if i % 2 else WRONG), range(64)))
+        runs = list(executor.map(lambda i: episode(backend, RIGHT if i % 2 else WRONG), range(64)))
     finals = [steps[-1][0] for steps, _ in runs]
     assert finals == [1.0 if i % 2 else 0.0 for i in range(64)]
     pool = handle.pool.pool
@@ -233,11 +280,13 @@ def test_64_parallel_episodes_leave_nothing_behind() -> None:
     shutdown_math_worker()
     assert pool.open_sandboxes == 0
     assert descendant_processes() <= before
+    if "backend_options" in args:
+        assert has_overlay_mounts([ROOTFS_ROOT]) == []
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_program_opens_testbed_paths_it_computes(backend: str) -> None:
-    env = SandboxEnv.from_dict({**row(), "backend": backend, "pool_options": POOL})
+def test_a_program_opens_testbed_paths_it_computes(backend: dict[str, Any]) -> None:
+    env = SandboxEnv.from_dict({**row(), **env_args(backend), "pool_options": POOL})
     if not env.handle.pool.backend.capabilities.absolute_paths:
         pytest.skip(f"{backend} sandboxes have no root filesystem of their own here (the path is mapped instead)")
     try:
@@ -247,6 +296,8 @@ def test_a_program_opens_testbed_paths_it_computes(backend: str) -> None:
         )
         observation, *_ = env.step(act("execute_bash", command=computed + " && pwd"))
         assert observation.split() == ["3", "4", "5", "/testbed"], observation
+        if backend.get("rootfs"):  # a private overlay while the episode runs (counted empty afterwards)
+            assert len(has_overlay_mounts([ROOTFS_ROOT])) >= 1
         env.step(act("execute_bash", command="echo 12 > answer.txt"))  # relative to the real /testbed
         assert env.step(act("submit"))[1] == 1.0
     finally:

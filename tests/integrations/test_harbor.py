@@ -8,13 +8,19 @@ environment/Dockerfile or [environment] docker_image, tests/test.sh writing
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
+import tempfile
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sandboxkit.backends.subprocess import SubprocessBackend
+from sandboxkit.backends.subprocess._rootfs import has_overlay_mounts
 from sandboxkit.errors import InvalidRequest
 from sandboxkit.integrations.harbor import (
     HarborEnv,
@@ -30,6 +36,8 @@ from sandboxkit.pool import SandboxPool
 from sandboxkit.sync import SyncSandboxPool
 from support.integrations import docker_backend_present, docker_engine_up
 from support.marks import requires
+from support.rootfs import CACHE, base_image_tarball
+from support.rootfs import busybox as support_busybox
 
 POOL = {"max_concurrency": 16, "max_sandboxes": 32}
 BASE_IMAGE = "sandboxkit-base:latest"
@@ -80,10 +88,12 @@ def call(name: str, **arguments: Any) -> dict[str, Any]:
     return {"name": name, "arguments": arguments}
 
 
-def run_episode(task: Path | HarborTask, commands: list[str]) -> tuple[float, HarborEnv]:
+def run_episode(
+    task: Path | HarborTask, commands: list[str], backend: dict[str, Any] | None = None
+) -> tuple[float, HarborEnv]:
     """One episode as rLLM's engine runs it: reset, tool calls, submit (the verifier's reward), close."""
-    env = HarborEnv.from_dict({"task_dir": str(task), "pool_options": POOL}) if isinstance(task, Path) else None
-    env = env or HarborEnv(task, pool_options=POOL)  # type: ignore[arg-type]
+    args = {"pool_options": POOL, **(backend or {})}
+    env = HarborEnv.from_dict({"task_dir": str(task), **args}) if isinstance(task, Path) else HarborEnv(task, **args)
     try:
         observation, info = env.reset()
         assert "answer to life" in observation and not info.get("infra_error"), info
@@ -96,6 +106,40 @@ def run_episode(task: Path | HarborTask, commands: list[str]) -> tuple[float, Ha
     return reward, env
 
 
+#: A workspace root of this module's own, so overlay mounts counted there are this module's.
+ROOTFS_ROOT = os.path.join(tempfile.gettempdir(), f"sandboxkit-test-harbor-p{os.getpid()}")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_rootfs_root() -> Iterator[None]:
+    yield
+    assert has_overlay_mounts([ROOTFS_ROOT]) == []
+    shutil.rmtree(ROOTFS_ROOT, ignore_errors=True)
+
+
+def rootfs_backend() -> dict[str, Any]:
+    """HarborEnv arguments: subprocess sandboxes on the base image (exported once per machine) as root filesystem."""
+    tarball = base_image_tarball()
+    if tarball is None:
+        pytest.skip("the base image could not be exported here")
+    return {"backend": "subprocess", "backend_options": {"rootfs": tarball, "rootfs_cache": CACHE, "root": ROOTFS_ROOT}}
+
+
+rootfs_only = [
+    pytest.mark.docker,  # the image is exported from Docker
+    requires(os.geteuid() == 0, "rootfs sandboxes mount an overlay per sandbox: root only"),
+    requires(docker_engine_up(), "no Docker engine to export the image from"),
+]
+BACKENDS = [
+    pytest.param("docker", id="docker", marks=docker_only),
+    pytest.param("subprocess-rootfs", id="subprocess-rootfs", marks=rootfs_only),
+]
+
+
+def backend_args(name: str) -> dict[str, Any]:
+    return {"backend": "docker"} if name == "docker" else rootfs_backend()
+
+
 @pytest.mark.parametrize(
     ("commands", "expected"),
     [
@@ -105,9 +149,11 @@ def run_episode(task: Path | HarborTask, commands: list[str]) -> tuple[float, Ha
     ],
     ids=["right", "wrong", "nothing"],
 )
-@pytest.mark.parametrize("_", [pytest.param(None, id="docker", marks=docker_only)])
-def test_test_sh_writes_reward_txt_and_the_episode_gets_it(tmp_path: Path, commands: list[str], expected: float, _):
-    reward, env = run_episode(make_task(tmp_path / "t"), commands)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_test_sh_writes_reward_txt_and_the_episode_gets_it(
+    tmp_path: Path, commands: list[str], expected: float, backend
+):
+    reward, env = run_episode(make_task(tmp_path / "t"), commands, backend_args(backend))
     assert reward == expected
     assert env.final_info["reward"] == expected and env.final_info["reward_status"] == "ok"
     assert env.verdict is not None and env.verdict.exit_code == 0
@@ -218,7 +264,38 @@ def test_load_checks_the_task_directory(tmp_path: Path) -> None:
 
 def test_a_backend_without_its_own_root_is_refused_up_front(tmp_path: Path) -> None:
     with pytest.raises(InvalidRequest, match="no root filesystem of their own"):
-        HarborEnv(make_task(tmp_path / "t"), backend="subprocess", pool_options=POOL)
+        HarborEnv(make_task(tmp_path / "t"), backend=SubprocessBackend(), pool_options=POOL)
+
+
+@pytest.mark.parametrize("_", [pytest.param(None, id="subprocess-rootfs", marks=rootfs_only)])
+def test_a_busybox_only_image_built_exported_and_run_without_docker(tmp_path: Path, _) -> None:
+    # A task whose image has no Python and no bash: built by Docker once, exported, then run by the
+    # subprocess backend on its own root filesystem (Docker is not involved after the export).
+    busybox = support_busybox()
+    if busybox is None:
+        pytest.skip("no static busybox here: apt-get install busybox-static")
+    env_dir = tmp_path / "t" / "environment"
+    env_dir.mkdir(parents=True)
+    shutil.copy(busybox, env_dir / "busybox")
+    applets = ["sh", "cat", "chmod", "find", "mkdir", "echo", "test", "rm", "ls"]
+    copies = "".join(f"COPY busybox /bin/{name}\n" for name in applets)
+    dockerfile = f"FROM scratch\n{copies}COPY busybox /bin/busybox\nWORKDIR /testbed\n"
+    toml = '[task]\nname = "busybox only"\n[verifier]\ntimeout_sec = 30\n'
+    task = HarborTask.load(make_task(tmp_path / "t", CHECK_ANSWER, toml=toml, dockerfile=dockerfile))
+    cache = tmp_path / "export"
+    try:
+        tarball = task.rootfs_tarball(cache)
+        assert tarball == task.rootfs_tarball(cache)  # exported once per image
+        backend = {
+            "backend": "subprocess",
+            "backend_options": {"rootfs_cache": str(cache / "unpacked"), "root": ROOTFS_ROOT},
+        }
+        right, env = run_episode(task, ["echo 42 > answer.txt; ls /usr/bin/python3 || echo no python"], backend)
+        assert right == 1.0, (env.final_info, env.verdict)
+        wrong, _ = run_episode(task, ["echo 7 > /testbed/answer.txt"], backend)
+        assert wrong == 0.0
+    finally:
+        subprocess.run(["docker", "rmi", "-f", task.image_tag()], capture_output=True, timeout=120)
 
 
 @pytest.mark.parametrize("_", [pytest.param(None, id="docker", marks=docker_only)])

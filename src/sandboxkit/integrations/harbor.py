@@ -209,6 +209,63 @@ class HarborTask:
         dirs = dict.fromkeys([self.workdir, "/logs/agent", VERIFIER_DIR, "/logs/artifacts"])
         return {"image": self.build_image(), "writable_root": True, "writable_dirs": tuple(dirs)}
 
+    def rootfs_tarball(self, cache_dir: str | Path | None = None, *, timeout_s: float = 1800.0) -> str:
+        """The task's image as a root filesystem tarball (``docker export``), made once per image id.
+
+        The subprocess backend runs it without Docker (``rootfs=``); Docker is needed only here,
+        to build or find the image and export it.
+
+        Raises:
+            SandboxError: Docker could not build, find or export the image.
+        """
+        image = self.build_image(timeout_s=timeout_s)
+        folder = Path(cache_dir) if cache_dir else Path.home() / ".cache" / "sandboxkit" / "harbor"
+        try:
+            found = subprocess.run(
+                ["docker", "image", "inspect", "-f", "{{.Id}}", image], capture_output=True, text=True, timeout=60
+            )
+            if found.returncode != 0:
+                pulled = subprocess.run(["docker", "pull", image], capture_output=True, text=True, timeout=timeout_s)
+                found = subprocess.run(
+                    ["docker", "image", "inspect", "-f", "{{.Id}}", image], capture_output=True, text=True, timeout=60
+                )
+                if found.returncode != 0:
+                    raise SandboxError(f"image {image!r} is not here and could not be pulled: {pulled.stderr[-400:]}")
+            path = folder / f"harbor-{found.stdout.strip().split(':')[-1][:16]}.tar"
+            if path.is_file():
+                return str(path)
+            folder.mkdir(parents=True, exist_ok=True)
+            created = subprocess.run(
+                ["docker", "create", "--label", "sandboxkit=harbor-export", image, "true"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            if created.returncode != 0:
+                raise SandboxError(f"docker create {image!r} failed: {created.stderr[-400:]}")
+            container = created.stdout.strip()
+            partial = path.with_suffix(f".tar.{time.monotonic_ns()}")
+            try:
+                exported = subprocess.run(
+                    ["docker", "export", "-o", str(partial), container],
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout_s,
+                )
+                if exported.returncode != 0:
+                    raise SandboxError(f"docker export of {image!r} failed: {exported.stderr[-400:]}")
+                partial.replace(path)
+            finally:
+                partial.unlink(missing_ok=True)
+                subprocess.run(["docker", "rm", "-f", container], capture_output=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SandboxError(f"exporting the image of Harbor task {self.name!r} failed: {exc}") from exc
+        return str(path)
+
+    def subprocess_options(self, rootfs: str | None = None) -> dict[str, Any]:
+        """Subprocess backend options for this task: its image as the root filesystem, its working directory."""
+        return {"rootfs": rootfs or self.rootfs_tarball(), "workdir": self.workdir}
+
     async def verify(self, session: Session) -> HarborVerdict:
         """Grade the sandbox of ``session`` as Harbor's verifier does; see :func:`verify_session`."""
         return await verify_session(self, session)
@@ -238,7 +295,9 @@ async def verify_session(task: HarborTask, session: Session) -> HarborVerdict:
         # The agent may have written there: only what test.sh writes now counts.
         # (The agent runs as the same user, so whatever it left there can be made writable and removed.)
         cleared = await session.exec(
-            f"mkdir -p {VERIFIER_DIR} && chmod -R u+rwX {VERIFIER_DIR} && find {VERIFIER_DIR} -mindepth 1 -delete",
+            f"mkdir -p {VERIFIER_DIR} && chmod -R u+rwX {VERIFIER_DIR} && "
+            f"rm -rf {VERIFIER_DIR}/* {VERIFIER_DIR}/.[!.]* {VERIFIER_DIR}/..?* && "
+            f'[ -z "$(ls -A {VERIFIER_DIR})" ]',
             timeout=60,
         )
         if not cleared.ok:
@@ -323,6 +382,8 @@ class HarborEnv(SandboxEnv):
         backend_options = dict(options.pop("backend_options", None) or {})
         if backend == "docker":
             backend_options = {**self.harbor_task.docker_options(), **backend_options}
+        elif backend == "subprocess":  # the task's image as a root filesystem, unless the caller gives one
+            backend_options = {**self.harbor_task.subprocess_options(backend_options.get("rootfs")), **backend_options}
         options.setdefault("limits", self.harbor_task.limits)
         row = {"problem_statement": self.harbor_task.instruction, "harbor_task": str(self.harbor_task.path)}
         super().__init__(

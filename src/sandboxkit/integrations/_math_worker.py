@@ -121,6 +121,9 @@ class MathWorker:
             return self._proc
         self._stop()
         env = {k: v for k, v in os.environ.items() if k != "PYTHONSTARTUP"}
+        # The child must import this very sandboxkit, however the parent found it.
+        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         proc = subprocess.Popen(
             [sys.executable, "-m", "sandboxkit.integrations._math_worker"],
             stdin=subprocess.PIPE,

@@ -339,3 +339,29 @@ def test_trl_environment_factory_contract(tmp_path: Path, _) -> None:
     broken = make_task(tmp_path / "broken", "#!/bin/sh\nexit 0\n")
     env.reset(task_dir=str(broken))
     assert env.get_reward() is None  # no reward file: no reward, not 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_parallel_episodes_leave_nothing_behind(tmp_path: Path, backend: str) -> None:
+    import concurrent.futures
+
+    task = HarborTask.load(make_task(tmp_path / "t"))
+    args = backend_args(backend)
+    n = 8 if backend == "docker" else 16  # containers start slower than overlays; both cross the thread pool
+    with concurrent.futures.ThreadPoolExecutor(max_workers=n) as executor:  # as rLLM's engine runs envs
+        runs = list(executor.map(lambda i: run_episode(task, [f"echo {41 + i % 2} > answer.txt"], args), range(n)))
+    assert [reward for reward, _ in runs] == [float(i % 2) for i in range(n)]
+    pool = runs[0][1].handle.pool.pool
+    assert pool.open_sandboxes == pool.metrics()["sandboxes_idle"]
+    runs[0][1].handle.close()
+    assert pool.open_sandboxes == 0
+    if backend == "docker":
+        ps = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"label=sandboxkit.host_pid={os.getpid()}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert ps.returncode == 0 and ps.stdout.strip() == ""
+    else:
+        assert has_overlay_mounts([ROOTFS_ROOT]) == []

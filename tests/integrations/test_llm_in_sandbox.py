@@ -16,6 +16,7 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -117,11 +118,12 @@ def episode(
     backend: dict[str, Any], answer_command: str, task: dict[str, Any] | None = None
 ) -> tuple[list[tuple], SandboxEnv]:
     """One scripted episode the way rLLM's engine runs it: from_dict, reset, steps, final reward, close."""
-    env = SandboxEnv.from_dict({**(task or row()), **env_args(backend), "pool_options": POOL})
+    task = task or row()
+    env = SandboxEnv.from_dict({**task, **env_args(backend), "pool_options": POOL})
     steps: list[tuple] = []
     try:
         observation, info = env.reset()
-        assert info["extra_info"]["domain"] == "math" and "nums.txt" in observation, info
+        assert info["extra_info"] == task and "nums.txt" in observation, info
         steps.append(env.step(act()))  # a turn without a tool call
         steps.append(env.step(act("execute_bash", command="ls /testbed/documents; cat /testbed/documents/nums.txt")))
         steps.append(env.step(act("execute_bash", command=answer_command)))
@@ -302,3 +304,47 @@ def test_a_program_opens_testbed_paths_it_computes(backend: dict[str, Any]) -> N
         assert env.step(act("submit"))[1] == 1.0
     finally:
         env.close()
+
+
+SCENARIOS = [  # (row overrides, the agent's command that writes the answer)
+    ({}, RIGHT),
+    ({}, WRONG),
+    ({"ground_truth": "\\frac{1}{2}"}, "printf '%s' 'so \\boxed{0.5}' > /testbed/answer.txt"),
+    ({"domain": "chem", "ground_truth": "C"}, "echo 'The answer is C' > /testbed/answer.txt"),
+    ({"domain": "instruct_pretrain", "qa_type": "multiple choice", "ground_truth": "A,C"}, "echo A > answer.txt"),
+    ({"domain": "instruct_pretrain", "ground_truth": "a cat sat on a mat"}, "echo the cat sat > answer.txt"),
+    ({}, "echo no answer written"),
+]
+
+
+@pytest.mark.docker
+@requires(docker_engine_up(), "no Docker engine for llm-in-sandbox's own DockerRuntime")
+def test_episodes_score_as_llm_in_sandbox_own_runtime_does() -> None:
+    # LLMinSandboxEnv (rllm fork) = llm-in-sandbox's DockerRuntime + Agent._execute_action per step +
+    # its instruct_pretrain reward on `cat {output_dir}/answer.txt`. Run exactly that here, on the
+    # project's base image, and the same scripted episodes on sandboxkit: the rewards must agree.
+    from llm_in_sandbox.agent import Agent
+    from llm_in_sandbox.benchmark.runner import load_reward_function
+
+    upstream_reward = load_reward_function("instruct_pretrain")
+    executor = Agent.__new__(Agent)  # as LLMinSandboxEnv borrows it, for _execute_action only
+    runtime = lis.DockerRuntime(docker_image="sandboxkit-base:latest", repo_path="/testbed", logger=False)
+    theirs, ours = [], []
+    try:
+        with tempfile.TemporaryDirectory() as documents:
+            Path(documents, "nums.txt").write_text("3\n4\n5\n")
+            runtime.copy_dir_to_container(documents, "/testbed/documents")
+        for overrides, command in SCENARIOS:
+            task = {**row(), **overrides}
+            runtime.run("rm -f /testbed/answer.txt")
+            for action in (lis.Action("execute_bash", {"command": command}), lis.Action("submit", {})):
+                executor._execute_action(action, runtime)
+            answer, _ = runtime.run("cat /testbed//answer.txt 2>/dev/null || echo ''")
+            extra = {k: v for k, v in task.items() if k != "ground_truth"}
+            theirs.append(upstream_reward(answer.strip(), task["ground_truth"], **extra))
+            steps, _ = episode({"backend": "subprocess"}, command, task)
+            ours.append(steps[-1][0])
+    finally:
+        runtime.close()
+    assert ours == pytest.approx(theirs)
+    assert theirs == pytest.approx([1.0, 0.0, 1.0, 1.0, 2 / 3, theirs[5], 0.0]) and 0 < theirs[5] < 1

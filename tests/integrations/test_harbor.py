@@ -298,12 +298,15 @@ def test_a_busybox_only_image_built_exported_and_run_without_docker(tmp_path: Pa
         subprocess.run(["docker", "rmi", "-f", task.image_tag()], capture_output=True, timeout=120)
 
 
-@pytest.mark.parametrize("_", [pytest.param(None, id="docker", marks=docker_only)])
-def test_rllm_shell_script_evaluator_calls_on_rllm_sandbox(tmp_path: Path, _) -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rllm_shell_script_evaluator_calls_on_rllm_sandbox(tmp_path: Path, backend: str) -> None:
     # The calls rLLM's Harbor-style ShellScriptEvaluator (rllm/eval/shell_script_evaluator.py) makes
     # on an rllm.sandbox.protocol.Sandbox; rLLM is installed from git only, so they are replayed here.
     task = make_task(tmp_path / "t", extra_tests={"a.txt": "from the tests dir\n"})
-    sandbox = RLLMSandbox("harbor", "docker", workdir="/testbed", pool_options=POOL)
+    args = backend_args(backend)
+    sandbox = RLLMSandbox(
+        "harbor", args["backend"], workdir="/testbed", pool_options=POOL, backend_options=args.get("backend_options")
+    )
     try:
         sandbox.exec("echo 42 > /testbed/answer.txt")  # the agent's work
         sandbox.exec("mkdir -p /tmp/rllm /logs/verifier", timeout=10)

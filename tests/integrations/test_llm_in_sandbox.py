@@ -261,6 +261,10 @@ def test_layout_and_input_files() -> None:
         input_files({"input_files": {"../../etc/passwd": "x"}}, Layout())
     with pytest.raises(ValueError, match="absolute"):
         Layout.from_row({"working_dir": "testbed"})
+    bad = SandboxEnv.from_dict({**row(), "input_dir": "documents", "pool_options": POOL})  # built; reset says why
+    _, info = bad.reset()
+    assert info["infra_error"] is True and "input_dir must be an absolute path" in info["error"]
+    bad.close()
     env = SandboxEnv.from_dict({**row(), "step_timeout": 7, "docker_image": "ignored-on-subprocess"})
     assert env.timeout == 7 and "step_timeout" not in env.task and "docker_image" not in env.task
 

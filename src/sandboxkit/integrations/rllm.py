@@ -181,7 +181,10 @@ class SandboxEnv(BaseEnv):
     ) -> None:
         self.task: dict[str, Any] = dict(task or {})
         self._workdir = workdir
-        self.layout = Layout.from_row(self.task, workdir)
+        try:
+            self.layout = Layout.from_row(self.task, workdir)
+        except ValueError:  # a bad row must not kill the engine's env builder: reset() reports it
+            self.layout = Layout.from_row({}, workdir)
         options = {"max_concurrency": 64, "max_sandboxes": 128, **dict(pool_options or {})}
         backend_options = _real_workdir_options(backend, backend_options, self.layout)
         if backend_options:

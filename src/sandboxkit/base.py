@@ -121,14 +121,15 @@ class Sandbox(abc.ABC):
     ) -> ExecResult:
         """Run a shell command (a string, run by ``bash -c``) or an argv list in the workspace.
 
-        ``cwd`` is relative to the workspace. ``timeout`` overrides the sandbox's
+        ``cwd`` is relative to the workspace, or (``capabilities.absolute_paths``) an absolute
+        directory of the sandbox's own filesystem. ``timeout`` overrides the sandbox's
         ``limits.timeout_s`` for this call. Other limits are those the sandbox was opened with.
         ``on_stdout`` / ``on_stderr`` get the output while the command runs (rules in
         :mod:`sandboxkit.streaming`; once at the end when ``capabilities.streaming`` is False).
 
         Raises:
-            InvalidRequest: ``cwd`` escapes the workspace (absolute, or with ``..``) or the
-                timeout is not positive.
+            InvalidRequest: ``cwd`` escapes the workspace (with ``..``, or absolute where the
+                backend has no absolute paths) or the timeout is not positive.
             SandboxCrashed: the sandbox was closed, or died or vanished during the call.
             Transient: a passing fault talking to the sandbox.
         """
@@ -137,11 +138,15 @@ class Sandbox(abc.ABC):
     async def write_files(self, files: Mapping[str, bytes | str]) -> None:
         """Write files (paths relative to the workspace; parents created).
 
-        Every path is checked before anything is written, so a bad path writes nothing.
+        Where ``capabilities.absolute_paths`` is true, an absolute path (``/testbed/x.txt``) names
+        a file in the sandbox's own root filesystem, which programs see too; symlinks are
+        resolved inside the sandbox, never on the host. Every path is checked before anything
+        is written, so a bad path writes nothing.
 
         Raises:
-            InvalidRequest: a path is empty, absolute, contains a NUL byte or a ``..`` component
-                (see :func:`sandboxkit.models.check_relative_path`).
+            InvalidRequest: a path is empty, absolute (where the backend has no absolute paths),
+                contains a NUL byte or a ``..`` component, or lies where the host cannot reach
+                (see :func:`sandboxkit.models.check_sandbox_path`).
             SandboxCrashed: the sandbox was closed or is gone.
             Transient: a passing fault talking to the sandbox.
         """
@@ -150,8 +155,11 @@ class Sandbox(abc.ABC):
     async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
         """Read files; paths that do not exist are absent from the returned mapping.
 
+        Absolute paths as in :meth:`write_files`; the keys are the paths normalised.
+
         Raises:
-            InvalidRequest: a path is empty, absolute, contains a NUL byte or a ``..`` component.
+            InvalidRequest: a path is empty, absolute (where the backend has no absolute paths),
+                contains a NUL byte or a ``..`` component.
             SandboxCrashed: the sandbox was closed or is gone.
             Transient: a passing fault talking to the sandbox.
         """

@@ -205,9 +205,14 @@ class CloudBackendBehaviour:
                 "a/b.txt": b"text",
                 "bin.dat": b"\x00\xff",
             }
-            for bad in ("../x", "/etc/passwd"):
+            for bad in ("../x", "/etc/../x", "/"):
                 with pytest.raises(InvalidRequest):
                     await sb.write_files({bad: "x"})
+            # Absolute paths go to the service's file API as they are (its own filesystem; the fake
+            # keeps them below the sandbox's home), never to this host's.
+            await sb.write_files({"/etc/sandboxkit-abs.txt": "abs"})
+            assert await sb.read_files(["/etc/sandboxkit-abs.txt"]) == {"/etc/sandboxkit-abs.txt": b"abs"}
+            assert not os.path.exists("/etc/sandboxkit-abs.txt")
             assert await sb.reset() is True
             assert await sb.read_files(["a/b.txt"]) == {}
         finally:

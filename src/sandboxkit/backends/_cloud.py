@@ -49,7 +49,7 @@ from sandboxkit.backends._wrapper import (
 )
 from sandboxkit.errors import InvalidRequest, SandboxCrashed, SandboxError, Transient
 from sandboxkit.languages import Language, resolve_language
-from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status, check_relative_path
+from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status, check_sandbox_path
 from sandboxkit.streaming import BufferedSandbox
 
 if TYPE_CHECKING:
@@ -307,7 +307,7 @@ class CloudSandbox(BufferedSandbox):
         rel = ""
         if cwd not in (None, "", "."):
             try:
-                rel = check_relative_path(str(cwd))
+                rel = check_sandbox_path(str(cwd), absolute_ok=True) if str(cwd).strip("/") else "/"
             except ValueError as exc:
                 raise InvalidRequest(str(exc), backend=self.backend_name, sandbox_id=self.id) from exc
         argv = ["bash", "-c", command] if isinstance(command, str) else [str(a) for a in command]
@@ -332,24 +332,32 @@ class CloudSandbox(BufferedSandbox):
         )
 
     def _workspace_paths(self, paths: Sequence[str]) -> list[str]:
+        """Checked paths: relative to the workspace, or absolute in the sandbox's own filesystem.
+
+        A cloud sandbox is a whole machine of its own, so an absolute path goes to the service's
+        file API as it is: the service resolves it there, never on this host.
+        """
         try:
-            return [check_relative_path(p) for p in paths]
+            return [check_sandbox_path(p, absolute_ok=True) for p in paths]
         except ValueError as exc:
             raise InvalidRequest(str(exc), backend=self.backend_name, sandbox_id=self.id) from exc
 
+    def _remote(self, checked: str) -> str:
+        return checked if checked.startswith("/") else self._at(f"{WORKSPACE_DIR}/{checked}")
+
     async def write_files(self, files: Mapping[str, bytes | str]) -> None:
-        """See :meth:`Sandbox.write_files`."""
+        """See :meth:`Sandbox.write_files`; absolute paths are in the sandbox's own filesystem."""
         rel = self._workspace_paths(list(files))
         data = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in files.values()]
         if rel:
-            await self._upload({self._at(f"{WORKSPACE_DIR}/{p}"): d for p, d in zip(rel, data, strict=True)})
+            await self._upload({self._remote(p): d for p, d in zip(rel, data, strict=True)})
 
     async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
-        """See :meth:`Sandbox.read_files`."""
+        """See :meth:`Sandbox.read_files`; absolute paths are in the sandbox's own filesystem."""
         rel = self._workspace_paths(paths)
         if not rel:
             return {}
-        full = [self._at(f"{WORKSPACE_DIR}/{p}") for p in rel]
+        full = [self._remote(p) for p in rel]
         got = await self._download(full)
         return {orig: got[f] for orig, f in zip(paths, full, strict=True) if f in got}
 

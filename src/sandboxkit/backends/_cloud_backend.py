@@ -138,6 +138,7 @@ class CloudBackend(Backend):
             network_control=True,
             limits=ENFORCED_LIMITS,
             resettable=True,
+            absolute_paths=True,  # a cloud sandbox is a machine of its own: its "/" is never this host's
             notes=self.notes,
         )
 

@@ -97,7 +97,7 @@ class Step:
 
     Attributes:
         argv: the program and its arguments (run through ``env``, so no shell parses them).
-        cwd: directory relative to the workspace ("" is the workspace itself).
+        cwd: directory relative to the workspace ("" is the workspace itself), or an absolute one.
         env: extra environment variables of the program.
         stdin_file: control file (relative to the home directory) fed to stdin, or None.
         timeout_s: wall-clock limit; the process group is killed when it passes.
@@ -147,7 +147,8 @@ def build_script(step: Step, root: str = "") -> str:
     q = shlex.quote
     stop = max(step.stop_bytes, step.output_bytes) + 1  # one byte more than allowed tells us it overflowed
     head, tail = step.split()
-    workdir = f"{WORKSPACE_DIR}/{step.cwd}" if step.cwd else WORKSPACE_DIR
+    # An absolute cwd is a directory of the sandbox's own filesystem (capabilities.absolute_paths).
+    workdir = step.cwd if step.cwd.startswith("/") else (f"{WORKSPACE_DIR}/{step.cwd}" if step.cwd else WORKSPACE_DIR)
     pidfile = f'"$C"/{step.run_id}.pid'
     out, err = f'"$C"/{step.run_id}.out', f'"$C"/{step.run_id}.err'
     stdin = f'"$H"/{q(step.stdin_file)}' if step.stdin_file else "/dev/null"

@@ -112,3 +112,9 @@ async def test_read_only_root_says_how_to_write_outside_the_workspace(sandbox: A
     assert b"root:" in (await sandbox.read_files(["/etc/passwd"]))["/etc/passwd"]
     assert (await sandbox.exec("pwd", cwd="/")).stdout == "/\n"
     assert await sandbox.read_files(["/nonexistent/file"]) == {}
+    # A missing directory as cwd is the caller's error, and the sandbox stays usable.
+    for bad in ("/no/such/dir", "/etc/passwd"):
+        with pytest.raises(InvalidRequest, match="not a directory"):
+            await sandbox.exec("pwd", cwd=bad)
+    assert (await sandbox.exec("pwd", cwd="/usr/bin")).stdout == "/usr/bin\n"
+    assert await sandbox.alive()

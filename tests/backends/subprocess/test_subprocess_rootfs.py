@@ -21,7 +21,7 @@ import pytest
 import pytest_asyncio
 
 from sandboxkit.backends.subprocess import SubprocessBackend
-from sandboxkit.backends.subprocess._rootfs import ROOTFS_UID, has_overlay_mounts, load_image
+from sandboxkit.backends.subprocess._rootfs import ROOTFS_UID, has_overlay_mounts, load_image, resolve_in_root
 from sandboxkit.errors import InvalidRequest
 from sandboxkit.models import Limits, RunRequest, Status
 from support.rootfs import CACHE, IMAGE_HOSTNAME, base_image_tarball, busybox_rootfs
@@ -139,11 +139,26 @@ async def test_symlinks_resolve_inside_the_sandbox_never_on_the_host(tiny: Subpr
         await sb.write_files({"/testbed/etc-link/planted": "x"})
         assert not Path("/etc/planted").exists()
         assert (await sb.exec("cat /etc/planted")).stdout == "x"
-        # Relative paths stay in the working directory: a link out of it is refused.
-        with pytest.raises(InvalidRequest):
-            await sb.read_files(["etc-link/hostname"])
+        # Relative paths start in the working directory and resolve the same way.
+        assert await sb.read_files(["etc-link/hostname"]) == {"etc-link/hostname": f"{IMAGE_HOSTNAME}\n".encode()}
+        assert (await sb.exec("cat hostname", cwd="etc-link")).stdout == f"{IMAGE_HOSTNAME}\n"
         with pytest.raises(InvalidRequest, match="private"):
             await sb.read_files(["/testbed/p/self/environ"])
+
+
+async def test_a_working_directory_replaced_by_a_link_is_never_followed_by_the_host(tiny: SubprocessBackend) -> None:
+    async with _open(tiny) as sb:
+        for sabotage in (
+            "rm -rf /testbed && ln -s /etc /testbed",
+            "rm -rf /testbed",
+            "rm -rf /testbed; echo f > /testbed",
+        ):
+            assert (await sb.exec(sabotage, cwd="/")).status is Status.OK
+            await sb.write_files({"planted.txt": "x"})
+            assert not Path("/etc/planted.txt").exists()
+            assert (await sb.exec("cat planted.txt; pwd")).stdout == "x/testbed\n"
+            assert await sb.read_files(["planted.txt"]) == {"planted.txt": b"x"}
+            assert (await sb.exec("ls /etc")).stdout == "hostname\npasswd\n"
 
 
 @pytest.mark.parametrize(
@@ -275,6 +290,19 @@ async def test_python_in_the_image_opens_testbed_files_warm(base: SubprocessBack
         assert await _reward(sb, "42") == 1.0
 
 
+async def test_run_never_writes_through_a_working_directory_the_program_replaced(base: SubprocessBackend) -> None:
+    host_dir = Path(tempfile.mkdtemp(prefix="hostside-", dir=os.path.dirname(CACHE)))
+    try:
+        async with _open(base) as sb:
+            await sb.exec(f"rm -rf /testbed && ln -s {host_dir} /testbed", cwd="/")
+            result = await sb.run(RunRequest(code="import os\nprint(os.getcwd())", files={"in.txt": "i"}, limits=FAST))
+            assert result.status is Status.OK, result
+            assert result.stdout == "/testbed\n"
+            assert list(host_dir.iterdir()) == []  # the host followed no link to its own directory
+    finally:
+        shutil.rmtree(host_dir, ignore_errors=True)
+
+
 def _open(backend: SubprocessBackend) -> _Opened:
     return _Opened(backend)
 
@@ -291,3 +319,19 @@ class _Opened:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.sb.close()
+
+
+async def test_resolve_in_root_never_leaves_the_root(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "usr" / "bin").mkdir(parents=True)
+    (root / "bin").symlink_to("usr/bin")
+    (root / "abs").symlink_to("/usr")
+    (root / "up").symlink_to("../../../../../..")
+    (root / "loop").symlink_to("loop")
+    r = str(root)
+    assert resolve_in_root(r, "/bin/x", follow_last=True) == f"{r}/usr/bin/x"
+    assert resolve_in_root(r, "/abs/bin", follow_last=True) == f"{r}/usr/bin"  # absolute: from the root
+    assert resolve_in_root(r, "/up/etc/passwd", follow_last=True) == f"{r}/etc/passwd"  # '..' stops at /
+    assert resolve_in_root(r, "/abs", follow_last=False) == f"{r}/abs"  # the link itself
+    with pytest.raises(OSError):
+        resolve_in_root(r, "/loop/x", follow_last=True)

@@ -27,13 +27,23 @@ from typing import Any
 from sandboxkit.backends.docker._engine import SANDBOX_UID
 from sandboxkit.errors import InvalidRequest
 
-__all__ = ["PRIVATE_MOUNTS", "check_reachable", "make_dirs", "put_files", "stat_path", "under"]
+__all__ = [
+    "GO_MODE_DIR",
+    "GO_MODE_SYMLINK",
+    "PRIVATE_MOUNTS",
+    "check_reachable",
+    "make_dirs",
+    "put_files",
+    "stat_path",
+    "under",
+]
 
 _NAME = "docker"
 #: Filesystems of a container the archive API cannot reach (private tmpfs and kernel mounts).
 PRIVATE_MOUNTS = ("/tmp", "/dev", "/proc", "/sys")
-#: Go's ``os.ModeDir`` bit in the engine's path stat.
-_GO_MODE_DIR = 1 << 31
+#: Go's ``os.ModeDir`` and ``os.ModeSymlink`` bits in the engine's path stat.
+GO_MODE_DIR = 1 << 31
+GO_MODE_SYMLINK = 1 << 27
 
 
 def under(path: str, directory: str) -> str | None:
@@ -96,7 +106,7 @@ def _existing_ancestor(client: Any, container_id: str, directory: str, sandbox_i
     while True:
         found = stat_path(client, container_id, current)
         if found is not None:
-            if not int(found.get("mode", 0)) & _GO_MODE_DIR:
+            if not int(found.get("mode", 0)) & GO_MODE_DIR:
                 raise InvalidRequest(
                     f"{current!r} exists in the sandbox and is not a directory; cannot create files below it",
                     backend=_NAME,

@@ -176,6 +176,20 @@ class DockerSandbox(Sandbox):
             return "/" if not str(cwd).strip("/") else check_sandbox_path_or_invalid(str(cwd), self.id)
         return posixpath.join(self._workdir, self._path(cwd))
 
+    async def _check_directory(self, path: str, given: str) -> None:
+        """An absolute ``cwd`` must be a directory: asked of the engine, so a typo is the caller's error.
+
+        Raises:
+            InvalidRequest: it does not exist or is not a directory (a link to one is fine).
+        """
+        found = await self._sdk(_abspath.stat_path, path)
+        if found is not None and int(found.get("mode", 0)) & _abspath.GO_MODE_SYMLINK:
+            return  # the runner's chdir follows it inside the container
+        if found is None or not int(found.get("mode", 0)) & _abspath.GO_MODE_DIR:
+            raise InvalidRequest(
+                f"cwd {given!r} is not a directory in the container", backend=_NAME, sandbox_id=self.id
+            )
+
     def _path(self, path: str) -> str:
         return check_path(path, self._workdir, self.id)
 
@@ -316,6 +330,8 @@ class DockerSandbox(Sandbox):
         check_env(extra_env, argv, self.id)
         data = utf8(stdin or "", "stdin", self.id)
         workdir = self._cwd(cwd)
+        if workdir != self._workdir and str(cwd).startswith("/"):
+            await self._check_directory(workdir, str(cwd))
         await self._ensure_limits(self._limits)
         blobs = Blobs()
         step = make_step(

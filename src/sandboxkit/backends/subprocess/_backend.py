@@ -177,7 +177,11 @@ class SubprocessBackend(Backend):
         """Languages whose toolchains exist here; protections not active on this machine."""
         if self._caps is None:
             iso = self.isolation
-            langs = frozenset(name for name, lang in LANGUAGES.items() if self.has_toolchain(lang))
+            # With a root filesystem the image decides, as on Docker: a language whose toolchain it
+            # lacks raises ToolchainMissing (naming the package), not InvalidRequest.
+            langs = frozenset(
+                name for name, lang in LANGUAGES.items() if self.rootfs is not None or self.has_toolchain(lang)
+            )
             limits = {"timeout_s", "compile_timeout_s", "memory_mb", "output_bytes", "file_size_mb", "pids"}
             if iso.bwrap is not None:
                 limits.add("network")
@@ -189,6 +193,10 @@ class SubprocessBackend(Backend):
                     "separate uid per sandbox: rootfs sandboxes share the image owner's host uid "
                     "(apart by namespaces and cgroups)"
                 )
+                if iso.cgroup.pids_parent is None:
+                    missing.append(
+                        "process limit: no pids cgroup, and a shared uid makes RLIMIT_NPROC no per-sandbox cap"
+                    )
             elif self.server_python is None:
                 missing.append("fork server: no python3 on the sandbox PATH; commands start cold, without the cgroup")
             self._caps = Capabilities(

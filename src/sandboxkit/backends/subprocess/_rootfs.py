@@ -387,6 +387,29 @@ class RootView:
                 os.mkdir(directory, 0o755)
                 os.lchown(directory, *self.owner)
 
+    def repair_workdir(self) -> None:
+        """Make each component of the working directory a real directory again, before the host uses it.
+
+        The program is root in its view and may remove ``/testbed`` or replace it with a link
+        (``ln -s /etc /testbed``); the host's own path to the workspace must never pass through
+        such a link, so whatever is in the way is removed and the directory made anew (empty).
+        """
+        if not self.mounted:
+            return
+        current = self.root
+        for part in self.workdir.strip("/").split("/"):
+            current = os.path.join(current, part)
+            try:
+                mode: int | None = os.lstat(current).st_mode
+            except FileNotFoundError:
+                mode = None
+            if mode is not None and not stat.S_ISDIR(mode):
+                os.unlink(current)
+                mode = None
+            if mode is None:
+                os.mkdir(current, 0o755)
+                os.lchown(current, *self.owner)
+
     def unmount(self) -> None:
         """Detach the overlay (idempotent; lazy, so a straggler's open file cannot block it)."""
         if self.mounted:
@@ -422,6 +445,10 @@ class RootView:
                 "the host cannot reach; use the working directory or another absolute path (or exec a command)"
             )
         return resolved, inside
+
+    def absolute(self, checked: str) -> str:
+        """A checked path as the sandbox names it: relative ones are in the working directory."""
+        return checked if checked.startswith("/") else posixpath.join(self.workdir, checked)
 
     def inner(self, host: str) -> str:
         """The sandbox's name for a host path below :attr:`root`."""
@@ -476,17 +503,18 @@ def _rel_in_root(view: RootView, path: str, sandbox_id: str | None) -> str:
 def write_files(view: RootView, workspace: Workspace, files: Mapping[str, bytes | str], sandbox_id: str | None) -> None:
     """Write files: relative ones in the working directory, absolute ones anywhere in the view.
 
+    Both are resolved against the sandbox's root (a link in ``/testbed`` to ``/data`` means the
+    image's ``/data``), so the host never follows a link to its own files.
+
     Raises:
         InvalidRequest: a bad path, one on a private mount, or text that is not valid Unicode.
         OSError: the sandbox's tmpfs is full.
     """
+    del workspace  # relative paths resolve like absolute ones, from the working directory
     checked = split_paths(files, sandbox_id)
-    relative = {norm: files[given] for given, norm in checked if not norm.startswith("/")}
-    absolute = {_rel_in_root(view, norm, sandbox_id): files[given] for given, norm in checked if norm.startswith("/")}
-    if relative:
-        workspace.write(relative)
-    if absolute:
-        Workspace(view.root, view.owner, sandbox_id).write(absolute)
+    placed = {_rel_in_root(view, view.absolute(norm), sandbox_id): files[given] for given, norm in checked}
+    if placed:
+        Workspace(view.root, view.owner, sandbox_id).write(placed)
 
 
 def read_files(view: RootView, workspace: Workspace, paths: Sequence[str], sandbox_id: str | None) -> dict[str, bytes]:
@@ -495,14 +523,12 @@ def read_files(view: RootView, workspace: Workspace, paths: Sequence[str], sandb
     Raises:
         InvalidRequest: a bad path or one on a private mount.
     """
+    del workspace
     out: dict[str, bytes] = {}
     root = Workspace(view.root, view.owner, sandbox_id)
     for _given, norm in split_paths(paths, sandbox_id):
-        if norm.startswith("/"):
-            rel = _rel_in_root(view, norm, sandbox_id)
-            found = root.read([rel])
-            if rel in found:
-                out[norm] = found[rel]
-        else:
-            out.update(workspace.read([norm]))
+        rel = _rel_in_root(view, view.absolute(norm), sandbox_id)
+        found = root.read([rel])
+        if rel in found:
+            out[norm] = found[rel]
     return out

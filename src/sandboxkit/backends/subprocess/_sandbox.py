@@ -107,6 +107,8 @@ class SubprocessSandbox(Sandbox):
             raise SandboxCrashed("the sandbox is closed; open a new one", backend=NAME, sandbox_id=self.id)
         if self._broken is not None:
             raise SandboxCrashed(self._broken, backend=NAME, sandbox_id=self.id)
+        if self.view is not None:
+            self.view.repair_workdir()  # no program runs now; the last one may have replaced /testbed
 
     def _discard(self) -> None:
         """The server died on its own: never start another in a workspace the program controlled."""
@@ -122,10 +124,10 @@ class SubprocessSandbox(Sandbox):
         """Host path of ``exec``'s working directory: the workspace, a directory in it, or (rootfs) any absolute one."""
         if cwd in (None, "", "."):
             return self.workspace.path
-        if self.view is not None and str(cwd).startswith("/"):
+        if self.view is not None:
             if not str(cwd).strip("/"):
                 return self.view.root
-            checked = rootfs.split_paths([str(cwd)], self.id)[0][1]
+            checked = self.view.absolute(rootfs.split_paths([str(cwd)], self.id)[0][1])
             try:
                 return rootfs.resolve_in_root(self.view.root, checked, follow_last=True)
             except OSError as exc:  # a link cycle

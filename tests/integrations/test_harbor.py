@@ -368,3 +368,76 @@ def test_parallel_episodes_leave_nothing_behind(tmp_path: Path, backend: str) ->
         assert ps.returncode == 0 and ps.stdout.strip() == ""
     else:
         assert has_overlay_mounts([ROOTFS_ROOT]) == []
+
+
+@pytest.mark.parametrize("_", [pytest.param(None, id="subprocess-rootfs", marks=rootfs_only)])
+def test_trl_grpo_trainer_runs_harbor_tasks(tmp_path: Path, monkeypatch, _) -> None:
+    # A real GRPOTrainer step with environment_factory=HarborToolEnv: TRL resets one environment per
+    # rollout from the row's task_dir and logs get_reward() as the "HarborToolEnv" reward. The tiny
+    # random model makes no tool calls, so each task's own verifier decides: one always passes, one never.
+    pytest.importorskip("trl")
+    import functools
+
+    import torch
+    from datasets import Dataset
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
+    from trl.chat_template_utils import qwen3_chat_template
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    words = ["<pad>", "<eos>", "<unk>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "user", "hello"]
+    core = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    core.decoder = decoders.Fuse()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>", padding_side="left"
+    )
+    tokenizer.chat_template = qwen3_chat_template  # a template TRL can parse tool calls from
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=True,
+    )
+    passes = make_task(tmp_path / "passes", "#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n")
+    fails = make_task(tmp_path / "fails", "#!/bin/sh\necho 0 > /logs/verifier/reward.txt\n")
+    prompt = [{"role": "user", "content": "hello"}]
+    dataset = Dataset.from_list(
+        [{"prompt": prompt, "task_dir": str(passes)}, {"prompt": prompt, "task_dir": str(fails)}]
+    )
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        use_cpu=True,
+        bf16=False,
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=1,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        gradient_checkpointing=False,
+        dataloader_num_workers=0,
+        shuffle_dataset=False,
+    )
+    trainer = GRPOTrainer(
+        model=Qwen2ForCausalLM(config),
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        environment_factory=functools.partial(HarborToolEnv, **rootfs_backend(), pool_options=POOL),
+    )
+    assert trainer.reward_func_names == ["HarborToolEnv"]
+    trainer.train()
+    logged = [e for e in trainer.state.log_history if "rewards/HarborToolEnv/mean" in e]
+    assert len(logged) == 1 and logged[0]["rewards/HarborToolEnv/mean"] == pytest.approx(0.5)

@@ -441,3 +441,30 @@ def test_trl_grpo_trainer_runs_harbor_tasks(tmp_path: Path, monkeypatch, _) -> N
     trainer.train()
     logged = [e for e in trainer.state.log_history if "rewards/HarborToolEnv/mean" in e]
     assert len(logged) == 1 and logged[0]["rewards/HarborToolEnv/mean"] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_oracle_solution_scores_1(tmp_path: Path, backend: str) -> None:
+    root = make_task(tmp_path / "t")
+    (root / "solution").mkdir()
+    (root / "solution" / "solve.sh").write_text('#!/bin/sh\necho "$ANSWER" > answer.txt\n')
+    with open(root / "task.toml", "a") as f:
+        f.write('[solution]\nenv = { ANSWER = "42" }\n')
+    task = HarborTask.load(root)
+    assert set(task.solution) == {"solve.sh"} and task.solution_env == {"ANSWER": "42"}
+    env = HarborEnv(task, pool_options=POOL, **backend_args(backend))
+    try:
+        env.reset()
+        env.solve()
+        assert env.step(call("submit"))[1] == 1.0
+        env.reset()
+        assert env.step(call("submit"))[1] == 0.0  # a fresh sandbox: the oracle's answer is gone
+    finally:
+        env.close()
+    unsolved = HarborEnv(make_task(tmp_path / "unsolved"), pool_options=POOL, **backend_args(backend))
+    try:
+        unsolved.reset()
+        with pytest.raises(HarborTaskError, match=r"no solution/solve\.sh"):
+            unsolved.solve()
+    finally:
+        unsolved.close()

@@ -22,7 +22,7 @@ from typing import Any
 
 from sandboxkit.errors import SandboxError
 from sandboxkit.integrations._harbor_verify import VERIFIER_DIR, HarborVerdict, verify_session
-from sandboxkit.models import Limits
+from sandboxkit.models import ExecResult, Limits
 from sandboxkit.session import Session
 
 if sys.version_info >= (3, 11):
@@ -60,6 +60,8 @@ class HarborTask:
     dockerfile: Path | None
     workdir: str
     tests: dict[str, bytes]
+    solution: dict[str, bytes]
+    solution_env: dict[str, str]
     verifier_timeout_s: float
     verifier_env: dict[str, str]
     agent_timeout_s: float | None
@@ -101,6 +103,10 @@ class HarborTask:
             dockerfile=dockerfile if dockerfile.is_file() else None,
             workdir=_workdir(environment, dockerfile if dockerfile.is_file() else None, config_path),
             tests=tests,
+            solution=_read_dir(root / "solution") if (root / "solution" / "solve.sh").is_file() else {},
+            solution_env={
+                str(k): str(v) for k, v in dict(_table(config, "solution", config_path).get("env") or {}).items()
+            },
             verifier_timeout_s=_seconds(verifier.get("timeout_sec", DEFAULT_VERIFIER_TIMEOUT_S), config_path),
             verifier_env={str(k): str(v) for k, v in dict(verifier.get("env") or {}).items()},
             agent_timeout_s=_seconds(agent["timeout_sec"], config_path) if agent.get("timeout_sec") else None,
@@ -211,6 +217,26 @@ class HarborTask:
         """Subprocess backend options for this task: its image as the root filesystem, its working directory."""
         return {"rootfs": rootfs or self.rootfs_tarball(), "workdir": self.workdir}
 
+    async def solve(self, session: Session) -> ExecResult:
+        """Run the reference solution in the sandbox, as Harbor's oracle agent does (to check a task is solvable).
+
+        ``solution/`` goes to ``/solution`` and ``/solution/solve.sh`` runs in the working
+        directory with ``[solution] env``, bounded by ``[agent] timeout_sec`` (else the verifier's).
+
+        Raises:
+            HarborTaskError: the task has no ``solution/solve.sh``.
+            SandboxError: the sandbox failed.
+        """
+        if not self.solution:
+            raise HarborTaskError(f"Harbor task {self.name!r} has no solution/solve.sh")
+        await session.write_files({posixpath.join("/solution", rel): body for rel, body in self.solution.items()})
+        return await session.exec(
+            "chmod +x /solution/solve.sh && /solution/solve.sh",
+            cwd=self.workdir,
+            env={"DEBIAN_FRONTEND": "noninteractive", **self.solution_env},
+            timeout=self.agent_timeout_s or self.verifier_timeout_s,
+        )
+
     async def verify(self, session: Session) -> HarborVerdict:
         """Grade the sandbox of ``session`` as Harbor's verifier does; see :func:`verify_session`."""
         return await verify_session(self, session)
@@ -232,10 +258,14 @@ def _seconds(value: Any, where: Path) -> float:
 def _read_tests(tests_dir: Path) -> dict[str, bytes]:
     if not (tests_dir / "test.sh").is_file():
         raise HarborTaskError(f"{tests_dir / 'test.sh'} is missing; Harbor grades a task by running it")
+    return _read_dir(tests_dir)
+
+
+def _read_dir(tests_dir: Path) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
     for item in sorted(tests_dir.rglob("*")):
         if item.is_symlink():
-            raise HarborTaskError(f"{item} is a symbolic link; tests/ must hold regular files")
+            raise HarborTaskError(f"{item} is a symbolic link; {tests_dir.name}/ must hold regular files")
         if item.is_file():
             out[item.relative_to(tests_dir).as_posix()] = item.read_bytes()
     return out

@@ -105,6 +105,20 @@ class HarborEnv(SandboxEnv):
         allowed = ("backend", "timeout", "max_output_chars", "limits", "deadline_s", "pool_options", "backend_options")
         return HarborEnv(str(path), **{k: data[k] for k in allowed if k in data})
 
+    def solve(self) -> str:
+        """Run the task's reference solution in this episode's sandbox (Harbor's oracle); returns its output.
+
+        Then ``submit`` (or ``compute_final_reward``) grades it: a task whose oracle does not
+        reach 1.0 is broken.
+
+        Raises:
+            HarborTaskError: the task has no ``solution/solve.sh``.
+            SandboxError: there is no open sandbox, or it failed.
+        """
+        session = self._session_or_fail()
+        result = self._call(lambda _p: self.harbor_task.solve(session))
+        return str(result.stdout + result.stderr)
+
     def _grade(self) -> float:
         session = self._session
         if session is None:

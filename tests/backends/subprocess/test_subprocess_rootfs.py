@@ -159,6 +159,8 @@ async def test_a_working_directory_replaced_by_a_link_is_never_followed_by_the_h
             assert (await sb.exec("cat planted.txt; pwd")).stdout == "x/testbed\n"
             assert await sb.read_files(["planted.txt"]) == {"planted.txt": b"x"}
             assert (await sb.exec("ls /etc")).stdout == "hostname\npasswd\n"
+        await sb.exec("rm -rf /testbed", cwd="/")
+        assert await sb.alive()  # still usable: the next call makes /testbed again
 
 
 @pytest.mark.parametrize(

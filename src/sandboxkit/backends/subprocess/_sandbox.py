@@ -78,9 +78,8 @@ class SubprocessSandbox(Sandbox):
         #: The sandbox's own directory on the host (its tmpfs): the workspace, or what holds its root view.
         self._base = path
         #: The copy-on-write view of the backend's root filesystem, or None (the host's, read-only).
-        self.view: rootfs.RootView | None = (
-            None  #: Why the sandbox can no longer be used (its fork server died on its own), or None.
-        )
+        self.view: rootfs.RootView | None = None
+        #: Why the sandbox can no longer be used (its fork server died on its own), or None.
         self._broken: str | None = None
         self._mounted = False
         self.cgroup: SandboxCgroup | None = None
@@ -531,7 +530,8 @@ class SubprocessSandbox(Sandbox):
         ``on_stdout`` / ``on_stderr`` get the output chunks as the pipes are read.
 
         Raises:
-            InvalidRequest: ``cwd`` escapes the workspace or the timeout is not positive.
+            InvalidRequest: ``cwd`` escapes the workspace (with a root filesystem: is not a directory
+                of the view) or the timeout is not positive.
             BackendUnavailable: the sandbox's isolation could not be started.
             SandboxCrashed: the sandbox is closed.
         """
@@ -564,10 +564,11 @@ class SubprocessSandbox(Sandbox):
         return classify(outcome)
 
     async def write_files(self, files: Mapping[str, bytes | str]) -> None:
-        """Write files into the workspace.
+        """Write files into the workspace (with a root filesystem: anywhere in the sandbox's view).
 
         Raises:
-            InvalidRequest: a path is absolute or contains ``..``.
+            InvalidRequest: a path contains ``..``, is absolute without a root filesystem, or is on
+                the sandbox's private ``/tmp``, ``/dev``, ``/proc`` or ``/sys``.
             SandboxCrashed: the sandbox is closed.
         """
         self._check_open()
@@ -577,10 +578,11 @@ class SubprocessSandbox(Sandbox):
             self.workspace.write(files)
 
     async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
-        """Read files from the workspace; missing ones are absent.
+        """Read files from the workspace (with a root filesystem: its view); missing ones are absent.
 
         Raises:
-            InvalidRequest: a path is absolute or contains ``..``.
+            InvalidRequest: a path contains ``..``, is absolute without a root filesystem, or is on
+                the sandbox's private ``/tmp``, ``/dev``, ``/proc`` or ``/sys``.
             SandboxCrashed: the sandbox is closed.
         """
         self._check_open()
@@ -590,7 +592,11 @@ class SubprocessSandbox(Sandbox):
 
     async def alive(self) -> bool:
         """True until closed or discarded (and while the workspace exists). Never raises."""
-        return not self._closed and self._broken is None and os.path.isdir(self.workspace.path)
+        if self._closed or self._broken is not None:
+            return False
+        if self.view is not None:  # the program may remove /testbed: the next call makes it again
+            return self.view.mounted
+        return os.path.isdir(self.workspace.path)
 
     async def reset(self) -> bool:
         """Give the next run what a fresh sandbox gives.

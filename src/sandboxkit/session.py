@@ -16,7 +16,7 @@ import anyio
 from sandboxkit._lease import LeaseCore, keeps_sandbox
 from sandboxkit._request import RunsPrograms, positive_timeout
 from sandboxkit._slots import CallSlot, Entry
-from sandboxkit.base import OutputCallback, Sandbox
+from sandboxkit.base import Capabilities, OutputCallback, Sandbox
 from sandboxkit.errors import InvalidRequest, PoolClosed
 from sandboxkit.models import ExecResult, Limits
 from sandboxkit.streaming import check_callbacks, exec_streaming
@@ -57,6 +57,16 @@ class Session(RunsPrograms):
     def sandbox_id(self) -> str | None:
         """Id of the current sandbox, if one is open."""
         return self._entry.sandbox.id if self._entry else None
+
+    @property
+    def backend_name(self) -> str:
+        """Name of the backend serving this session, for messages and logs."""
+        return self._core.backend.name
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this session's backend can do (absolute paths, streaming...), to check before relying on it."""
+        return self._core.backend.capabilities
 
     async def __aenter__(self) -> Session:
         await self.open()

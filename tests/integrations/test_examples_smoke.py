@@ -36,3 +36,8 @@ def test_trl_example_tiny(monkeypatch) -> None:
     last = load(EXAMPLES / "trl_grpo.py").main(["--tiny", "--steps", "1"])
     assert "rewards/sandbox_pass_rate/mean" in last
     assert last.get("sandbox_pass_rate/infra_failure_rate") == 0.0
+
+
+def test_agent_tasks_example() -> None:
+    pytest.importorskip("math_verify")
+    assert load(EXAMPLES / "agent_tasks.py").main([]) == {"right": 1.0, "wrong": 0.0}

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
+import posixpath
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,6 +31,13 @@ class RLLMSandbox:
     backends do. Absolute paths under ``workdir`` map into the workspace; other absolute
     paths are re-rooted inside it (like rLLM's local backend). ``user`` is accepted and ignored.
 
+    On a backend whose sandboxes have their own root filesystem (``capabilities.absolute_paths``)
+    absolute paths are real instead: ``upload_dir(..., "/tests")`` writes ``/tests`` and
+    ``exec("cat /tests/a.txt")`` sees it, as rLLM's Harbor-style ``ShellScriptEvaluator``
+    expects (it uploads ``/tests``, runs ``test.sh``, reads ``/logs/verifier/reward.txt``). The
+    ``docker`` backend named as a string then gets a writable root with ``workdir`` and
+    ``/logs/verifier`` given to the program's user, unless ``backend_options`` says otherwise.
+
     Args:
         name: a label for logs.
         backend: backend name, Backend instance or SyncSandboxPool.
@@ -36,6 +45,7 @@ class RLLMSandbox:
         timeout: default seconds per command (rLLM's local default is 300).
         limits: limits of the sandbox.
         pool_options: options of the (shared, for a name) pool.
+        backend_options: options of the backend (when ``backend`` is a name).
     """
 
     def __init__(
@@ -47,17 +57,40 @@ class RLLMSandbox:
         timeout: float = 300.0,
         limits: Limits | None = None,
         pool_options: Mapping[str, Any] | None = None,
+        backend_options: Mapping[str, Any] | None = None,
         **_: Any,
     ) -> None:
         self.name = name
-        options = {"max_concurrency": 64, "max_sandboxes": 128, **dict(pool_options or {})}
+        options: dict[str, Any] = {"max_concurrency": 64, "max_sandboxes": 128, **dict(pool_options or {})}
+        if backend == "docker" and not (backend_options and "writable_root" in backend_options):
+            dirs = (posixpath.normpath(workdir), "/logs/verifier", "/logs/agent")
+            backend_options = {**dict(backend_options or {}), "writable_root": True, "writable_dirs": dirs}
+        if backend_options:
+            options["backend_options"] = dict(backend_options)
         self.handle = shared_handle(backend, **options) if isinstance(backend, str) else PoolHandle(backend, **options)
         self.timeout = timeout
         self.limits = (limits or Limits()).merged(timeout_s=timeout)
         self.workspace = WorkspaceMap(workdir, outside="rebase")
+        self._absolute = bool(self.handle.pool.backend.capabilities.absolute_paths)
         self._session: Session | None = self.handle.call(lambda p: open_session(p, self.limits), None)
         pwd = self.handle.call(lambda _p: self._live().exec("pwd", timeout=30), 30 + GRACE_S)
-        self.workspace.bind(pwd.stdout)
+        real_workdir = (
+            self._absolute
+            and self.handle.call(
+                lambda _p: self._live().exec(f"test -d {shlex.quote(self.workspace.workdir)}", timeout=30), 30 + GRACE_S
+            ).ok
+        )
+        # With a real workdir nothing is rewritten: absolute paths are the sandbox's own.
+        self._cwd = self.workspace.workdir if real_workdir else None
+        self.workspace.bind(self.workspace.workdir if real_workdir else pwd.stdout)
+
+    def _path(self, remote_path: str) -> str:
+        """The file-API path for ``remote_path``: itself where absolute paths are real, else in the workspace."""
+        path = remote_path.strip()
+        inside = path == self.workspace.workdir or path.startswith(self.workspace.workdir.rstrip("/") + "/")
+        if self._absolute and path.startswith("/") and (self._cwd is not None or not inside):
+            return posixpath.normpath(path)
+        return self.workspace.relative(remote_path)
 
     def _live(self) -> Session:
         if self._session is None:
@@ -73,7 +106,9 @@ class RLLMSandbox:
         """
         t = float(timeout) if timeout else self.timeout
         session = self._live()
-        result = self.handle.call(lambda _p: session.exec(self.workspace.command(command), timeout=t), t + GRACE_S)
+        result = self.handle.call(
+            lambda _p: session.exec(self.workspace.command(command), cwd=self._cwd, timeout=t), t + GRACE_S
+        )
         stdout = self.workspace.output(result.stdout)
         if not result.ok:
             tail = self.workspace.output(result.stderr)[-600:]
@@ -87,13 +122,13 @@ class RLLMSandbox:
         """Copy a local file into the sandbox."""
         with open(local_path, "rb") as fh:
             data = fh.read()
-        rel = self.workspace.relative(remote_path)
+        rel = self._path(remote_path)
         session = self._live()
         self.handle.call(lambda _p: session.write_files({rel: data}), self.timeout + GRACE_S)
 
     def upload_dir(self, local_path: str, remote_path: str) -> None:
         """Copy a local directory tree into the sandbox (regular files; symlinks are skipped)."""
-        base = self.workspace.relative(remote_path)
+        base = self._path(remote_path)
         files: dict[str, bytes | str] = {}
         for root, _dirs, names in os.walk(local_path):
             for fname in names:
@@ -113,7 +148,7 @@ class RLLMSandbox:
         Raises:
             FileNotFoundError: the file does not exist.
         """
-        rel = self.workspace.relative(remote_path)
+        rel = self._path(remote_path)
         session = self._live()
         files = self.handle.call(lambda _p: session.read_files([rel]), self.timeout + GRACE_S)
         if rel not in files:

@@ -35,6 +35,7 @@ from sandboxkit.integrations._editor import insert as edit_insert
 from sandboxkit.integrations._editor import str_replace as edit_str_replace
 from sandboxkit.integrations._editor import view as edit_view
 from sandboxkit.integrations._format import format_error, format_result, truncate_middle
+from sandboxkit.integrations._llm_in_sandbox import Layout, input_files, is_llm_in_sandbox_row, score_answer
 from sandboxkit.integrations._rllm_sandbox import RLLMSandbox
 from sandboxkit.integrations._runtime import GRACE_S, BackendLike, PoolHandle, open_session, shared_handle
 from sandboxkit.integrations._toolcalls import ToolCall, ToolCallError, calls_in_action
@@ -130,6 +131,21 @@ CONTINUE_MSG = (
 FINISHED_MSG = "<<< Finished >>>"
 
 
+def _real_workdir_options(
+    backend: BackendLike, options: Mapping[str, Any] | None, layout: Layout
+) -> Mapping[str, Any] | None:
+    """Docker options that give an agent a real, writable working directory (``/testbed``).
+
+    Only for the ``docker`` backend named as a string without a ``writable_root`` choice of
+    the caller's: its containers have their own root, so the advertised directory can be a
+    real one instead of a name mapped onto the workspace.
+    """
+    if backend != "docker" or (options and "writable_root" in options):
+        return options
+    dirs = dict.fromkeys([layout.working_dir, layout.input_dir, layout.output_dir])
+    return {**dict(options or {}), "writable_root": True, "writable_dirs": tuple(dirs)}
+
+
 class SandboxEnv(BaseEnv):
     """One sandbox per episode, with ``execute_bash`` / ``str_replace_editor`` / ``submit``.
 
@@ -137,7 +153,10 @@ class SandboxEnv(BaseEnv):
         task: the dataset row. Recognised keys: ``problem_statement`` (or ``question`` /
             ``prompt``), ``files`` ({path: text} written into the workdir at reset),
             ``tests`` and ``solution_path`` (graded with the judge at the end), ``reward_command``
-            (a shell command; exit 0 = reward 1.0), ``language``.
+            (a shell command; exit 0 = reward 1.0), ``language``; and LLM-in-Sandbox-RL rows
+            (``ground_truth`` + ``domain``, optional ``qa_type``, ``input_files`` copied under
+            ``input_dir``, the answer read from ``{output_dir}/answer.txt``; see
+            :mod:`sandboxkit.integrations._llm_in_sandbox` and docs/agent_environments.md).
         backend: backend name, Backend instance or SyncSandboxPool. With a name, every
             environment in the process with the same settings shares one pool.
         workdir: the directory the model is told its files live in.
@@ -165,18 +184,25 @@ class SandboxEnv(BaseEnv):
     ) -> None:
         self.task: dict[str, Any] = dict(task or {})
         self.stateful_python = bool(stateful_python)
+        self._workdir = workdir
+        try:
+            self.layout = Layout.from_row(self.task, workdir)
+        except ValueError:  # a bad row must not kill the engine's env builder: reset() reports it
+            self.layout = Layout.from_row({}, workdir)
         options = {"max_concurrency": 64, "max_sandboxes": 128, **dict(pool_options or {})}
+        backend_options = _real_workdir_options(backend, backend_options, self.layout)
         if backend_options:
             options["backend_options"] = dict(backend_options)
         self.handle: PoolHandle = (
             shared_handle(backend, **options) if isinstance(backend, str) else PoolHandle(backend, **options)
         )
-        self.workspace = WorkspaceMap(workdir)
+        self.workspace = WorkspaceMap(self.layout.working_dir)
         self.timeout = timeout
         self.max_output_chars = max_output_chars
         self.limits = (limits or Limits()).merged(timeout_s=timeout)
         self.deadline_s = deadline_s
         self._session: Session | None = None
+        self._cwd: str | None = None  # the real working directory, where the sandbox has its own root
         self._lock = threading.RLock()
         self._done = False
         self._final_reward: float | None = None
@@ -197,6 +223,11 @@ class SandboxEnv(BaseEnv):
         Keys that match constructor arguments configure the environment; the row is the task.
         """
         data = json.loads(info) if isinstance(info, str) else dict(info)
+        if "step_timeout" in data and "timeout" not in data:  # LLM-in-Sandbox-RL's env_args name
+            data["timeout"] = data.pop("step_timeout")
+        image = data.pop("docker_image", None)  # LLM-in-Sandbox-RL's env_args: the image of a Docker sandbox
+        if image and data.get("backend", "subprocess") == "docker":
+            data["backend_options"] = {"image": image, **dict(data.get("backend_options") or {})}
         params = inspect.signature(SandboxEnv.__init__).parameters
         kwargs = {k: data[k] for k in params if k not in ("self", "task") and k in data}
         task = {k: v for k, v in data.items() if k not in kwargs}
@@ -228,10 +259,12 @@ class SandboxEnv(BaseEnv):
                 "extra_info": dict(self.task),  # as LLM-in-Sandbox's env gives it (its agent reads it)
             }
             try:
+                self.layout = Layout.from_row(self.task, self._workdir)
+                self.workspace = WorkspaceMap(self.layout.working_dir)
+                info["workdir"] = self.workspace.workdir
                 self._session = self._call(lambda p: open_session(p, self.limits))
-                real = self._call(lambda _p, s=self._session: s.exec("pwd", timeout=self.timeout))
-                self.workspace.bind(real.stdout)
-                files = self._task_files()
+                self._bind_workdir(self._session)
+                files = {self._fs_path(path): body for path, body in self._task_files().items()}
                 if files:
                     self._call(lambda _p, s=self._session: s.write_files(files))
                 info["sandbox_id"] = self._session.sandbox_id
@@ -322,7 +355,7 @@ class SandboxEnv(BaseEnv):
 
     def _exec(self, command: str) -> ExecResult:
         session = self._session_or_fail()
-        result: ExecResult = self._call(lambda _p: session.exec(command, timeout=self.timeout))
+        result: ExecResult = self._call(lambda _p: session.exec(command, cwd=self._cwd, timeout=self.timeout))
         return result
 
     def _edit(self, args: Mapping[str, Any]) -> str:
@@ -377,12 +410,13 @@ class SandboxEnv(BaseEnv):
 
     def _read(self, rel: str) -> bytes | None:
         session = self._session_or_fail()
-        files: dict[str, bytes] = self._call(lambda _p: session.read_files([rel]))
-        return files.get(rel)
+        path = self._fs_path(rel)
+        files: dict[str, bytes] = self._call(lambda _p: session.read_files([path]))
+        return files.get(path)
 
     def _write(self, rel: str, text: str) -> None:
         session = self._session_or_fail()
-        self._call(lambda _p: session.write_files({rel: text.encode("utf-8")}))
+        self._call(lambda _p: session.write_files({self._fs_path(rel): text.encode("utf-8")}))
 
     # ------------------------------------------------------------------ grading
 
@@ -390,6 +424,8 @@ class SandboxEnv(BaseEnv):
         tests = self.task.get("tests")
         command = self.task.get("reward_command")
         try:
+            if tests is None and is_llm_in_sandbox_row(self.task):
+                return self._grade_answer()
             if tests is not None:
                 return self._grade_tests(tests)
             if isinstance(command, str) and command:
@@ -408,6 +444,74 @@ class SandboxEnv(BaseEnv):
             return 0.0
         self.final_info = {"reward_status": "no_grader", "infra_error": False}
         return 0.0
+
+    def _grade_answer(self) -> float:
+        """LLM-in-Sandbox-RL's reward: ``answer.txt`` against ``ground_truth``, by ``domain``.
+
+        A missing answer file is an empty answer (0.0), as upstream reads it with
+        ``cat ... || echo ''``. A row that cannot be graded gives 0.0 with
+        ``final_info["reward"] = None`` (no reward), never a silent wrong score.
+        """
+        path = self._sandbox_path(self.layout.answer_path)
+        content = self._read(path)
+        answer = content.decode("utf-8", errors="replace") if content is not None else ""
+        score = score_answer(answer, self.task.get("ground_truth"), self.task.get("domain"), self.task.get("qa_type"))
+        self.final_info = {
+            "reward_status": score.status,
+            "reward": score.reward,
+            "infra_error": score.status == "grader_unavailable",
+            "answer_found": content is not None,
+        }
+        if score.detail:
+            self.final_info["error"] = score.detail
+        return score.reward if score.reward is not None else 0.0
+
+    def _sandbox_path(self, absolute: str) -> str:
+        """The path the backend's file API takes for an absolute path of the task's layout.
+
+        Inside the working directory: relative to the workspace (every backend). Elsewhere:
+        the absolute path itself, on a backend with its own root filesystem.
+
+        Raises:
+            ValueError: the path is outside the working directory and the backend has no
+                root filesystem of its own.
+        """
+        try:
+            return self.workspace.relative(absolute)
+        except ValueError:
+            if self._absolute_paths():
+                return absolute
+            raise
+
+    def _bind_workdir(self, session: Session) -> None:
+        """Use the real working directory where the sandbox has one, else map it onto the workspace.
+
+        On a backend with its own root filesystem (``capabilities.absolute_paths``) where the
+        working directory exists and is writable, commands run there and files are written at
+        their real absolute paths, so a program that computes ``/testbed/...`` at run time finds
+        it. Elsewhere the advertised directory is rewritten to the workspace in and out.
+        """
+        self._cwd = None
+        workdir = self.workspace.workdir
+        if self._absolute_paths():
+            quoted = "'" + workdir.replace("'", "'\\''") + "'"
+            probe = self._call(lambda _p: session.exec(f"test -d {quoted} && test -w {quoted}", timeout=self.timeout))
+            if probe.ok:
+                self._cwd = workdir
+                self.workspace.bind(workdir)
+                return
+        real = self._call(lambda _p: session.exec("pwd", timeout=self.timeout))
+        self.workspace.bind(real.stdout)
+
+    def _fs_path(self, rel: str) -> str:
+        """The path the file API takes: absolute under the real working directory, else as given."""
+        return posixpath.join(self._cwd, rel) if self._cwd is not None else rel
+
+    def _absolute_paths(self) -> bool:
+        try:
+            return bool(getattr(self.handle.pool.backend.capabilities, "absolute_paths", False))
+        except SandboxError:
+            return False
 
     def _grade_tests(self, tests: Any) -> float:
         from sandboxkit.judge import grade
@@ -456,12 +560,12 @@ class SandboxEnv(BaseEnv):
             log.warning("releasing the sandbox of an episode failed", exc_info=True)
 
     def _task_files(self) -> dict[str, bytes]:
-        raw = self.task.get("files") or self.task.get("input_files") or {}
+        out = {self._sandbox_path(path): body for path, body in input_files(self.task, self.layout).items()}
+        raw = self.task.get("files") or {}
         if isinstance(raw, str):
             raw = json.loads(raw)
         if not isinstance(raw, Mapping):
             raise ValueError("task 'files' must be a mapping of path -> text")
-        out = {}
         for path, body in raw.items():
             out[self.workspace.relative(str(path))] = body.encode("utf-8") if isinstance(body, str) else bytes(body)
         return out

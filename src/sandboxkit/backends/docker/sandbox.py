@@ -72,6 +72,7 @@ class DockerSandbox(Sandbox):
         self._broken: str | None = None
         self._closed = False
         self._kernel: Kernel | None = None
+        self._kernel_python: bool | None = None  # python3 in the image runs the kernel (static runner)
         hello = hello or {}
         #: ``python`` or ``static``: which runner is PID 1 (only the Python one has the Python fast path).
         self.runner = str(hello.get("runner", "python"))
@@ -478,10 +479,18 @@ class DockerSandbox(Sandbox):
         inside the container's confinement (see ``_kernel``). Started on its first cell.
 
         Raises:
+            ToolchainMissing: the image has no python3 that can run the kernel.
             SandboxCrashed: the sandbox is closed or unusable.
         """
         if self._closed or self._broken is not None:
             raise self._crashed(f"the sandbox is {'closed' if self._closed else 'unusable'}; open a new one")
+        if self.runner == "static" and not await self._has_kernel_python():
+            raise ToolchainMissing(
+                f"Python kernels need python3 with its standard library in the image {self._backend.image!r}, "
+                "which has none (it runs on the static runner); use an image with python3",
+                backend=_NAME,
+                sandbox_id=self.id,
+            )
         if self._kernel is None or self._kernel.closed:
             from sandboxkit.backends.docker._kernel import start_kernel
 
@@ -490,6 +499,16 @@ class DockerSandbox(Sandbox):
 
             self._kernel = Kernel(start, self._limits, backend=_NAME, sandbox_id=self.id)
         return self._kernel
+
+    async def _has_kernel_python(self) -> bool:
+        """Whether the image's python3 can run the kernel program (probed once per sandbox).
+
+        Only asked on the static runner: the Python runner proves python3 works by running.
+        """
+        if self._kernel_python is None:
+            probe = await self.exec(["python3", "-c", "import json, marshal, select"], timeout=30)
+            self._kernel_python = probe.exit_code == 0
+        return self._kernel_python
 
     def _stop_kernel(self) -> None:
         if self._kernel is not None:

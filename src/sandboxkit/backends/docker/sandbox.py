@@ -210,7 +210,7 @@ class DockerSandbox(Sandbox):
         lang = resolve_language(request.language)
         limits = request.limits
         sinks = _sinks(on_stdout, on_stderr)
-        source = utf8(request.code, "the code", self.id)
+        source = utf8(lang.prepare(request.code), "the code", self.id)
         stdin = utf8(request.stdin or "", "stdin", self.id)
         check_env(request.env, request.argv, self.id)
         files = {self._path(path): data for path, data in request.files.items()}

@@ -38,6 +38,9 @@ BACKENDS = [
     pytest.param("docker", id="docker", marks=pytest.mark.docker),
 ]
 UNAVAILABLE = sorted(name for name, lang in LANGUAGES.items() if lang.unavailable)
+#: Languages whose toolchain the default Docker image leaves out (scripts/docker-setup.sh: rust and go double
+#: the image, so SANDBOXKIT_DOCKER_EXTRA_PACKAGES adds them on request): skipped there even under CI.
+DOCKER_OPT_IN = {"go_test"}
 
 
 async def _open(kind: str) -> tuple[Any, Sandbox]:
@@ -82,7 +85,7 @@ async def _need(sandbox: Sandbox, language: str) -> None:
             _present[key] = (await sandbox.exec(" && ".join(checks))).exit_code == 0
     if not _present[key]:
         message = f"{language}: {LANGUAGES[language].install_hint} (missing on {sandbox.backend_name})"
-        if CI:
+        if CI and not (sandbox.backend_name == "docker" and language in DOCKER_OPT_IN):
             pytest.fail(message)
         pytest.skip(message)
 

@@ -73,3 +73,21 @@ def test_the_sandbox_python_imports_the_preinstalled_packages() -> None:
     if done.returncode != 0 and os.environ.get("CI") != "true":
         pytest.skip(f"python3-numpy / python3-requests not installed: {done.stderr.strip()[-200:]}")
     assert done.returncode == 0, done.stderr
+
+
+def test_doctor_lists_every_language_with_its_toolchain_state() -> None:
+    from typer.testing import CliRunner
+
+    from sandboxkit.backends.subprocess import SubprocessBackend
+    from sandboxkit.cli import app
+
+    result = CliRunner().invoke(app, ["doctor", "--no-docker"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    backend = SubprocessBackend()
+    rows = {line.split("│")[1].strip(): line for line in result.output.splitlines() if line.count("│") >= 5}
+    for name, lang in LANGUAGES.items():
+        assert name in rows, f"{name} missing from doctor's table"
+        state = "ok" if backend.has_toolchain(lang) else "missing"
+        assert rows[name].split("│")[3].strip() == state, rows[name]
+        if lang.unavailable and state == "missing":
+            assert lang.unavailable in result.output.replace("\n", " ")

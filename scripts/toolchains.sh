@@ -1,0 +1,42 @@
+# Toolchains and preinstalled packages of the sandboxed languages (docs/languages.md), sourced by
+# scripts/bootstrap.sh (the host, which subprocess sandboxes see) and scripts/docker-setup.sh (the image),
+# so both backends run the same language table. Each list can be replaced through its environment variable.
+#
+#   SANDBOXKIT_LANG_PACKAGES             Debian packages of the languages beyond python, bash, c, cpp,
+#                                        javascript and java (those are in the core set already)
+#   SANDBOXKIT_SANDBOX_PYTHON_PACKAGES   Python libraries sandboxed programs may import. Debian packages,
+#                                        because sandboxes run the system /usr/bin/python3, not a venv
+#   SANDBOXKIT_SANDBOX_NPM_PACKAGES      npm packages (pinned) sandboxed node/typescript/jest programs may
+#                                        import; tsx and jest are the typescript and jest runners themselves
+#   SANDBOXKIT_NODE_PREFIX               where the npm packages go (sandboxkit.languages.NODE_PREFIX)
+
+SANDBOXKIT_LANG_PACKAGES=${SANDBOXKIT_LANG_PACKAGES-"php-cli ruby perl lua5.4 r-base-core racket ldc scala kotlin mono-mcs mono-runtime iverilog sqlite3 junit5 python3-pytest"}
+SANDBOXKIT_SANDBOX_PYTHON_PACKAGES=${SANDBOXKIT_SANDBOX_PYTHON_PACKAGES-"python3-numpy python3-requests"}
+SANDBOXKIT_SANDBOX_NPM_PACKAGES=${SANDBOXKIT_SANDBOX_NPM_PACKAGES-"lodash@4.17.21 tsx@4.7.1 jest@29.7.0 babel-jest@29.7.0 @jest/globals@29.7.0 @babel/core@7.24.5 @babel/preset-env@7.24.5 @babel/preset-typescript@7.24.1"}
+SANDBOXKIT_NODE_PREFIX=${SANDBOXKIT_NODE_PREFIX:-/usr/local/lib/sandboxkit/node}
+
+# Debian packages of $* that are not installed yet (prints them, space separated).
+missing_debs() {
+  local pkg out=()
+  for pkg in "$@"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || out+=("$pkg")
+  done
+  echo "${out[*]:-}"
+}
+
+# Install the npm packages into $SANDBOXKIT_NODE_PREFIX, once per list (the list is recorded there). Needs the
+# npm registry, so it runs at bootstrap; the Docker image copies the tree and builds offline.
+install_sandbox_npm_packages() {
+  local stamp="$SANDBOXKIT_NODE_PREFIX/.sandboxkit-packages"
+  [ -n "$SANDBOXKIT_SANDBOX_NPM_PACKAGES" ] || return 0
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$SANDBOXKIT_SANDBOX_NPM_PACKAGES" ]; then
+    return 0
+  fi
+  command -v npm >/dev/null 2>&1 || { echo "npm not found: install nodejs (with npm) first" >&2; return 1; }
+  mkdir -p "$SANDBOXKIT_NODE_PREFIX"
+  # shellcheck disable=SC2086  # the list is word-split on purpose
+  npm install --prefix "$SANDBOXKIT_NODE_PREFIX" --no-audit --no-fund --loglevel=error \
+    $SANDBOXKIT_SANDBOX_NPM_PACKAGES >/dev/null
+  chmod -R a+rX "$SANDBOXKIT_NODE_PREFIX"  # sandboxes run as unprivileged users
+  echo "$SANDBOXKIT_SANDBOX_NPM_PACKAGES" >"$stamp"
+}

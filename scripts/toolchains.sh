@@ -3,14 +3,15 @@
 # so both backends run the same language table. Each list can be replaced through its environment variable.
 #
 #   SANDBOXKIT_LANG_PACKAGES             Debian packages of the languages beyond python, bash, c, cpp,
-#                                        javascript and java (those are in the core set already)
+#                                        javascript and java (in the core set already), with the test
+#                                        libraries MultiPL-E-style tests load (Test::Deep, luaunit)
 #   SANDBOXKIT_SANDBOX_PYTHON_PACKAGES   Python libraries sandboxed programs may import. Debian packages,
 #                                        because sandboxes run the system /usr/bin/python3, not a venv
 #   SANDBOXKIT_SANDBOX_NPM_PACKAGES      npm packages (pinned) sandboxed node/typescript/jest programs may
 #                                        import; tsx and jest are the typescript and jest runners themselves
 #   SANDBOXKIT_NODE_PREFIX               where the npm packages go (sandboxkit.languages.NODE_PREFIX)
 
-SANDBOXKIT_LANG_PACKAGES=${SANDBOXKIT_LANG_PACKAGES-"php-cli ruby perl lua5.4 r-base-core racket ldc scala kotlin mono-mcs mono-runtime iverilog sqlite3 junit5 python3-pytest"}
+SANDBOXKIT_LANG_PACKAGES=${SANDBOXKIT_LANG_PACKAGES-"php-cli ruby perl lua5.4 r-base-core racket ldc scala kotlin mono-mcs mono-runtime iverilog sqlite3 junit5 python3-pytest libtest-deep-perl lua-unit"}
 SANDBOXKIT_SANDBOX_PYTHON_PACKAGES=${SANDBOXKIT_SANDBOX_PYTHON_PACKAGES-"python3-numpy python3-requests"}
 SANDBOXKIT_SANDBOX_NPM_PACKAGES=${SANDBOXKIT_SANDBOX_NPM_PACKAGES-"lodash@4.17.21 tsx@4.7.1 jest@29.7.0 babel-jest@29.7.0 @jest/globals@29.7.0 @babel/core@7.24.5 @babel/preset-env@7.24.5 @babel/preset-typescript@7.24.1"}
 SANDBOXKIT_NODE_PREFIX=${SANDBOXKIT_NODE_PREFIX:-/usr/local/lib/sandboxkit/node}

@@ -114,6 +114,32 @@ def _jest_run(code: str) -> list[str]:
     return ["node", f"{NODE_MODULES}/jest/bin/jest.js", "--ci", "--config", json.dumps(config)]
 
 
+#: Sandbox Fusion builds C# with ``dotnet run`` (the Debug configuration: DEBUG and TRACE defined), where a failed
+#: ``Debug.Assert`` ends the process (exit 134). Mono's default listener only logs it, so a wrong solution would
+#: pass MultiPL-E's Debug.Assert tests. A listener compiled in and named by ``main.exe.config`` restores the exit.
+_CSHARP_ASSERT = (
+    "public sealed class SandboxkitAssertFails : System.Diagnostics.DefaultTraceListener {\n"
+    "  public override void Fail(string message, string detail) {\n"
+    '    System.Console.Error.WriteLine("Process terminated. Assertion failed. " + message + " " + detail);\n'
+    "    System.Environment.Exit(134);\n"
+    "  }\n"
+    "}\n"
+)
+_CSHARP_CONFIG = (
+    '<?xml version="1.0"?><configuration><system.diagnostics><trace><listeners><remove name="Default"/>'
+    '<add name="sandboxkit" type="SandboxkitAssertFails, main"/></listeners></trace></system.diagnostics>'
+    "</configuration>\n"
+)
+
+
+def _csharp_compile(code: str) -> list[str]:
+    script = (
+        'printf %s "$2" > .sandboxkit_assert.cs && printf %s "$3" > main.exe.config && '
+        'exec mcs -d:DEBUG -d:TRACE -optimize+ -out:main.exe "$1" .sandboxkit_assert.cs'
+    )
+    return ["bash", "-c", script, "csharp", "main.cs", _CSHARP_ASSERT, _CSHARP_CONFIG]
+
+
 def _php_source(code: str) -> str:
     # Sandbox Fusion's ensure_php_tag_in_string: PHP echoes text outside <?php ... ?> instead of running it.
     code = code.lstrip()
@@ -138,6 +164,7 @@ class Language:
         env: extra environment the toolchain needs (caches pointed into the workspace).
         source_name_fn: picks the file name from the code (Java's public class).
         run_fn: builds the run argv from the code (the class or object to start).
+        compile_fn: builds the compile argv from the code, where a fixed template cannot (C#).
         prepare_fn: turns the code into the source file's text, where Sandbox Fusion's runner does
             (PHP gets ``<?php`` prepended when it lacks it).
         install: how to install the toolchain, where ``apt-get install <package>`` is not the way.
@@ -159,6 +186,7 @@ class Language:
     source_name_fn: Callable[[str], str] | None = None
     run_fn: Callable[[str], list[str]] | None = None
     prepare_fn: Callable[[str], str] | None = None
+    compile_fn: Callable[[str], list[str]] | None = None
     install: str = ""
     unavailable: str = ""
     files: tuple[str, ...] = ()
@@ -180,6 +208,8 @@ class Language:
         """argv of the compile step for ``code``, or ``None`` if the language is interpreted."""
         if self.compile is None:
             return None
+        if self.compile_fn is not None:
+            return self.compile_fn(code)
         src = self.source_name(code)
         return [part.format(src=src, bin="main") for part in self.compile]
 
@@ -460,13 +490,15 @@ LANGUAGES: dict[str, Language] = {
             name="csharp",
             aliases=("c#", "cs", "mono"),
             source="main.cs",
-            # Sandbox Fusion uses the dotnet SDK, which Debian does not package; Mono compiles the same C#.
-            compile=("mcs", "-optimize+", "-out:{bin}.exe", "{src}"),
-            run=("mono", "{bin}.exe"),
+            # Sandbox Fusion uses the dotnet SDK, which Debian does not package; Mono compiles the same C#, with
+            # Debug.Assert ending the process as under dotnet (see _csharp_compile).
+            compile=("mcs", "-d:DEBUG", "-d:TRACE", "-out:main.exe", "{src}"),
+            run=("mono", "main.exe"),
             binaries=("mcs", "mono"),
             package="mono-mcs mono-runtime",
             sandbox_fusion="csharp",
             virtual_memory_hungry=True,
+            compile_fn=_csharp_compile,
         ),
         Language(
             name="verilog",

@@ -9,7 +9,9 @@
 #   SANDBOXKIT_DOCKER_IMAGE            image name (default sandboxkit-base:latest)
 #   SANDBOXKIT_DOCKER_EXTRA_PACKAGES   more Debian packages, space or comma separated, e.g.
 #                                      "rustc golang-go" for Rust and Go (each adds build time)
-#   SANDBOXKIT_LANG_PACKAGES, SANDBOXKIT_SANDBOX_PYTHON_PACKAGES, SANDBOXKIT_SANDBOX_NPM_PACKAGES
+#   SANDBOXKIT_DOCKER_FULL=1           also the heavy toolchains (R, Racket, Scala, Kotlin, C#/Mono):
+#                                      every language the host runs; the image triples in size
+#   SANDBOXKIT_DOCKER_LANG_PACKAGES, SANDBOXKIT_SANDBOX_PYTHON_PACKAGES, SANDBOXKIT_SANDBOX_NPM_PACKAGES
 #                                      the language toolchains and preinstalled libraries
 #                                      (scripts/toolchains.sh; set one empty to leave it out)
 #   SANDBOXKIT_DOCKER_REBUILD=1        rebuild even if the image exists
@@ -24,7 +26,7 @@ log() { echo "[docker-setup] $*" >&2; }
 BASE_PKGS="python3-minimal,python3,coreutils,bash,procps,gcc,g++,libc6-dev,default-jdk-headless,nodejs"
 cd "$(dirname "$0")/.."
 . scripts/toolchains.sh
-LANG_PKGS=$(echo "$SANDBOXKIT_LANG_PACKAGES $SANDBOXKIT_SANDBOX_PYTHON_PACKAGES" | tr ' ,' '\n\n' | sed '/^$/d' | paste -sd, -)
+LANG_PKGS=$(echo "$SANDBOXKIT_DOCKER_LANG_PACKAGES $SANDBOXKIT_SANDBOX_PYTHON_PACKAGES" | tr ' ,' '\n\n' | sed '/^$/d' | paste -sd, -)
 EXTRA=$(echo "${SANDBOXKIT_DOCKER_EXTRA_PACKAGES:-}" | tr ' ,' '\n\n' | sed '/^$/d' | sort -u | paste -sd, -)
 PKGS="$BASE_PKGS${LANG_PKGS:+,$LANG_PKGS}${EXTRA:+,$EXTRA}"
 # The npm packages (tsx, jest, lodash...) are copied from the host's tree, so the image builds offline.

@@ -5,13 +5,25 @@
 #   SANDBOXKIT_LANG_PACKAGES             Debian packages of the languages beyond python, bash, c, cpp,
 #                                        javascript and java (in the core set already), with the test
 #                                        libraries MultiPL-E-style tests load (Test::Deep, luaunit)
+#   SANDBOXKIT_DOCKER_LANG_PACKAGES      the same for the Docker image (default: the light ones; all of
+#                                        SANDBOXKIT_LANG_PACKAGES with SANDBOXKIT_DOCKER_FULL=1)
 #   SANDBOXKIT_SANDBOX_PYTHON_PACKAGES   Python libraries sandboxed programs may import. Debian packages,
 #                                        because sandboxes run the system /usr/bin/python3, not a venv
 #   SANDBOXKIT_SANDBOX_NPM_PACKAGES      npm packages (pinned) sandboxed node/typescript/jest programs may
 #                                        import; tsx and jest are the typescript and jest runners themselves
 #   SANDBOXKIT_NODE_PREFIX               where the npm packages go (sandboxkit.languages.NODE_PREFIX)
 
-SANDBOXKIT_LANG_PACKAGES=${SANDBOXKIT_LANG_PACKAGES-"php-cli ruby perl lua5.4 r-base-core racket ldc scala kotlin mono-mcs mono-runtime iverilog sqlite3 junit5 python3-pytest libtest-deep-perl lua-unit"}
+# Light toolchains (a few MB each) go everywhere. The heavy ones (R, Racket, Scala, Kotlin, Mono: about 1.3 GB
+# installed, most of the image's build time) go on the host, where apt installs them in under a minute, and
+# into the Docker image only with SANDBOXKIT_DOCKER_FULL=1 (docker-setup.sh), so CI's image stays quick.
+SANDBOXKIT_LIGHT_PACKAGES="php-cli ruby perl lua5.4 ldc iverilog sqlite3 junit5 python3-pytest libtest-deep-perl lua-unit"
+SANDBOXKIT_HEAVY_PACKAGES="r-base-core racket scala kotlin mono-mcs mono-runtime"
+SANDBOXKIT_LANG_PACKAGES=${SANDBOXKIT_LANG_PACKAGES-"$SANDBOXKIT_LIGHT_PACKAGES $SANDBOXKIT_HEAVY_PACKAGES"}
+if [ "${SANDBOXKIT_DOCKER_FULL:-0}" = 1 ]; then
+  SANDBOXKIT_DOCKER_LANG_PACKAGES=${SANDBOXKIT_DOCKER_LANG_PACKAGES-"$SANDBOXKIT_LANG_PACKAGES"}
+else
+  SANDBOXKIT_DOCKER_LANG_PACKAGES=${SANDBOXKIT_DOCKER_LANG_PACKAGES-"$SANDBOXKIT_LIGHT_PACKAGES"}
+fi
 SANDBOXKIT_SANDBOX_PYTHON_PACKAGES=${SANDBOXKIT_SANDBOX_PYTHON_PACKAGES-"python3-numpy python3-requests"}
 SANDBOXKIT_SANDBOX_NPM_PACKAGES=${SANDBOXKIT_SANDBOX_NPM_PACKAGES-"lodash@4.17.21 tsx@4.7.1 jest@29.7.0 babel-jest@29.7.0 @jest/globals@29.7.0 @babel/core@7.24.5 @babel/preset-env@7.24.5 @babel/preset-typescript@7.24.1"}
 SANDBOXKIT_NODE_PREFIX=${SANDBOXKIT_NODE_PREFIX:-/usr/local/lib/sandboxkit/node}

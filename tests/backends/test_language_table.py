@@ -38,9 +38,10 @@ BACKENDS = [
     pytest.param("docker", id="docker", marks=pytest.mark.docker),
 ]
 UNAVAILABLE = sorted(name for name, lang in LANGUAGES.items() if lang.unavailable)
-#: Languages whose toolchain the default Docker image leaves out (scripts/docker-setup.sh: rust and go double
-#: the image, so SANDBOXKIT_DOCKER_EXTRA_PACKAGES adds them on request): skipped there even under CI.
-DOCKER_OPT_IN = {"go_test"}
+#: Languages whose toolchain the default Docker image leaves out, skipped there even under CI: go (rust and go
+#: double the image; SANDBOXKIT_DOCKER_EXTRA_PACKAGES adds them) and the heavy toolchains that
+#: SANDBOXKIT_DOCKER_FULL=1 adds (scripts/toolchains.sh). With them in the image, these rows run too.
+DOCKER_OPT_IN = {"go_test", "r", "racket", "scala", "kotlin", "csharp"}
 
 
 async def _open(kind: str) -> tuple[Any, Sandbox]:

@@ -271,10 +271,16 @@ class DockerSandbox(Sandbox):
     def _raise_if_missing(self, results: Sequence[Mapping[str, Any]], lang: Language, argv0s: Sequence[str]) -> None:
         for result, missing in zip(results, argv0s, strict=False):
             if result.get("missing"):
+                how = (
+                    f"install {lang.install_hint} in the image ({lang.unavailable})"
+                    if lang.unavailable
+                    else f"install the Debian package {lang.package!r} in the image (scripts/docker-setup.sh adds "
+                    "the packages in SANDBOXKIT_DOCKER_EXTRA_PACKAGES; SANDBOXKIT_DOCKER_FULL=1 adds every "
+                    "language's)"
+                )
                 raise ToolchainMissing(
-                    f"the image {self._backend.image!r} has no {missing!r} (needed for {lang.name}); install the "
-                    f"Debian package {lang.package!r} in the image (scripts/docker-setup.sh adds the packages in "
-                    "SANDBOXKIT_DOCKER_EXTRA_PACKAGES) or pick another image with image= / SANDBOXKIT_DOCKER_IMAGE",
+                    f"the image {self._backend.image!r} has no {missing!r} (needed for {lang.name}); {how}, "
+                    "or pick another image with image= / SANDBOXKIT_DOCKER_IMAGE",
                     backend=_NAME,
                     sandbox_id=self.id,
                 )

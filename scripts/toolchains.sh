@@ -50,6 +50,10 @@ install_sandbox_npm_packages() {
   # shellcheck disable=SC2086  # the list is word-split on purpose
   npm install --prefix "$SANDBOXKIT_NODE_PREFIX" --no-audit --no-fund --loglevel=error \
     $SANDBOXKIT_SANDBOX_NPM_PACKAGES >/dev/null
+  # typescript and jest start node through this wrapper: where the tree is missing (an image built without
+  # it), the command itself is missing, which every backend reports as ToolchainMissing, not a failed run.
+  mkdir -p "$SANDBOXKIT_NODE_PREFIX/bin"
+  printf '#!/bin/sh\nexec node "$@"\n' >"$SANDBOXKIT_NODE_PREFIX/bin/node"
   chmod -R a+rX "$SANDBOXKIT_NODE_PREFIX"  # sandboxes run as unprivileged users
   echo "$SANDBOXKIT_SANDBOX_NPM_PACKAGES" >"$stamp"
 }

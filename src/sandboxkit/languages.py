@@ -70,6 +70,9 @@ def _java_run(code: str) -> list[str]:
 #: jest...); the Docker image carries the same tree at the same path. Node finds them through NODE_PATH.
 NODE_PREFIX = "/usr/local/lib/sandboxkit/node"
 NODE_MODULES = f"{NODE_PREFIX}/node_modules"
+#: ``exec node "$@"``, installed with the tree: typescript and jest start through it, so an image or host without
+#: the tree has no such command (ToolchainMissing on every backend) instead of a run that fails on a missing module.
+NODE_BIN = f"{NODE_PREFIX}/bin/node"
 #: JUnit 5's console launcher, from Debian's ``junit5`` package (Sandbox Fusion ships 1.8.2 in its tree).
 JUNIT_JAR = "/usr/share/java/junit-platform-console-standalone.jar"
 #: The JVM options every Java-family run shares: cheap start-up on a small CPU share, deep recursion.
@@ -111,14 +114,15 @@ def _jest_run(code: str) -> list[str]:
             ]
         },
     }
-    return ["node", f"{NODE_MODULES}/jest/bin/jest.js", "--ci", "--config", json.dumps(config)]
+    return [NODE_BIN, f"{NODE_MODULES}/jest/bin/jest.js", "--ci", "--config", json.dumps(config)]
 
 
 #: Sandbox Fusion builds C# with ``dotnet run`` (the Debug configuration: DEBUG and TRACE defined), where a failed
 #: ``Debug.Assert`` ends the process (exit 134). Mono's default listener only logs it, so a wrong solution would
-#: pass MultiPL-E's Debug.Assert tests. A listener compiled in and named by ``main.exe.config`` restores the exit.
+#: pass MultiPL-E's Debug.Assert tests. A listener appended to the source (after the code, so line numbers in
+#: compiler messages stay the user's) and named by ``main.exe.config`` restores the exit.
 _CSHARP_ASSERT = (
-    "public sealed class SandboxkitAssertFails : System.Diagnostics.DefaultTraceListener {\n"
+    "\npublic sealed class SandboxkitAssertFails : System.Diagnostics.DefaultTraceListener {\n"
     "  public override void Fail(string message, string detail) {\n"
     '    System.Console.Error.WriteLine("Process terminated. Assertion failed. " + message + " " + detail);\n'
     "    System.Environment.Exit(134);\n"
@@ -132,12 +136,15 @@ _CSHARP_CONFIG = (
 )
 
 
-def _csharp_compile(code: str) -> list[str]:
-    script = (
-        'printf %s "$2" > .sandboxkit_assert.cs && printf %s "$3" > main.exe.config && '
-        'exec mcs -d:DEBUG -d:TRACE -optimize+ -out:main.exe "$1" .sandboxkit_assert.cs'
-    )
-    return ["bash", "-c", script, "csharp", "main.cs", _CSHARP_ASSERT, _CSHARP_CONFIG]
+def _csharp_source(code: str) -> str:
+    return code.rstrip("\n") + "\n" + _CSHARP_ASSERT
+
+
+def _csharp_run(code: str) -> list[str]:
+    # The compile step stays a plain ``mcs`` (so a missing toolchain is ToolchainMissing on every backend);
+    # the run writes the config next to main.exe first. The program's own arguments follow as "$@".
+    script = 'printf %s "$1" > main.exe.config && shift && exec mono main.exe "$@"'
+    return ["bash", "-c", script, "csharp", _CSHARP_CONFIG]
 
 
 def _php_source(code: str) -> str:
@@ -164,9 +171,8 @@ class Language:
         env: extra environment the toolchain needs (caches pointed into the workspace).
         source_name_fn: picks the file name from the code (Java's public class).
         run_fn: builds the run argv from the code (the class or object to start).
-        compile_fn: builds the compile argv from the code, where a fixed template cannot (C#).
-        prepare_fn: turns the code into the source file's text, where Sandbox Fusion's runner does
-            (PHP gets ``<?php`` prepended when it lacks it).
+        prepare_fn: turns the code into the source file's text: PHP gets ``<?php`` prepended when it lacks
+            it (as Sandbox Fusion's runner does), C# gets the assert listener appended.
         install: how to install the toolchain, where ``apt-get install <package>`` is not the way.
         files: absolute paths of non-executable files the toolchain needs (JUnit's launcher jar).
         unavailable: why the toolchain is not installed by ``scripts/bootstrap.sh`` nor in the Docker
@@ -186,7 +192,6 @@ class Language:
     source_name_fn: Callable[[str], str] | None = None
     run_fn: Callable[[str], list[str]] | None = None
     prepare_fn: Callable[[str], str] | None = None
-    compile_fn: Callable[[str], list[str]] | None = None
     install: str = ""
     unavailable: str = ""
     files: tuple[str, ...] = ()
@@ -208,8 +213,6 @@ class Language:
         """argv of the compile step for ``code``, or ``None`` if the language is interpreted."""
         if self.compile is None:
             return None
-        if self.compile_fn is not None:
-            return self.compile_fn(code)
         src = self.source_name(code)
         return [part.format(src=src, bin="main") for part in self.compile]
 
@@ -369,8 +372,8 @@ LANGUAGES: dict[str, Language] = {
             # tsx strips the types without checking them, as in Sandbox Fusion: a type error is not a failure.
             # Its loader runs inside node (``node --import tsx``) rather than through the ``tsx`` CLI, whose
             # relay listens on a unix socket in /tmp, which the sandbox refuses.
-            run=("node", "--import", f"{NODE_MODULES}/tsx/dist/loader.mjs", "{src}"),
-            binaries=("node",),
+            run=(NODE_BIN, "--import", f"{NODE_MODULES}/tsx/dist/loader.mjs", "{src}"),
+            binaries=(NODE_BIN, "node"),
             files=(f"{NODE_MODULES}/tsx/dist/loader.mjs",),
             package="nodejs",
             install="bash scripts/bootstrap.sh --all (installs the pinned npm packages, tsx among them)",
@@ -382,8 +385,8 @@ LANGUAGES: dict[str, Language] = {
             name="jest",
             aliases=(),
             source="main.test.ts",
-            run=("node", "jest"),
-            binaries=("node",),
+            run=(NODE_BIN, "jest"),
+            binaries=(NODE_BIN, "node"),
             files=(f"{NODE_MODULES}/jest/bin/jest.js",),
             package="nodejs",
             install="bash scripts/bootstrap.sh --all (installs the pinned npm packages, jest among them)",
@@ -491,14 +494,15 @@ LANGUAGES: dict[str, Language] = {
             aliases=("c#", "cs", "mono"),
             source="main.cs",
             # Sandbox Fusion uses the dotnet SDK, which Debian does not package; Mono compiles the same C#, with
-            # Debug.Assert ending the process as under dotnet (see _csharp_compile).
+            # Debug.Assert ending the process as under dotnet (see _csharp_source).
             compile=("mcs", "-d:DEBUG", "-d:TRACE", "-out:main.exe", "{src}"),
             run=("mono", "main.exe"),
             binaries=("mcs", "mono"),
             package="mono-mcs mono-runtime",
             sandbox_fusion="csharp",
             virtual_memory_hungry=True,
-            compile_fn=_csharp_compile,
+            prepare_fn=_csharp_source,
+            run_fn=_csharp_run,
         ),
         Language(
             name="verilog",

@@ -272,8 +272,8 @@ class DockerSandbox(Sandbox):
         for result, missing in zip(results, argv0s, strict=False):
             if result.get("missing"):
                 how = (
-                    f"install {lang.install_hint} in the image ({lang.unavailable})"
-                    if lang.unavailable
+                    f"install {lang.install_hint} in the image" + (f" ({lang.unavailable})" if lang.unavailable else "")
+                    if lang.unavailable or lang.install
                     else f"install the Debian package {lang.package!r} in the image (scripts/docker-setup.sh adds "
                     "the packages in SANDBOXKIT_DOCKER_EXTRA_PACKAGES; SANDBOXKIT_DOCKER_FULL=1 adds every "
                     "language's)"

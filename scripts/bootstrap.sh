@@ -35,15 +35,21 @@ if [ "$ALL" = 1 ]; then
   . scripts/toolchains.sh
   # shellcheck disable=SC2046,SC2086
   need+=($(missing_debs $SANDBOXKIT_LANG_PACKAGES $SANDBOXKIT_SANDBOX_PYTHON_PACKAGES))
+  # npm installs the pinned packages (tsx, jest, lodash); nodesource's nodejs brings it, Debian's does not.
+  if [ -n "$SANDBOXKIT_SANDBOX_NPM_PACKAGES" ] && ! command -v npm >/dev/null 2>&1; then need+=(npm); fi
 fi
 if [ "${#need[@]}" -gt 0 ]; then
   log "apt-get install ${need[*]}"
+  started=$SECONDS
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  log "apt-get took $((SECONDS - started))s"
 fi
 if [ "$ALL" = 1 ]; then
   log "npm packages for sandboxed programs in $SANDBOXKIT_NODE_PREFIX"
+  started=$SECONDS
   install_sandbox_npm_packages
+  log "npm took $((SECONDS - started))s"
 fi
 
 # --- virtualenv ---------------------------------------------------------------------------

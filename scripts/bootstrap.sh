@@ -4,7 +4,8 @@
 # its offline base image. Idempotent: steps already done are skipped. Needs root for apt.
 #
 #   bash scripts/bootstrap.sh          # core + subprocess backend (enough for `sandboxkit grade`)
-#   bash scripts/bootstrap.sh --all    # everything the test suite uses
+#   bash scripts/bootstrap.sh --all    # everything the test suite uses, every language's toolchain
+#                                      # (lists in scripts/toolchains.sh) and the Docker image
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ALL=0
@@ -30,10 +31,26 @@ if [ "$ALL" = 1 ]; then
   command -v wrk >/dev/null 2>&1 || need+=(wrk)  # bench serve: HTTP load generator
   [ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || need+=(busybox-static)  # tiny root filesystems for the rootfs tests
 fi
+if [ "$ALL" = 1 ]; then
+  # The other languages' toolchains and the libraries sandboxed programs import (scripts/toolchains.sh).
+  . scripts/toolchains.sh
+  # shellcheck disable=SC2046,SC2086
+  need+=($(missing_debs $SANDBOXKIT_LANG_PACKAGES $SANDBOXKIT_SANDBOX_PYTHON_PACKAGES))
+  # npm installs the pinned packages (tsx, jest, lodash); nodesource's nodejs brings it, Debian's does not.
+  if [ -n "$SANDBOXKIT_SANDBOX_NPM_PACKAGES" ] && ! command -v npm >/dev/null 2>&1; then need+=(npm); fi
+fi
 if [ "${#need[@]}" -gt 0 ]; then
   log "apt-get install ${need[*]}"
+  started=$SECONDS
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  log "apt-get took $((SECONDS - started))s"
+fi
+if [ "$ALL" = 1 ]; then
+  log "npm packages for sandboxed programs in $SANDBOXKIT_NODE_PREFIX"
+  started=$SECONDS
+  install_sandbox_npm_packages
+  log "npm took $((SECONDS - started))s"
 fi
 
 # --- virtualenv ---------------------------------------------------------------------------

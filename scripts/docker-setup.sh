@@ -8,8 +8,12 @@
 # Environment:
 #   SANDBOXKIT_DOCKER_IMAGE            image name (default sandboxkit-base:latest)
 #   SANDBOXKIT_DOCKER_EXTRA_PACKAGES   more Debian packages, space or comma separated, e.g.
-#                                      "rustc golang-go" for Rust and Go (each adds build time;
-#                                      the default set builds in about two minutes)
+#                                      "rustc golang-go" for Rust and Go (each adds build time)
+#   SANDBOXKIT_DOCKER_FULL=1           also the heavy toolchains (R, Racket, Scala, Kotlin, C#/Mono):
+#                                      every language the host runs; the image triples in size
+#   SANDBOXKIT_DOCKER_LANG_PACKAGES, SANDBOXKIT_SANDBOX_PYTHON_PACKAGES, SANDBOXKIT_SANDBOX_NPM_PACKAGES
+#                                      the language toolchains and preinstalled libraries
+#                                      (scripts/toolchains.sh; set one empty to leave it out)
 #   SANDBOXKIT_DOCKER_REBUILD=1        rebuild even if the image exists
 # An existing image whose package list differs from the requested one is rebuilt.
 set -euo pipefail
@@ -17,10 +21,17 @@ IMAGE="${SANDBOXKIT_DOCKER_IMAGE:-sandboxkit-base:latest}"
 log() { echo "[docker-setup] $*" >&2; }
 
 # python3 runs the in-container runner; bash, coreutils and procps serve exec(); then the toolchains of
-# python, bash, c, cpp, javascript and java (rust and go are opt-in: they double the image).
+# python, bash, c, cpp, javascript and java (rust and go are opt-in: they double the image), and those of
+# the other languages plus the preinstalled Python libraries (scripts/toolchains.sh, shared with the host).
 BASE_PKGS="python3-minimal,python3,coreutils,bash,procps,gcc,g++,libc6-dev,default-jdk-headless,nodejs"
+cd "$(dirname "$0")/.."
+. scripts/toolchains.sh
+LANG_PKGS=$(echo "$SANDBOXKIT_DOCKER_LANG_PACKAGES $SANDBOXKIT_SANDBOX_PYTHON_PACKAGES" | tr ' ,' '\n\n' | sed '/^$/d' | paste -sd, -)
 EXTRA=$(echo "${SANDBOXKIT_DOCKER_EXTRA_PACKAGES:-}" | tr ' ,' '\n\n' | sed '/^$/d' | sort -u | paste -sd, -)
-PKGS="$BASE_PKGS${EXTRA:+,$EXTRA}"
+PKGS="$BASE_PKGS${LANG_PKGS:+,$LANG_PKGS}${EXTRA:+,$EXTRA}"
+# The npm packages (tsx, jest, lodash...) are copied from the host's tree, so the image builds offline.
+NPM_WANT=$(echo "$SANDBOXKIT_SANDBOX_NPM_PACKAGES" | tr ' ' '\n' | sed '/^$/d' | sed 's/^/npm:/' | paste -sd, -)
+WANT="$PKGS${NPM_WANT:+,$NPM_WANT}"  # the image's label: no spaces, which LABEL would split on
 
 apt_install() {
   apt-get update -qq
@@ -42,11 +53,11 @@ fi
 
 if [ "${SANDBOXKIT_DOCKER_REBUILD:-0}" != 1 ] && docker image inspect "$IMAGE" >/dev/null 2>&1; then
   have=$(docker image inspect -f '{{ index .Config.Labels "sandboxkit.packages" }}' "$IMAGE" 2>/dev/null || true)
-  if [ -z "$have" ] || [ "$have" = "<no value>" ] || [ "$have" = "$PKGS" ]; then
+  if [ -z "$have" ] || [ "$have" = "<no value>" ] || [ "$have" = "$WANT" ]; then
     log "image $IMAGE already present"
     exit 0
   fi
-  log "image $IMAGE has packages [$have], [$PKGS] requested: rebuilding"
+  log "image $IMAGE has packages [$have], [$WANT] requested: rebuilding"
 fi
 
 MIRROR=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
@@ -65,9 +76,14 @@ chroot "$ROOTFS" /usr/sbin/useradd -u 1000 -m -s /bin/bash sandbox 2>/dev/null |
   echo 'sandbox:x:1000:1000::/home/sandbox:/bin/bash' >>"$ROOTFS/etc/passwd"
 # The workspace mount point (the backend mounts a tmpfs volume there).
 mkdir -p "$ROOTFS/work"
+if [ -n "$NPM_WANT" ]; then
+  install_sandbox_npm_packages || { log "cannot install the npm packages ($SANDBOXKIT_NODE_PREFIX)"; exit 1; }
+  mkdir -p "$ROOTFS$(dirname "$SANDBOXKIT_NODE_PREFIX")"
+  cp -a "$SANDBOXKIT_NODE_PREFIX" "$ROOTFS$SANDBOXKIT_NODE_PREFIX"
+fi
 rm -rf "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/lib/apt/lists/* "$ROOTFS"/usr/share/doc/* "$ROOTFS"/usr/share/man/*
 tar -C "$ROOTFS" -c . | docker import \
-  --change "LABEL sandboxkit.packages=$PKGS" \
+  --change "LABEL sandboxkit.packages=$WANT" \
   --change "ENV LANG=C.UTF-8 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
   --change "WORKDIR /work" \
   - "$IMAGE" >/dev/null

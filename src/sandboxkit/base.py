@@ -110,7 +110,8 @@ class Sandbox(abc.ABC):
         Raises:
             InvalidRequest: the language is not supported by this backend (one of
                 :mod:`sandboxkit.languages` missing from ``capabilities.languages``).
-            ToolchainMissing: the language's toolchain is not installed where the code runs.
+            ToolchainMissing: the language's toolchain is not installed where the code runs (also for a
+                language that ``capabilities.languages`` leaves out for that reason).
             SandboxCrashed: the sandbox was closed, or died or vanished during the call.
             Transient: a passing fault talking to the sandbox; safe to retry on a fresh sandbox.
             RateLimited: the service refused the call for now (a :class:`Transient`).

@@ -24,6 +24,8 @@ test made of asserts gives the same verdict here and there:
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
 from collections.abc import Callable
@@ -64,6 +66,93 @@ def _java_run(code: str) -> list[str]:
     ]
 
 
+#: Where ``scripts/bootstrap.sh`` installs the pinned npm packages sandboxed programs may use (lodash, tsx,
+#: jest...); the Docker image carries the same tree at the same path. Node finds them through NODE_PATH.
+NODE_PREFIX = "/usr/local/lib/sandboxkit/node"
+NODE_MODULES = f"{NODE_PREFIX}/node_modules"
+#: ``exec node "$@"``, installed with the tree: typescript and jest start through it, so an image or host without
+#: the tree has no such command (ToolchainMissing on every backend) instead of a run that fails on a missing module.
+NODE_BIN = f"{NODE_PREFIX}/bin/node"
+#: JUnit 5's console launcher, from Debian's ``junit5`` package (Sandbox Fusion ships 1.8.2 in its tree).
+JUNIT_JAR = "/usr/share/java/junit-platform-console-standalone.jar"
+#: The JVM options every Java-family run shares: cheap start-up on a small CPU share, deep recursion.
+_JVM_FAST = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:CICompilerCount=1")
+
+
+def _scala_object(code: str) -> str:
+    # Sandbox Fusion's runner starts the first ``object X`` it finds (minor.py, find_scala_classname).
+    match = re.search(r"object\s+(\w+)", code)
+    return match.group(1) if match else "Main"
+
+
+def _scala_run(code: str) -> list[str]:
+    return ["scala", "-J-Xss64m", *(f"-J{opt}" for opt in _JVM_FAST), _scala_object(code)]
+
+
+def _junit_run(code: str) -> list[str]:
+    # The console launcher exits 1 when a test fails, 0 when all pass, as Sandbox Fusion's runner relies on.
+    return ["java", *_JVM_FAST, "-jar", JUNIT_JAR, "--class-path", ".", "--scan-class-path"]
+
+
+def _jest_run(code: str) -> list[str]:
+    # Sandbox Fusion runs ``npm run test`` (``FORCE_COLOR=0 jest``) next to a package.json and a babel.config.js
+    # (preset-env for the current node, preset-typescript). The same configuration, passed on the command line
+    # with absolute paths, so the workspace needs no symlinked node_modules; modulePaths lets tests import
+    # @jest/globals and lodash from the shared tree.
+    config = {
+        "maxWorkers": 2,
+        "modulePaths": [NODE_MODULES],
+        "transform": {
+            r"\.[jt]sx?$": [
+                f"{NODE_MODULES}/babel-jest",
+                {
+                    "presets": [
+                        [f"{NODE_MODULES}/@babel/preset-env", {"targets": {"node": "current"}}],
+                        f"{NODE_MODULES}/@babel/preset-typescript",
+                    ]
+                },
+            ]
+        },
+    }
+    return [NODE_BIN, f"{NODE_MODULES}/jest/bin/jest.js", "--ci", "--config", json.dumps(config)]
+
+
+#: Sandbox Fusion builds C# with ``dotnet run`` (the Debug configuration: DEBUG and TRACE defined), where a failed
+#: ``Debug.Assert`` ends the process (exit 134). Mono's default listener only logs it, so a wrong solution would
+#: pass MultiPL-E's Debug.Assert tests. A listener appended to the source (after the code, so line numbers in
+#: compiler messages stay the user's) and named by ``main.exe.config`` restores the exit.
+_CSHARP_ASSERT = (
+    "\npublic sealed class SandboxkitAssertFails : System.Diagnostics.DefaultTraceListener {\n"
+    "  public override void Fail(string message, string detail) {\n"
+    '    System.Console.Error.WriteLine("Process terminated. Assertion failed. " + message + " " + detail);\n'
+    "    System.Environment.Exit(134);\n"
+    "  }\n"
+    "}\n"
+)
+_CSHARP_CONFIG = (
+    '<?xml version="1.0"?><configuration><system.diagnostics><trace><listeners><remove name="Default"/>'
+    '<add name="sandboxkit" type="SandboxkitAssertFails, main"/></listeners></trace></system.diagnostics>'
+    "</configuration>\n"
+)
+
+
+def _csharp_source(code: str) -> str:
+    return code.rstrip("\n") + "\n" + _CSHARP_ASSERT
+
+
+def _csharp_run(code: str) -> list[str]:
+    # The compile step stays a plain ``mcs`` (so a missing toolchain is ToolchainMissing on every backend);
+    # the run writes the config next to main.exe first. The program's own arguments follow as "$@".
+    script = 'printf %s "$1" > main.exe.config && shift && exec mono main.exe "$@"'
+    return ["bash", "-c", script, "csharp", _CSHARP_CONFIG]
+
+
+def _php_source(code: str) -> str:
+    # Sandbox Fusion's ensure_php_tag_in_string: PHP echoes text outside <?php ... ?> instead of running it.
+    code = code.lstrip()
+    return code if code.startswith("<?php") else "<?php\n" + code
+
+
 @dataclass(frozen=True)
 class Language:
     """One language's recipe.
@@ -80,6 +169,14 @@ class Language:
         virtual_memory_hungry: the runtime reserves large address space (JVM, Go, V8), so an
             RLIMIT_AS equal to the memory limit would kill it at start; limit RSS instead.
         env: extra environment the toolchain needs (caches pointed into the workspace).
+        source_name_fn: picks the file name from the code (Java's public class).
+        run_fn: builds the run argv from the code (the class or object to start).
+        prepare_fn: turns the code into the source file's text: PHP gets ``<?php`` prepended when it lacks
+            it (as Sandbox Fusion's runner does), C# gets the assert listener appended.
+        install: how to install the toolchain, where ``apt-get install <package>`` is not the way.
+        files: absolute paths of non-executable files the toolchain needs (JUnit's launcher jar).
+        unavailable: why the toolchain is not installed by ``scripts/bootstrap.sh`` nor in the Docker
+            image (not packaged for Debian bookworm, or needs a GPU); empty for supported languages.
     """
 
     name: str
@@ -94,6 +191,19 @@ class Language:
     env: dict[str, str] = field(default_factory=dict)
     source_name_fn: Callable[[str], str] | None = None
     run_fn: Callable[[str], list[str]] | None = None
+    prepare_fn: Callable[[str], str] | None = None
+    install: str = ""
+    unavailable: str = ""
+    files: tuple[str, ...] = ()
+
+    def prepare(self, code: str) -> str:
+        """The text written to the source file: ``code``, or what the runner makes of it (PHP's ``<?php``)."""
+        return self.prepare_fn(code) if self.prepare_fn else code
+
+    @property
+    def install_hint(self) -> str:
+        """How to get this toolchain (named in ToolchainMissing errors and by ``sandboxkit doctor``)."""
+        return self.install or f"apt-get install {self.package}"
 
     def source_name(self, code: str) -> str:
         """File name the code must be written to."""
@@ -114,8 +224,8 @@ class Language:
         return base + list(argv or [])
 
     def missing_binaries(self) -> list[str]:
-        """Binaries of this language that are not on this machine's PATH."""
-        return [b for b in self.binaries if shutil.which(b) is None]
+        """Binaries (and required files) of this language that are not on this machine."""
+        return [b for b in self.binaries if shutil.which(b) is None] + [f for f in self.files if not os.path.isfile(f)]
 
 
 LANGUAGES: dict[str, Language] = {
@@ -168,6 +278,7 @@ LANGUAGES: dict[str, Language] = {
             package="nodejs",
             sandbox_fusion="nodejs",
             virtual_memory_hungry=True,
+            env={"NODE_PATH": NODE_MODULES},  # lodash & co., as Sandbox Fusion's symlinked node_modules
         ),
         Language(
             name="java",
@@ -219,13 +330,283 @@ LANGUAGES: dict[str, Language] = {
             virtual_memory_hungry=True,
             env={"GOCACHE": ".cache/go-build", "GOPATH": ".cache/go", "GO111MODULE": "off", "CGO_ENABLED": "0"},
         ),
+        # ---- Sandbox Fusion's test-framework "languages": the exit code of the framework is the verdict.
+        Language(
+            name="pytest",
+            aliases=(),
+            source="test_main.py",
+            run=("pytest", "{src}"),  # as Sandbox Fusion: plain ``pytest <file>``; exit 1 when a test fails
+            binaries=("pytest", "python3"),
+            package="python3-pytest",
+            sandbox_fusion="pytest",
+        ),
+        Language(
+            name="go_test",
+            aliases=("gotest",),
+            source="main_test.go",
+            run=("go", "test", "{src}"),  # go vet's checks run first, as in Sandbox Fusion
+            binaries=("go",),
+            package="golang-go",
+            sandbox_fusion="go_test",
+            virtual_memory_hungry=True,
+            env={"GOCACHE": ".cache/go-build", "GOPATH": ".cache/go", "GO111MODULE": "off", "CGO_ENABLED": "0"},
+        ),
+        Language(
+            name="junit",
+            aliases=("junit5",),
+            source="Main.java",
+            compile=("javac", "-encoding", "UTF-8", "-cp", f".:{JUNIT_JAR}", "{src}"),
+            run=("java", "-jar", JUNIT_JAR),
+            binaries=("javac", "java"),
+            package="default-jdk-headless junit5",
+            files=(JUNIT_JAR,),
+            sandbox_fusion="junit",
+            virtual_memory_hungry=True,
+            source_name_fn=_java_source_name,
+            run_fn=_junit_run,
+        ),
+        Language(
+            name="typescript",
+            aliases=("ts",),
+            source="main.ts",
+            # tsx strips the types without checking them, as in Sandbox Fusion: a type error is not a failure.
+            # Its loader runs inside node (``node --import tsx``) rather than through the ``tsx`` CLI, whose
+            # relay listens on a unix socket in /tmp, which the sandbox refuses.
+            run=(NODE_BIN, "--import", f"{NODE_MODULES}/tsx/dist/loader.mjs", "{src}"),
+            binaries=(NODE_BIN, "node"),
+            files=(f"{NODE_MODULES}/tsx/dist/loader.mjs",),
+            package="nodejs",
+            install="the pinned npm packages (tsx among them) that bash scripts/bootstrap.sh --all installs",
+            sandbox_fusion="typescript",
+            virtual_memory_hungry=True,
+            env={"NODE_PATH": NODE_MODULES},
+        ),
+        Language(
+            name="jest",
+            aliases=(),
+            source="main.test.ts",
+            run=(NODE_BIN, "jest"),
+            binaries=(NODE_BIN, "node"),
+            files=(f"{NODE_MODULES}/jest/bin/jest.js",),
+            package="nodejs",
+            install="the pinned npm packages (jest among them) that bash scripts/bootstrap.sh --all installs",
+            sandbox_fusion="jest",
+            virtual_memory_hungry=True,
+            env={"FORCE_COLOR": "0", "NODE_PATH": NODE_MODULES},
+            run_fn=_jest_run,
+        ),
+        # ---- the rest of Sandbox Fusion's runners (major.py and minor.py), same commands and flags.
+        Language(
+            name="php",
+            aliases=(),
+            source="main.php",
+            run=("php", "-f", "{src}"),
+            binaries=("php",),
+            package="php-cli",
+            sandbox_fusion="php",
+            prepare_fn=_php_source,
+        ),
+        Language(
+            name="ruby",
+            aliases=("rb",),
+            source="main.rb",
+            run=("ruby", "{src}"),
+            binaries=("ruby",),
+            package="ruby",
+            sandbox_fusion="ruby",
+        ),
+        Language(
+            name="perl",
+            aliases=("pl",),
+            source="main.pl",
+            run=("perl", "{src}"),
+            binaries=("perl",),
+            package="perl",
+            sandbox_fusion="perl",
+        ),
+        Language(
+            name="lua",
+            aliases=(),
+            source="main.lua",
+            run=("lua", "{src}"),
+            binaries=("lua",),
+            package="lua5.4",
+            sandbox_fusion="lua",
+        ),
+        Language(
+            name="r",
+            aliases=("rscript",),
+            source="main.R",
+            run=("Rscript", "{src}"),
+            binaries=("Rscript",),
+            package="r-base-core",
+            sandbox_fusion="R",
+        ),
+        Language(
+            name="racket",
+            aliases=("rkt",),
+            source="main.rkt",
+            run=("racket", "{src}"),
+            binaries=("racket",),
+            package="racket",
+            sandbox_fusion="racket",
+            virtual_memory_hungry=True,
+        ),
+        Language(
+            name="d",
+            aliases=("dlang", "d_ut"),
+            source="main.d",
+            # Sandbox Fusion's D_ut runs ``dmd f.d -unittest -of=test``; ldmd2 is LDC's dmd-compatible driver and
+            # takes the same flags. With unittest blocks present only they run (druntime's test-or-main mode),
+            # and a failing one exits 1.
+            compile=("ldmd2", "{src}", "-unittest", "-of={bin}"),
+            run=("./{bin}",),
+            binaries=("ldmd2",),
+            package="ldc",
+            sandbox_fusion="D_ut",
+        ),
+        Language(
+            name="scala",
+            aliases=(),
+            source="main.scala",
+            compile=("scalac", "-J-XX:+UseSerialGC", "-J-XX:TieredStopAtLevel=1", "{src}"),
+            run=("scala", "Main"),
+            binaries=("scalac", "scala"),
+            package="scala",
+            sandbox_fusion="scala",
+            virtual_memory_hungry=True,
+            run_fn=_scala_run,
+        ),
+        Language(
+            name="kotlin",
+            aliases=("kotlin_script", "kts", "kt"),
+            source="main.kts",
+            # Sandbox Fusion runs ``kotlin f.kts`` (Kotlin 2.0); Debian's Kotlin 1.3 runs scripts with
+            # ``kotlinc -script``, the same compiler entry point.
+            run=("kotlinc", "-J-XX:+UseSerialGC", "-J-XX:TieredStopAtLevel=1", "-script", "{src}"),
+            binaries=("kotlinc",),
+            package="kotlin",
+            sandbox_fusion="kotlin_script",
+            virtual_memory_hungry=True,
+        ),
+        Language(
+            name="csharp",
+            aliases=("c#", "cs", "mono"),
+            source="main.cs",
+            # Sandbox Fusion uses the dotnet SDK, which Debian does not package; Mono compiles the same C#, with
+            # Debug.Assert ending the process as under dotnet (see _csharp_source).
+            compile=("mcs", "-d:DEBUG", "-d:TRACE", "-out:main.exe", "{src}"),
+            run=("mono", "main.exe"),
+            binaries=("mcs", "mono"),
+            package="mono-mcs mono-runtime",
+            sandbox_fusion="csharp",
+            virtual_memory_hungry=True,
+            prepare_fn=_csharp_source,
+            run_fn=_csharp_run,
+        ),
+        Language(
+            name="verilog",
+            aliases=("systemverilog", "sv", "iverilog"),
+            source="main.sv",
+            # Sandbox Fusion's flags (after NVlabs' verilog-eval): the testbench module must be named ``tb``.
+            compile=(
+                "iverilog",
+                "-Wall",
+                "-Winfloop",
+                "-Wno-timescale",
+                "-g2012",
+                "-s",
+                "tb",
+                "-o",
+                "test.vvp",
+                "{src}",
+            ),
+            run=("vvp", "-n", "test.vvp"),
+            binaries=("iverilog", "vvp"),
+            package="iverilog",
+            sandbox_fusion="verilog",
+        ),
+        Language(
+            name="sql",
+            aliases=("sqlite", "sqlite3"),
+            source="main.sql",
+            # Sandbox Fusion lists ``sql`` but has no runner for it (a SandboxError); sandboxkit runs the script
+            # in a fresh in-memory SQLite database, stopping at the first error (exit 1).
+            run=("sqlite3", "-bail", "-batch", ":memory:", ".read {src}"),
+            binaries=("sqlite3",),
+            package="sqlite3",
+            sandbox_fusion="sql",
+        ),
+        # ---- Sandbox Fusion languages whose toolchain cannot be installed on these machines: requests raise
+        # ToolchainMissing naming what to install; a custom image that has it runs them.
+        Language(
+            name="julia",
+            aliases=("jl",),
+            source="main.jl",
+            run=("julia", "{src}"),
+            binaries=("julia",),
+            package="julia",
+            install="Julia from https://julialang.org/downloads/ (binary tarball, into /usr/local)",
+            unavailable="not packaged for Debian bookworm (dropped after bullseye's 1.5)",
+            sandbox_fusion="julia",
+            virtual_memory_hungry=True,
+        ),
+        Language(
+            name="swift",
+            aliases=(),
+            source="main.swift",
+            compile=("swiftc", "{src}", "-o", "{bin}"),
+            run=("./{bin}",),
+            binaries=("swiftc",),
+            package="swift",
+            install="the Swift toolchain from https://www.swift.org/install/linux/ (into /usr)",
+            unavailable="not packaged for Debian bookworm (swift.org ships its own toolchain tarballs)",
+            sandbox_fusion="swift",
+        ),
+        Language(
+            name="lean",
+            aliases=("lean4",),
+            source="Main.lean",
+            run=("lake", "build"),
+            binaries=("lake", "lean"),
+            package="lean4",
+            install="elan + Lean 4 (https://leanprover-community.github.io) and a Mathlib project",
+            unavailable="not packaged for Debian bookworm; Sandbox Fusion builds in a Mathlib project of several GB",
+            sandbox_fusion="lean",
+        ),
+        Language(
+            name="cuda",
+            aliases=("cu",),
+            source="main.cu",
+            compile=("nvcc", "-o", "{bin}", "{src}"),
+            run=("./{bin}",),
+            binaries=("nvcc",),
+            package="nvidia-cuda-toolkit",
+            install="a machine with an NVIDIA GPU and the CUDA toolkit (nvidia-cuda-toolkit, Debian non-free)",
+            unavailable="needs an NVIDIA GPU: nvcc alone compiles, but no kernel can run without one",
+            sandbox_fusion="cuda",
+        ),
+        Language(
+            name="python_gpu",
+            aliases=(),
+            source="main.py",
+            # The "compile" step checks for a GPU: without nvidia-smi every backend raises ToolchainMissing,
+            # and with no GPU visible the run stops there instead of silently running on the CPU.
+            compile=("nvidia-smi", "-L"),
+            run=("python3", "-u", "{src}"),
+            binaries=("nvidia-smi", "python3"),
+            package="nvidia-driver",
+            install="a machine with an NVIDIA GPU, its driver (nvidia-smi) and a CUDA build of torch",
+            unavailable="needs an NVIDIA GPU; these machines have none",
+            sandbox_fusion="python_gpu",
+        ),
     )
 }
 
 _BY_ALIAS: dict[str, Language] = {}
 for _lang in LANGUAGES.values():
     for _key in (_lang.name, *_lang.aliases, _lang.sandbox_fusion):
-        _BY_ALIAS.setdefault(_key, _lang)
+        _BY_ALIAS.setdefault(_key.lower(), _lang)  # lookups lower-case the name: Sandbox Fusion's "R", "D_ut"
 
 
 def resolve_language(name: str) -> Language:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 
 import pytest
 
@@ -173,6 +174,38 @@ async def test_languages_answer_under_sandbox_fusion_names(app_client: AppClient
     assert sh.json()["run_result"]["stdout"] == "42\n"
 
 
+#: Sandbox Fusion's name, a program printing 42 written as its datasets write them, and what a failing
+#: assert looks like in that language (the verdict must be Failed, as on Sandbox Fusion).
+SF_PROGRAMS = {
+    # no <?php: Sandbox Fusion's runner adds it. MultiPL-E's PHP tests throw: php-cli compiles assert() out.
+    "php": ('echo 6 * 7, "\\n";', "if (1 !== 2) { throw new Exception('Test failed!'); }"),
+    "R": ('cat(6 * 7, "\\n", sep = "")', "stopifnot(1 == 2)"),
+    "D_ut": ("import std.stdio;\nvoid main() { writeln(6 * 7); }", "unittest { assert(1 == 2); }\nvoid main() {}"),
+    "ruby": ("puts 6 * 7", "raise 'assertion failed' unless 1 == 2"),
+    "lua": ("print(6 * 7)", "assert(1 == 2)"),
+    "perl": ('print 6 * 7, "\\n";', "die unless 1 == 2;"),
+    "typescript": ("const n: number = 6 * 7;\nconsole.log(n);", "import assert from 'assert';\nassert.equal(1, 2);"),
+    "java": (
+        "public class Main { public static void main(String[] a) { System.out.println(6 * 7); } }",
+        "public class Main { public static void main(String[] a) { assert 1 == 2; } }",  # java -ea, as upstream
+    ),
+}
+
+
+@pytest.mark.parametrize("sf_name", sorted(SF_PROGRAMS))
+async def test_sandbox_fusion_language_names_run_with_its_semantics(app_client: AppClient, sf_name: str) -> None:
+    from sandboxkit.languages import resolve_language
+
+    if resolve_language(sf_name).missing_binaries() and os.environ.get("CI") != "true":
+        pytest.skip(f"{sf_name} toolchain not installed here (CI=true turns this skip into a failure)")
+    good, failing = SF_PROGRAMS[sf_name]
+    async with app_client() as client:
+        ok = (await client.post("/run_code", json={"code": good, "language": sf_name, "run_timeout": 30})).json()
+        bad = (await client.post("/run_code", json={"code": failing, "language": sf_name, "run_timeout": 30})).json()
+    assert ok["status"] == "Success" and ok["run_result"]["stdout"] == "42\n", ok
+    assert bad["status"] == "Failed" and bad["run_result"]["return_code"] != 0, bad
+
+
 # ---------------------------------------------------------------------------- bad input
 
 
@@ -183,7 +216,7 @@ async def test_languages_answer_under_sandbox_fusion_names(app_client: AppClient
         ('["not", "an", "object"]', 422, "dictionary"),
         ('{"language": "python"}', 422, "code"),
         ('{"code": "x", "language": "cobol"}', 422, "cobol"),
-        ('{"code": "x", "language": "php"}', 422, "runs: bash"),  # a Sandbox Fusion name this backend lacks
+        ('{"code": "x", "language": "swift"}', 422, "is not available"),  # a Sandbox Fusion name this backend lacks
         ('{"code": "x", "language": "python", "files": {"../escape.txt": "eA=="}}', 422, ".."),
         ('{"code": "x", "language": "python", "files": {"/etc/passwd": "eA=="}}', 422, "absolute"),
         ('{"code": "x", "language": "python", "fetch_files": ["../../etc/shadow"]}', 422, ".."),

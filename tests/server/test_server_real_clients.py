@@ -80,7 +80,7 @@ def test_sandbox_fusion_client_async_concurrent(endpoint: str) -> None:
 
 def test_sandbox_fusion_client_rejected_request_is_an_error(endpoint: str) -> None:
     with pytest.raises(Exception, match="422"):
-        sandbox_fusion.run_code(RunCodeRequest(code="x", language="php"), max_attempts=1)
+        sandbox_fusion.run_code(RunCodeRequest(code="x", language="swift"), max_attempts=1)
 
 
 def test_sandbox_fusion_client_endpoint_from_environment(sk_serve: ServeProcess) -> None:

@@ -232,7 +232,7 @@ class CloudSandbox(BufferedSandbox):
         limits = request.limits
         source = lang.source_name(request.code)
         run_id = uuid.uuid4().hex[:12]
-        uploads: dict[str, bytes] = {self._at(f"{WORKSPACE_DIR}/{source}"): request.code.encode("utf-8")}
+        uploads: dict[str, bytes] = {self._at(f"{WORKSPACE_DIR}/{source}"): lang.prepare(request.code).encode("utf-8")}
         for path, data in request.files.items():
             uploads[self._at(f"{WORKSPACE_DIR}/{path}")] = data
         stdin_file = f"{CONTROL_DIR}/{run_id}.stdin" if request.stdin is not None else None

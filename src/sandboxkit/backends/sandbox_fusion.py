@@ -79,8 +79,13 @@ def split_url(url: str) -> tuple[str, str]:
 
 
 def _default_languages() -> frozenset[str]:
-    # The languages whose Sandbox Fusion name the upstream service knows (not 'c').
-    return frozenset(name for name, lang in LANGUAGES.items() if lang.sandbox_fusion in SANDBOX_FUSION_LANGUAGES)
+    # The languages whose Sandbox Fusion name the upstream service knows (not 'c'), less 'sql': upstream lists
+    # it but has no runner, so every such request would come back as a SandboxError.
+    return frozenset(
+        name
+        for name, lang in LANGUAGES.items()
+        if lang.sandbox_fusion in SANDBOX_FUSION_LANGUAGES and lang.sandbox_fusion != "sql"
+    )
 
 
 class SandboxFusionBackend(Backend):

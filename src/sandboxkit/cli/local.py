@@ -158,9 +158,13 @@ def backends(
     console.print(table)
 
 
-def doctor() -> None:
-    """Check this machine: backends, isolation mechanisms, toolchains."""
-    from sandboxkit.languages import LANGUAGES
+def doctor(
+    docker: Annotated[
+        bool,
+        typer.Option("--docker/--no-docker", help="Also check the Docker image's toolchains (starts a container)."),
+    ] = True,
+) -> None:
+    """Check this machine: backends, isolation mechanisms, and every language's toolchain inside the sandboxes."""
     from sandboxkit.registry import available_backends
 
     console.print(f"[bold]python[/] {sys.version.split()[0]}")
@@ -182,17 +186,39 @@ def doctor() -> None:
                 console.print(f"  languages inside the sandbox: {', '.join(sorted(caps.languages))}")
             except SandboxError as exc:
                 console.print(f"  [red]{exc}[/]")
-    table = Table(title="toolchains on this machine")
-    for col in ("language", "status", "install"):
+    _language_table(docker)
+
+
+def _language_table(docker: bool) -> None:
+    """Every language, and whether its toolchain is present inside each local sandbox."""
+    from sandboxkit.cli._languages import docker_languages, how_to_get, subprocess_languages
+    from sandboxkit.languages import LANGUAGES
+
+    columns = {"subprocess sandbox": subprocess_languages()}
+    if docker:
+        columns["docker image"] = docker_languages()
+    table = Table(title="toolchains inside the sandboxes (languages)")
+    for col in ("language", "Sandbox Fusion name", *columns, "install"):
         table.add_column(col)
-    for lang in LANGUAGES.values():
-        missing = lang.missing_binaries()
-        table.add_row(
-            lang.name,
-            "[green]ok[/]" if not missing else f"[red]missing {', '.join(missing)}[/]",
-            "" if not missing else f"apt-get install {lang.package}",
-        )
+    missing_any: set[str] = set()
+    for name, lang in LANGUAGES.items():
+        cells = []
+        for found in columns.values():
+            if isinstance(found, str):
+                cells.append("[yellow]not checked[/]")
+            elif found[name]:
+                cells.append("[green]ok[/]")
+            else:
+                cells.append("[red]missing[/]")
+                missing_any.add(name)
+        table.add_row(name, lang.sandbox_fusion, *cells, how_to_get(lang) if name in missing_any else "")
     console.print(table)
+    for name in sorted(missing_any):
+        if LANGUAGES[name].unavailable:
+            console.print(f"  {name}: not installed by scripts/bootstrap.sh: {LANGUAGES[name].unavailable}")
+    for title, found in columns.items():
+        if isinstance(found, str):
+            console.print(f"[yellow]{title} not checked[/]: {found}")
 
 
 def cleanup(

@@ -39,7 +39,9 @@ def base_env(workdir: str, language: Language | None, extra: Mapping[str, str]) 
     env = {"PATH": PATH, "HOME": workdir, "LANG": "C.UTF-8"}
     if language is not None:
         for key, value in language.env.items():  # toolchain caches live in the workspace
-            env[key] = value if posixpath.isabs(value) else posixpath.join(workdir, value)
+            # Only relative *paths* are anchored there; flags such as GO111MODULE=off stay as they are.
+            relative_path = "/" in value and not posixpath.isabs(value)
+            env[key] = posixpath.join(workdir, value) if relative_path else value
     env.update(extra)
     return env
 

@@ -245,7 +245,7 @@ class DockerSandbox(Sandbox):
         lang = resolve_language(request.language)
         limits = request.limits
         sinks = _sinks(on_stdout, on_stderr)
-        source = utf8(request.code, "the code", self.id)
+        source = utf8(lang.prepare(request.code), "the code", self.id)
         stdin = utf8(request.stdin or "", "stdin", self.id)
         check_env(request.env, request.argv, self.id)
         files = {self._path(path): data for path, data in request.files.items()}
@@ -311,10 +311,16 @@ class DockerSandbox(Sandbox):
     def _raise_if_missing(self, results: Sequence[Mapping[str, Any]], lang: Language, argv0s: Sequence[str]) -> None:
         for result, missing in zip(results, argv0s, strict=False):
             if result.get("missing"):
+                how = (
+                    f"install {lang.install_hint} in the image" + (f" ({lang.unavailable})" if lang.unavailable else "")
+                    if lang.unavailable or lang.install
+                    else f"install the Debian package {lang.package!r} in the image (scripts/docker-setup.sh adds "
+                    "the packages in SANDBOXKIT_DOCKER_EXTRA_PACKAGES; SANDBOXKIT_DOCKER_FULL=1 adds every "
+                    "language's)"
+                )
                 raise ToolchainMissing(
-                    f"the image {self._backend.image!r} has no {missing!r} (needed for {lang.name}); install the "
-                    f"Debian package {lang.package!r} in the image (scripts/docker-setup.sh adds the packages in "
-                    "SANDBOXKIT_DOCKER_EXTRA_PACKAGES) or pick another image with image= / SANDBOXKIT_DOCKER_IMAGE",
+                    f"the image {self._backend.image!r} has no {missing!r} (needed for {lang.name}); {how}, "
+                    "or pick another image with image= / SANDBOXKIT_DOCKER_IMAGE",
                     backend=_NAME,
                     sandbox_id=self.id,
                 )

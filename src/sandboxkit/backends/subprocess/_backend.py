@@ -51,7 +51,9 @@ def _seccomp_supported() -> bool:
 
 
 def _toolchain_present(lang: Language, path: str) -> bool:
-    return all(shutil.which(b, path=path) is not None for b in lang.binaries)
+    return all(shutil.which(b, path=path) is not None for b in lang.binaries) and all(
+        os.path.isfile(f) for f in lang.files
+    )
 
 
 def _check_workdir(workdir: str | None, rootfs: str | None) -> str:

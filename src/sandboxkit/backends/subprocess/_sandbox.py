@@ -443,8 +443,9 @@ class SubprocessSandbox(Sandbox):
         lang = resolve_language(request.language)
         if not self._backend.has_toolchain(lang):
             raise ToolchainMissing(
-                f"{lang.name} needs {', '.join(lang.binaries)}, not found on the sandbox PATH {self._backend.path!r}; "
-                f"install it with `apt-get install {lang.package}`",
+                f"{lang.name} needs {', '.join((*lang.binaries, *lang.files))}, not found on the sandbox PATH "
+                f"{self._backend.path!r}; {lang.install_hint}"
+                + (f" (not installed by sandboxkit's bootstrap: {lang.unavailable})" if lang.unavailable else ""),
                 backend=NAME,
                 sandbox_id=self.id,
             )
@@ -455,7 +456,7 @@ class SubprocessSandbox(Sandbox):
         async with self._lock:
             self._check_open()
             src = lang.source_name(request.code)
-            self.workspace.write({**request.files, src: request.code})
+            self.workspace.write({**request.files, src: lang.prepare(request.code)})
             env = self._env({**lang.env, **request.env})
             compile_result: ExecResult | None = None
             compile_argv = lang.compile_argv(request.code)

@@ -16,12 +16,13 @@ from collections.abc import Sequence
 
 from sandboxkit.backends.subprocess import _isolation as isolation
 from sandboxkit.backends.subprocess import _seccomp as seccomp
+from sandboxkit.backends.subprocess._fork import DirectorySnapshot, open_forked
 from sandboxkit.backends.subprocess._sandbox import (
     NAME,
     SubprocessSandbox,
 )
 from sandboxkit.backends.subprocess._workspace import SANDBOX_PATH
-from sandboxkit.base import Availability, Backend, Capabilities
+from sandboxkit.base import Availability, Backend, Capabilities, Snapshot
 from sandboxkit.errors import BackendUnavailable, InvalidRequest
 from sandboxkit.languages import LANGUAGES, Language
 from sandboxkit.models import Limits
@@ -106,6 +107,7 @@ class SubprocessBackend(Backend):
         self.server_python = shutil.which("python3", path=self.path)
         self._toolchains: dict[str, bool] = {}
         self._sandboxes: set[SubprocessSandbox] = set()
+        self._snapshots: set[DirectorySnapshot] = set()  # checkpoints taken and not yet released
         self._caps: Capabilities | None = None
 
     def has_toolchain(self, lang: Language) -> bool:
@@ -136,6 +138,7 @@ class SubprocessBackend(Backend):
                 network_control=iso.bwrap is not None,
                 limits=frozenset(limits),
                 resettable=True,
+                fork="files",
                 missing_protections=tuple(missing),
                 notes=self._active_protections(),
             )
@@ -158,6 +161,10 @@ class SubprocessBackend(Backend):
             out.append(f"cgroup v{cg.version}: {' and '.join(parts)} limits")
         if iso.tmpfs:
             out.append(f"workspace on a {self.disk_mb} MB tmpfs")
+        if iso.tmpfs:
+            out.append("fork: copy-on-write overlay over a checkpoint's tmpfs (files; no process memory)")
+        else:
+            out.append("fork: full copies of a checkpoint (mounts refused here; files, no process memory)")
         if self.server_python:
             out.append(f"warm fork server: {self.server_python}")
         return tuple(out)
@@ -179,6 +186,20 @@ class SubprocessBackend(Backend):
         self._sandboxes.add(sandbox)
         return sandbox
 
+    async def open_from(self, snapshot: Snapshot, limits: Limits | None = None) -> SubprocessSandbox:
+        """Open a sandbox whose workspace is a copy-on-write view of ``snapshot`` (``_fork``).
+
+        Raises:
+            InvalidRequest: the snapshot is another backend object's, or released.
+            BackendUnavailable: the workspace or its overlay could not be made.
+        """
+        return await open_forked(self, snapshot, limits or Limits())
+
+    @property
+    def live_snapshots(self) -> int:
+        """Checkpoints taken by this backend object and not yet released."""
+        return len(self._snapshots)
+
     def _forget(self, sandbox: SubprocessSandbox) -> None:
         self._sandboxes.discard(sandbox)
 
@@ -191,6 +212,8 @@ class SubprocessBackend(Backend):
         """Close every sandbox this backend opened."""
         for sandbox in list(self._sandboxes):
             await sandbox.close()
+        for snap in list(self._snapshots):
+            await snap.release()
 
     def emergency_cleanup(self) -> None:
         """Kill and remove every sandbox synchronously (interpreter exit)."""
@@ -198,6 +221,8 @@ class SubprocessBackend(Backend):
             with contextlib.suppress(Exception):
                 sandbox._release()
         self._sandboxes.clear()
+        for snap in list(self._snapshots):
+            snap.release_sync()
 
     async def cleanup(self) -> int:
         """Remove workspaces, mounts and cgroups left by crashed sandboxkit processes.

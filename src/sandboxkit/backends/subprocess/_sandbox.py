@@ -24,7 +24,7 @@ from sandboxkit.backends.subprocess._forkserver import ForkServer, ServerStartEr
 from sandboxkit.backends.subprocess._output import OutputLimits
 from sandboxkit.backends.subprocess._status import Outcome, classify, rlimits_for
 from sandboxkit.backends.subprocess._workspace import Workspace, program_env
-from sandboxkit.base import OutputCallback, Sandbox
+from sandboxkit.base import OutputCallback, Sandbox, Snapshot
 from sandboxkit.errors import BackendUnavailable, InvalidRequest, SandboxCrashed, ToolchainMissing
 from sandboxkit.languages import Language, resolve_language
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status
@@ -70,6 +70,8 @@ class SubprocessSandbox(Sandbox):
         tag = f"{self.id}-p{os.getpid()}"
         path = os.path.realpath(tempfile.mkdtemp(prefix=f"{tag}-", dir=backend.root))
         self.workspace = Workspace(path, owner, self.id)
+        #: The sandbox's own directory (the tmpfs mount); a forked sandbox's workspace is an overlay inside it.
+        self._dir = path
         #: Why the sandbox can no longer be used (its fork server died on its own), or None.
         self._broken: str | None = None
         self._mounted = False
@@ -521,6 +523,20 @@ class SubprocessSandbox(Sandbox):
         self._check_open()
         return self.workspace.read(paths)
 
+    async def snapshot(self) -> Snapshot:
+        """Copy the workspace into a checkpoint that sandboxes open copy-on-write (see ``_fork``).
+
+        Raises:
+            SandboxCrashed: the sandbox is closed.
+            BackendUnavailable: the copy did not fit (raise ``disk_mb``).
+        """
+        from sandboxkit.backends.subprocess._fork import take_snapshot
+
+        self._check_open()
+        async with self._lock:  # between commands: no process of the sandbox is left to change files
+            self._check_open()
+            return await take_snapshot(self)
+
     async def alive(self) -> bool:
         """True until closed or discarded (and while the workspace exists). Never raises."""
         return not self._closed and self._broken is None and os.path.isdir(self.workspace.path)
@@ -570,8 +586,10 @@ class SubprocessSandbox(Sandbox):
             self.cgroup.remove()
             self.cgroup = None
         if self._mounted:
-            isolation.unmount(self.workspace.path)
+            isolation.unmount(self._dir)  # lazy: a forked sandbox's overlay inside goes with it
             self._mounted = False
         self.workspace.remove()
+        if self._dir != self.workspace.path:
+            Workspace(self._dir).remove()
         if self.uid is not None:
             isolation.release_uid(self.uid)

@@ -379,7 +379,7 @@ class DaytonaBackend(CloudBackend):
             return CreateSandboxFromImageParams(image=self.image, resources=resources, **common)
         return CreateSandboxFromSnapshotParams(snapshot=self.snapshot, **common)
 
-    async def _create(self, limits: Limits, labels: Mapping[str, str]) -> tuple[str, Any]:
+    async def _create(self, limits: Limits, labels: Mapping[str, str], source: str | None = None) -> tuple[str, Any]:
         client = self._client()
         params = self._params(limits, labels)
         with anyio.fail_after(self.create_timeout_s + 10):  # backstop over the SDK's own timeout

@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import anyio
+import anyio.to_thread
 from pydantic import SecretStr
 
 from sandboxkit.backends._cloud import (
@@ -152,6 +153,7 @@ class CloudBackend(Backend):
         self._live: set[str] = set()
         self._pending_tokens: set[str] = set()
         self._snapshots: set[CloudSnapshot] = set()  # checkpoints taken and not yet released
+        self._interrupted: set[str] = set()  # sandboxes whose close was cancelled before the delete finished
 
     def _secret(self) -> str:
         assert self._api_key is not None
@@ -333,9 +335,20 @@ class CloudBackend(Backend):
         return 0
 
     async def aclose(self) -> None:
-        """Release checkpoints still held; sweep creates that failed without a trace."""
+        """Release checkpoints still held, delete sandboxes whose close was cut short, sweep failed creates.
+
+        Sandboxes still open are left alone (a sandbox may move to another event loop).
+        """
         for snap in list(self._snapshots):
             await snap.release()
+        for sandbox_id in list(self._interrupted):
+            with anyio.CancelScope(shield=True), anyio.move_on_after(20):
+                try:
+                    await anyio.to_thread.run_sync(self._delete_now_sync, sandbox_id)
+                    self._interrupted.discard(sandbox_id)
+                    self._live.discard(sandbox_id)
+                except Exception:
+                    log.debug("deleting %s sandbox %s at close failed", self.service, sandbox_id, exc_info=True)
         if not self._pending_tokens:
             return
         with anyio.CancelScope(shield=True), anyio.move_on_after(20):

@@ -77,7 +77,19 @@ def _processes_in(root: str) -> list[int]:
     return out
 
 
-def _interrupt_mid_fork(root: str, tmp_path: Path, sig: signal.Signals) -> None:
+def _cgroups_of(pid: int) -> list[str]:
+    """The sandbox cgroups a process created (their names end in ``-p<pid>``), wherever they are."""
+    from sandboxkit.backends.subprocess._cgroup import PREFIX
+
+    support = SubprocessBackend().isolation.cgroup
+    found = []
+    for parent in {support.memory_parent, support.pids_parent} - {None}:
+        assert parent is not None
+        found += [e for e in os.listdir(parent) if e.startswith(PREFIX) and e.endswith(f"-p{pid}")]
+    return found
+
+
+def _interrupt_mid_fork(root: str, tmp_path: Path, sig: signal.Signals) -> int:
     marker = tmp_path / "ready"
     script = _SCRIPT.format(root=root, marker=str(marker))
     proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE)
@@ -95,19 +107,20 @@ def _interrupt_mid_fork(root: str, tmp_path: Path, sig: signal.Signals) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    return proc.pid
 
 
 def test_sigint_mid_fork_leaves_nothing(root: str, tmp_path: Path) -> None:
-    _interrupt_mid_fork(root, tmp_path, signal.SIGINT)
+    pid = _interrupt_mid_fork(root, tmp_path, signal.SIGINT)
+    # What `cleanup` would look for, scoped to this child (cleanup itself sweeps every dead owner).
     assert _mounts_under(root) == []
     assert os.listdir(root) == []
     assert _processes_in(root) == []
-    backend = SubprocessBackend(root=root)
-    assert anyio.run(backend.cleanup) == 0
+    assert _cgroups_of(pid) == []
 
 
 def test_cleanup_after_a_kill_mid_fork_removes_everything(root: str, tmp_path: Path) -> None:
-    _interrupt_mid_fork(root, tmp_path, signal.SIGKILL)
+    pid = _interrupt_mid_fork(root, tmp_path, signal.SIGKILL)
     assert os.listdir(root), "a killed process left nothing: the test did not interrupt a fork"
     time.sleep(0.2)  # the killed process's sandboxes' processes are SIGKILLed by their parent's death
     backend = SubprocessBackend(root=root)
@@ -115,4 +128,4 @@ def test_cleanup_after_a_kill_mid_fork_removes_everything(root: str, tmp_path: P
     assert _mounts_under(root) == []
     assert os.listdir(root) == []
     assert _processes_in(root) == []
-    assert anyio.run(backend.cleanup) == 0
+    assert _cgroups_of(pid) == []

@@ -9,10 +9,11 @@ never reach the checkpoint, its parent or its siblings.
 
 Two details carry the design:
 
-* **ownership**: every sandbox runs as its own host uid, so the checkpoint's files would belong to
-  the wrong user in a child. The child's overlay is mounted with ``metacopy=on``, which turns the
-  ``chown`` of a lower file into a metadata-only copy-up (an inode, no data): a child costs about
-  one inode per file, not a copy of the file;
+* **ownership**: every sandbox runs as its own host uid, so the checkpoint's files (root's) would
+  belong to the wrong user in a child. The child's lower layer is an idmapped bind of the
+  checkpoint (``_idmap``: root shown as the child's uid, no per-file cost). Where the kernel cannot
+  idmap, the overlay is mounted with ``metacopy=on`` and every file is chowned through it, which
+  copies an inode up, not the data: one inode per file, not a copy of the file;
 * **lifetime**: releasing a checkpoint lazily detaches its tmpfs. The kernel keeps the filesystem
   alive while a child's overlay still uses it and frees it with the last one, so releasing a
   checkpoint after forking is safe and nothing stays visible in the mount table.
@@ -37,6 +38,7 @@ import anyio
 import anyio.to_thread
 
 from sandboxkit.backends.subprocess import _isolation as isolation
+from sandboxkit.backends.subprocess._idmap import idmapped_bind
 from sandboxkit.backends.subprocess._workspace import Workspace
 from sandboxkit.base import Snapshot
 from sandboxkit.errors import BackendUnavailable, InvalidRequest
@@ -51,6 +53,8 @@ __all__ = ["DirectorySnapshot", "open_forked", "take_snapshot"]
 log = logging.getLogger(__name__)
 NAME = "subprocess"
 _MS_NOSUID, _MS_NODEV = 2, 4
+#: Whether idmapped checkpoint layers work here (cleared after the first refusal).
+_IDMAP = [True]
 #: Mode bits a copy keeps: setuid/setgid would mean nothing on a nosuid mount, so they are dropped.
 _KEEP_MODE = 0o1777
 
@@ -205,16 +209,25 @@ def _fork_into(sandbox: SubprocessSandbox, snap: DirectorySnapshot) -> None:
     base = sandbox._dir
     owner = sandbox.workspace.owner
     if snap.mounted and sandbox._mounted:
-        upper, work, merged = (os.path.join(base, n) for n in ("upper", "work", "ws"))
-        for d in (upper, work, merged):
+        lower, upper, work, merged = (os.path.join(base, n) for n in ("lower", "upper", "work", "ws"))
+        for d in (lower, upper, work, merged):
             os.mkdir(d, 0o700)
-        _mount_overlay(snap.path, upper, work, merged)
+        idmapped = False
+        if owner is not None and _IDMAP[0]:
+            try:
+                idmapped_bind(snap.path, lower, owner[0])  # root's files shown as the fork's uid
+                idmapped = True
+            except OSError as exc:
+                _IDMAP[0] = False  # this kernel cannot: chown from now on (same result, slower)
+                log.info("idmapped checkpoint layers unavailable (%s); forks chown their files instead", exc)
+        _mount_overlay(lower if idmapped else snap.path, upper, work, merged)
         sandbox.workspace = Workspace(merged, owner, sandbox.id)
         if owner is not None:
-            # metacopy=on: a chown copies the inode up, not the data (see the module docstring).
             os.chown(merged, *owner)
-            for rel in snap.entries:
-                os.lchown(os.path.join(merged, rel), *owner)
+            if not idmapped:
+                # metacopy=on: a chown copies the inode up, not the data (see the module docstring).
+                for rel in snap.entries:
+                    os.lchown(os.path.join(merged, rel), *owner)
         return
     _copy_tree(snap.path, base, None)
     if owner is not None:

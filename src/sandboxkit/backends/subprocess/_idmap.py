@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import ctypes
 import os
+import select
+import signal
 
 __all__ = ["idmapped_bind"]
 
 _CLONE_NEWUSER = 0x10000000
+_READY_TIMEOUT_S = 5.0
+_PR_SET_PDEATHSIG = 1
 _AT_FDCWD = -100
 _AT_EMPTY_PATH = 0x1000
 _OPEN_TREE_CLONE = 1
@@ -42,32 +46,39 @@ def _libc() -> ctypes.CDLL:
 
 
 def _userns_mapping_root_to(uid: int) -> int:
-    """A descriptor of a new user namespace whose uid and gid 0 are ``uid`` outside it."""
+    """A descriptor of a new user namespace whose uid and gid 0 are ``uid`` outside it.
+
+    The child that holds the namespace is SIGKILLed once its namespace is open, never told to
+    exit through a pipe: forks run concurrently in threads, and each child inherits the others'
+    pipe ends, so an end-of-file would never come (they deadlocked that way).
+    """
     libc = _libc()
     ready_r, ready_w = os.pipe()
-    hold_r, hold_w = os.pipe()
+    parent = os.getpid()
     pid = os.fork()
-    if pid == 0:  # the child only unshares and waits for the parent to let go; nothing else
+    if pid == 0:  # the child only unshares, says so, and waits to be killed
         try:
-            os.close(ready_r)
-            os.close(hold_w)  # or its own copy would keep the read below from ever seeing EOF
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # a parent killed mid-fork takes it along
+            if os.getppid() != parent:
+                os._exit(0)
             ok = libc.unshare(_CLONE_NEWUSER) == 0
             os.write(ready_w, b"1" if ok else b"0")
-            os.read(hold_r, 1)
+            while True:
+                signal.pause()
         finally:
             os._exit(0)
     os.close(ready_w)
-    os.close(hold_r)
     try:
-        if os.read(ready_r, 1) != b"1":
-            raise OSError("unshare(CLONE_NEWUSER) was refused")
+        ready, _, _ = select.select([ready_r], [], [], _READY_TIMEOUT_S)
+        if not ready or os.read(ready_r, 1) != b"1":
+            raise OSError("unshare(CLONE_NEWUSER) was refused or did not answer")
         for name, text in (("uid_map", f"0 {uid} 1\n"), ("setgroups", "deny"), ("gid_map", f"0 {uid} 1\n")):
             with open(f"/proc/{pid}/{name}", "w") as f:
                 f.write(text)
         return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
     finally:
-        os.close(hold_w)
         os.close(ready_r)
+        os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
 
 

@@ -93,7 +93,5 @@ def test_sigint_mid_fork_leaves_no_sandbox_and_no_snapshot(fake: FakeDaytona, se
             proc.kill()
             proc.wait()
     err = proc.stderr.read().decode() if proc.stderr else ""
-    assert fake.live_count == 0, (
-        f"sandboxes left behind after Ctrl-C: {[fake.box(i).data.get('state') for i in fake.live_ids()]} {err[-3000:]}"
-    )
+    assert fake.live_count == 0, f"sandboxes left behind after Ctrl-C; the child said: {err[-2000:]}"
     assert fake.snapshots == {}, "snapshots left behind after Ctrl-C"

@@ -4,7 +4,8 @@ One :class:`Sandbox` contract, pluggable backends found by name, one :class:`San
 with caps, rate limits, retries and cleanup, and thin adapters for TRL, verl, SGLang and rLLM.
 """
 
-from sandboxkit.base import Availability, Backend, Capabilities, Sandbox
+from sandboxkit.base import Availability, Backend, Capabilities, Sandbox, Snapshot
+from sandboxkit.checkpoint import Checkpoint
 from sandboxkit.errors import (
     BackendNotFound,
     BackendUnavailable,
@@ -23,7 +24,7 @@ from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status
 from sandboxkit.pool import SandboxPool
 from sandboxkit.registry import BackendSpec, available_backends, backend
 from sandboxkit.session import Session
-from sandboxkit.sync import SyncSandboxPool, SyncSession
+from sandboxkit.sync import SyncCheckpoint, SyncSandboxPool, SyncSession
 
 __version__ = "0.1.0"
 
@@ -35,6 +36,7 @@ __all__ = [
     "BackendUnavailable",
     "Capabilities",
     "CapacityExceeded",
+    "Checkpoint",
     "DeadlineExceeded",
     "ExecResult",
     "InvalidRequest",
@@ -48,7 +50,9 @@ __all__ = [
     "SandboxError",
     "SandboxPool",
     "Session",
+    "Snapshot",
     "Status",
+    "SyncCheckpoint",
     "SyncSandboxPool",
     "SyncSession",
     "ToolchainMissing",

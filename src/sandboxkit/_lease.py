@@ -21,13 +21,13 @@ import random
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import anyio
 
 from sandboxkit._capacity import LearnedCapacity
 from sandboxkit._slots import CallSlot, Entry
-from sandboxkit.base import Backend, Sandbox
+from sandboxkit.base import Backend, Sandbox, Snapshot
 from sandboxkit.errors import (
     CapacityExceeded,
     DeadlineExceeded,
@@ -41,6 +41,9 @@ from sandboxkit.errors import (
 from sandboxkit.limiter import Limiter
 from sandboxkit.metrics import CallRecord, PoolMetrics
 from sandboxkit.models import Limits
+
+if TYPE_CHECKING:
+    from sandboxkit.checkpoint import Checkpoint
 
 __all__ = ["CLOSE_TIMEOUT_S", "LeaseCore", "keeps_sandbox"]
 
@@ -112,6 +115,8 @@ class LeaseCore:
         self.capacity = LearnedCapacity(settings.max_sandboxes)
         self.entries: set[Entry] = set()
         self.idle: deque[Entry] = deque()
+        #: Checkpoints taken through this pool and not released (released when the pool closes).
+        self.checkpoints: set[Checkpoint] = set()
         self.closed = False
         self.started = False
         self._on_first_use = on_first_use
@@ -144,13 +149,17 @@ class LeaseCore:
 
     # ------------------------------------------------------------------ leasing
 
-    async def lease(self, limits: Limits | None = None, *, slot: CallSlot | None = None) -> Entry:
+    async def lease(
+        self, limits: Limits | None = None, *, slot: CallSlot | None = None, snapshot: Snapshot | None = None
+    ) -> Entry:
         """A healthy sandbox: an idle one, a new one, or one freed later (waits as long as needed).
 
         Args:
             limits: the limits the sandbox must have been opened with (a session's); ``None``
                 takes any idle sandbox and opens new ones with the pool's limits.
             slot: the call slot the caller holds, given back while it waits for a sandbox.
+            snapshot: open a new sandbox from this checkpoint (a fork) instead of an empty one;
+                idle sandboxes are then never handed out.
 
         Raises:
             PoolClosed: the pool closed.
@@ -163,7 +172,9 @@ class LeaseCore:
             seen = self._generation
             # A warm idle sandbox first (LIFO: the most recently used is the warmest); for a session,
             # one opened with its limits. A reset sandbox is as clean as a new one and far cheaper.
-            if limits is None:
+            if snapshot is not None:
+                entry = None  # a fork is a new sandbox from the checkpoint, never a warm empty one
+            elif limits is None:
                 entry = self.idle.pop() if self.idle else None
             else:
                 entry = next((e for e in reversed(self.idle) if e.limits == limits), None)
@@ -176,7 +187,7 @@ class LeaseCore:
                 self.metrics.error("dead_on_lease")
                 await self.discard(entry)
                 continue
-            entry = await self._open(limits)
+            entry = await self._open(limits, snapshot)
             if entry is not None:
                 return entry
             if self.idle:
@@ -194,18 +205,18 @@ class LeaseCore:
             if slot is not None:
                 await slot.acquire()
 
-    async def lease_retrying(self, limits: Limits | None = None) -> Entry:
+    async def lease_retrying(self, limits: Limits | None = None, snapshot: Snapshot | None = None) -> Entry:
         """:meth:`lease` with the pool's retries on ``Transient`` errors (a session opening its sandbox)."""
         attempt = 0
         while True:
             try:
-                return await self.lease(limits)
+                return await self.lease(limits, snapshot=snapshot)
             except Transient as exc:
                 delay = self._retry_delay(attempt, exc, may_retry=True)
                 attempt += 1
             await anyio.sleep(delay)
 
-    async def _open(self, limits: Limits | None) -> Entry | None:
+    async def _open(self, limits: Limits | None, snapshot: Snapshot | None = None) -> Entry | None:
         """Open a sandbox if the caps allow; None if a cap (ours, the limiter's, the service's) is reached."""
         if len(self.entries) + self._opening >= self.capacity.cap:
             return None
@@ -217,7 +228,10 @@ class LeaseCore:
         try:
             await self.limiter.creation_token()
             started = time.perf_counter()
-            sandbox = await self.backend.open(limits)
+            if snapshot is None:
+                sandbox = await self.backend.open(limits)
+            else:
+                sandbox = await self.backend.open_from(snapshot, limits)
         except BaseException as exc:
             self._opening -= 1
             self.limiter.release_sandbox(token)
@@ -297,6 +311,8 @@ class LeaseCore:
         async with anyio.create_task_group() as tg:
             for entry in entries:
                 tg.start_soon(self.discard, entry)
+            for checkpoint in list(self.checkpoints):
+                tg.start_soon(checkpoint.release)
 
     # ------------------------------------------------------------------ the guarded call
 

@@ -23,11 +23,15 @@ from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
 if TYPE_CHECKING:
     from sandboxkit.kernel import Kernel
 
-__all__ = ["Availability", "Backend", "Capabilities", "OutputCallback", "Sandbox"]
+__all__ = ["FORK_LEVELS", "Availability", "Backend", "Capabilities", "OutputCallback", "Sandbox", "Snapshot"]
+
 
 #: An ``on_stdout`` / ``on_stderr`` callback: called with each chunk of the program's raw output
 #: bytes as it arrives (see :mod:`sandboxkit.streaming` for the rules).
 OutputCallback = Callable[[bytes], object]
+
+#: The values of :attr:`Capabilities.fork`, from least to most carried into a fork.
+FORK_LEVELS = ("none", "files", "files+processes", "memory")
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,30 @@ class Availability:
 
     usable: bool
     reason: str = ""
+
+
+class Snapshot(abc.ABC):
+    """A frozen copy of one sandbox (its files, and more where ``Capabilities.fork`` says so).
+
+    The backend-level half of ``Session.checkpoint()``: :meth:`Sandbox.snapshot` takes one and
+    :meth:`Backend.open_from` opens new, independent sandboxes from it. It lives until
+    :meth:`release`, independently of the sandbox it was taken from and of the sandboxes opened
+    from it (those keep working after both are gone).
+
+    Attributes:
+        id: identifier (a directory, an image id, a cloud snapshot id).
+        backend_name: name of the backend that took it.
+    """
+
+    id: str
+    backend_name: str
+
+    @abc.abstractmethod
+    async def release(self) -> None:
+        """Free what the snapshot holds. Idempotent, finishes under cancellation, never raises."""
+
+    def release_sync(self) -> None:  # noqa: B027 - optional hook with a no-op default
+        """Synchronous best-effort :meth:`release` for interpreter exit (no event loop needed)."""
 
 
 class Sandbox(abc.ABC):
@@ -188,6 +216,23 @@ class Sandbox(abc.ABC):
         """
         return False
 
+    async def snapshot(self) -> Snapshot:
+        """Freeze the workspace's current files into a :class:`Snapshot` (``Session.checkpoint``).
+
+        The sandbox keeps working; later changes to it do not reach the snapshot.
+
+        Raises:
+            InvalidRequest: the backend cannot fork (``capabilities.fork == "none"``); the default.
+            SandboxCrashed: the sandbox was closed or is gone.
+            Transient: a passing fault talking to the sandbox.
+        """
+        raise InvalidRequest(
+            f"backend {self.backend_name!r} cannot checkpoint or fork a sandbox (capabilities.fork is 'none'); "
+            "use a backend whose capabilities.fork is 'files' or more (subprocess, docker, e2b, daytona)",
+            backend=self.backend_name,
+            sandbox_id=self.id,
+        )
+
     async def open_kernel(self) -> Kernel:
         """This sandbox's persistent Python kernel (``capabilities.kernels``), started on its first cell.
 
@@ -235,6 +280,23 @@ class Backend(abc.ABC):
             RateLimited: the service refused the creation for now.
             Transient: a passing fault; the pool retries.
         """
+
+    async def open_from(self, snapshot: Snapshot, limits: Limits | None = None) -> Sandbox:
+        """Open a new sandbox whose workspace starts as ``snapshot`` (copy-on-write where it can).
+
+        The new sandbox is independent: its writes reach neither the snapshot, nor the sandbox
+        the snapshot was taken from, nor other sandboxes opened from it.
+
+        Raises:
+            InvalidRequest: the backend cannot fork (the default), or ``snapshot`` is another
+                backend's or already released.
+            BackendUnavailable, CapacityExceeded, RateLimited, Transient: as :meth:`open`.
+        """
+        del snapshot, limits
+        raise InvalidRequest(
+            f"backend {self.name!r} cannot open a sandbox from a checkpoint (capabilities.fork is 'none')",
+            backend=self.name,
+        )
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook with a no-op default
         """Release backend-wide resources (HTTP clients, engine connections). Idempotent."""

@@ -45,6 +45,9 @@ class PoolMetrics:
         self.errors: Counter[str] = Counter()
         self.sandboxes_created = 0
         self.sandboxes_closed = 0
+        self.checkpoints_taken = 0
+        self.checkpoints_released = 0
+        self.forks = 0
         self.queue_wait: deque[float] = deque(maxlen=WINDOW)
         self.run_time: deque[float] = deque(maxlen=WINDOW)
         self.latency: deque[float] = deque(maxlen=WINDOW)
@@ -92,6 +95,15 @@ class PoolMetrics:
     def sandbox_closed(self) -> None:
         self.sandboxes_closed += 1
 
+    def checkpoint_taken(self) -> None:
+        self.checkpoints_taken += 1
+
+    def checkpoint_released(self) -> None:
+        self.checkpoints_released += 1
+
+    def forked(self, sessions: int) -> None:
+        self.forks += sessions
+
     def snapshot(self) -> dict[str, Any]:
         def summary(window: deque[float]) -> dict[str, float]:
             samples = list(window)
@@ -105,6 +117,9 @@ class PoolMetrics:
             "errors": dict(self.errors),
             "sandboxes_created": self.sandboxes_created,
             "sandboxes_closed": self.sandboxes_closed,
+            "checkpoints_taken": self.checkpoints_taken,
+            "checkpoints_released": self.checkpoints_released,
+            "forks": self.forks,
             "queue_wait_s": summary(self.queue_wait),
             "run_time_s": summary(self.run_time),
             "latency_s": summary(self.latency),

@@ -26,6 +26,7 @@ from sandboxkit._lease import CLOSE_TIMEOUT_S, LeaseCore
 from sandboxkit._request import RunsPrograms, positive_timeout
 from sandboxkit._signals import install_sigterm_to_exit
 from sandboxkit.base import Backend, OutputCallback, Sandbox
+from sandboxkit.checkpoint import Checkpoint, check_forkable
 from sandboxkit.errors import InvalidRequest, PoolClosed, SandboxCrashed, SandboxError
 from sandboxkit.limiter import Limiter, LocalLimiter
 from sandboxkit.metrics import PoolMetrics
@@ -285,13 +286,84 @@ class SandboxPool(RunsPrograms):
                 tg.start_soon(one, i, item)
         return [r if r is not None else PoolClosed("no result", backend=self.backend.name) for r in results]
 
-    def session(self, *, limits: Limits | None = None) -> Session:
+    def session(self, *, limits: Limits | None = None, from_checkpoint: Checkpoint | None = None) -> Session:
         """A stateful sandbox held for a multi-turn exchange (files and cwd persist).
 
         Use ``async with pool.session() as s:`` or ``s = pool.session(); await s.open(); ...; await s.close()``.
         The sandbox counts against ``max_sandboxes`` until the session closes.
+
+        Args:
+            limits: limits of its sandbox (default: the pool's, or the checkpoint's).
+            from_checkpoint: start from this checkpoint's files and ``exec`` defaults (one fork).
+
+        Raises:
+            InvalidRequest: the checkpoint is released or belongs to another pool.
         """
-        return Session(self._core, limits or self.limits)
+        if from_checkpoint is None:
+            return Session(self._core, limits or self.limits)
+        self._core.metrics.forked(1)
+        return Session(self._core, limits or from_checkpoint.limits, origin=from_checkpoint)
+
+    async def fork(
+        self,
+        source: Checkpoint | Session,
+        n: int,
+        *,
+        limits: Limits | None = None,
+        deadline_s: float | None = None,
+    ) -> list[Session]:
+        """Open ``n`` sessions that each start from ``source``'s state (copy-on-write where the backend can).
+
+        Writes in one fork reach neither its siblings nor ``source``; closing the session a
+        checkpoint was taken from, or releasing the checkpoint, leaves the forks working. A
+        session as ``source`` is checkpointed for the occasion and the checkpoint released after.
+        All or nothing: if one fork fails, those already open are closed and the error is raised.
+        The forks count against ``max_sandboxes``; close each (or ``async with`` it) when done.
+
+        Args:
+            source: a :class:`~sandboxkit.checkpoint.Checkpoint`, or a session to checkpoint now.
+            n: how many sessions.
+            limits: limits of their sandboxes (default: the checkpoint's).
+            deadline_s: deadline of opening each fork (``None``: the pool's default).
+
+        Raises:
+            InvalidRequest: ``n`` is not a positive integer, the backend cannot fork, or the
+                checkpoint is released or another pool's.
+            SandboxError: a fork could not be opened (after the pool's retries).
+        """
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise InvalidRequest(f"n must be an integer >= 1, got {n!r}", backend=self.backend.name)
+        check_forkable(self._core)
+        if isinstance(source, Session):
+            async with await source.checkpoint(deadline_s=deadline_s) as checkpoint:
+                return await self._fork(checkpoint, n, limits, deadline_s)
+        return await self._fork(source, n, limits, deadline_s)
+
+    async def _fork(
+        self, checkpoint: Checkpoint, n: int, limits: Limits | None, deadline_s: float | None
+    ) -> list[Session]:
+        sessions = [Session(self._core, limits or checkpoint.limits, origin=checkpoint) for _ in range(n)]
+        errors: list[BaseException] = []
+
+        async def open_one(session: Session) -> None:
+            try:
+                await self._core.within_deadline(session.open, deadline_s, "opening a fork")
+            except Exception as exc:  # collected: every fork is closed below, then the first error raised
+                errors.append(exc)
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for session in sessions:
+                    tg.start_soon(open_one, session)
+            if errors:
+                raise errors[0]
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                for session in sessions:
+                    await session.close()
+            raise
+        self._core.metrics.forked(n)
+        return sessions
 
     # ----------------------------------------------------------------- introspection
 
@@ -305,6 +377,7 @@ class SandboxPool(RunsPrograms):
             calls_waiting=stats.calls_waiting,
             max_concurrency=stats.max_calls,
             sandboxes_open=len(self._core.entries),
+            checkpoints_open=len(self._core.checkpoints),
             sandboxes_idle=len(self._core.idle),
             max_sandboxes=self.max_sandboxes,
             learned_cap=self._core.capacity.cap,

@@ -16,7 +16,8 @@ import anyio
 from sandboxkit._lease import LeaseCore, keeps_sandbox
 from sandboxkit._request import RunsPrograms, positive_timeout
 from sandboxkit._slots import CallSlot, Entry
-from sandboxkit.base import Capabilities, OutputCallback, Sandbox
+from sandboxkit.base import Capabilities, OutputCallback, Sandbox, Snapshot
+from sandboxkit.checkpoint import Checkpoint, check_forkable
 from sandboxkit.errors import InvalidRequest, PoolClosed
 from sandboxkit.models import ExecResult, Limits
 from sandboxkit.streaming import check_callbacks, exec_streaming
@@ -41,11 +42,26 @@ class Session(RunsPrograms):
     counts how often). State is lost then, which is why the error is raised rather than
     hidden. A caller's own mistake (``InvalidRequest``: a bad path, an unknown language)
     keeps the sandbox and its state.
+
+    A session forked from a checkpoint (:meth:`SandboxPool.fork`) starts with the checkpoint's
+    files, and its ``exec`` calls default to the checkpoint's ``cwd`` and add its ``env``; after
+    an infrastructure error it restarts from the checkpoint while that is still held.
+
+    Attributes:
+        origin: the checkpoint this session was forked from, or ``None``.
+        cwd: default working directory of :meth:`exec` (``None``: the workspace).
+        env: environment variables added to every :meth:`exec` (a call's own ``env`` wins).
     """
 
-    def __init__(self, core: LeaseCore, limits: Limits) -> None:
+    def __init__(self, core: LeaseCore, limits: Limits, origin: Checkpoint | None = None) -> None:
+        if origin is not None:
+            origin.check_usable(core)
         self._core = core
         self.limits = limits
+        self.origin = origin
+        self.cwd: str | None = origin.cwd if origin is not None else None
+        self.env: dict[str, str] = dict(origin.env) if origin is not None else {}
+        self._started = False  # a sandbox was opened once (a fork's state came from its checkpoint)
         self._entry: Entry | None = None
         self.restarts = 0
         self.closed = False
@@ -87,8 +103,11 @@ class Session(RunsPrograms):
             if self._entry is None:
                 await self._core.ensure_started()
                 self._entry = await self._core.within_deadline(
-                    lambda: self._core.lease_retrying(self.limits), None, "opening the session's sandbox"
+                    lambda: self._core.lease_retrying(self.limits, self._snapshot()),
+                    None,
+                    "opening the session's sandbox",
                 )
+                self._started = True
 
     def _check_open(self) -> None:
         if self.closed:
@@ -100,8 +119,29 @@ class Session(RunsPrograms):
         self._check_open()
         if self._entry is None:
             # A warm idle sandbox (reset when it was given back) is as clean as a new one and far cheaper.
-            self._entry = await self._core.lease(self.limits, slot=slot)
+            self._entry = await self._core.lease(self.limits, slot=slot, snapshot=self._snapshot())
+            self._started = True
         return self._entry
+
+    def _snapshot(self) -> Snapshot | None:
+        """What a new sandbox of this session starts from: its checkpoint while held, else nothing.
+
+        Raises:
+            InvalidRequest: the checkpoint was released before this fork ever opened (it would
+                silently start empty, and a reward computed there would be wrong).
+        """
+        origin = self.origin
+        if origin is None:
+            return None
+        if origin.released:
+            if not self._started:
+                raise InvalidRequest(
+                    f"checkpoint {origin.id} was released before this session opened; open forks "
+                    "(pool.fork, or session.open()) before releasing their checkpoint",
+                    backend=origin.backend_name,
+                )
+            return None  # a restart after an infrastructure error: state is lost, as for any session
+        return origin.snapshot
 
     async def _release(self, entry: Entry, error: BaseException | None) -> None:
         if error is None or keeps_sandbox(error):
@@ -143,6 +183,9 @@ class Session(RunsPrograms):
         if on_stdout is not None or on_stderr is not None:
             check_callbacks(on_stdout, on_stderr, self._core.backend.name)
         streams = self._core.backend.capabilities.streaming
+        cwd = self.cwd if cwd is None else cwd
+        if self.env:
+            env = {**self.env, **(env or {})}
         return await self._call(
             lambda s: exec_streaming(
                 s,
@@ -220,12 +263,52 @@ class Session(RunsPrograms):
         """Read files from this session's workspace (missing ones are absent)."""
         return await self._call(lambda s: s.read_files(paths), deadline_s)
 
+    async def checkpoint(
+        self,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        deadline_s: float | None = None,
+    ) -> Checkpoint:
+        """Freeze this session's files (and ``exec`` defaults) into a :class:`Checkpoint` to fork from.
+
+        The session keeps working; what it does next does not reach the checkpoint. Release the
+        checkpoint when done (``async with``, or :meth:`Checkpoint.release`); the pool releases
+        the ones left when it closes.
+
+        Args:
+            cwd: working directory of ``exec`` in sessions forked from it (default: this session's).
+            env: environment added to their ``exec`` calls (default: this session's).
+            deadline_s: deadline of taking it (``None``: the pool's default).
+
+        Raises:
+            InvalidRequest: the backend cannot fork (``capabilities.fork == "none"``).
+            PoolClosed: the session or its pool is closed.
+            SandboxError: taking the checkpoint failed (the session's sandbox is then discarded).
+        """
+        check_forkable(self._core)
+        self._check_open()
+        cwd = self.cwd if cwd is None else cwd
+        env = self.env if env is None else env
+
+        async def take(sandbox: Sandbox) -> Checkpoint:
+            snapshot = await sandbox.snapshot()
+            # Registered in the same step the snapshot arrives: a cancellation cannot slip in and leak it.
+            return Checkpoint(self._core, snapshot, limits=self.limits, cwd=cwd, env=env)
+
+        return await self._call(take, deadline_s)
+
     async def close(self) -> None:
-        """Give the sandbox back (reset and kept warm when possible). Idempotent, shielded."""
+        """Give the sandbox back (reset and kept warm when possible; a fork's is closed). Idempotent, shielded."""
         if self.closed:
             return
         self.closed = True
         with anyio.CancelScope(shield=True):
             if self._entry is not None:
                 entry, self._entry = self._entry, None
-                await self._core.give_back(entry, dirty=True)
+                if self.origin is not None:
+                    # A fork's sandbox may pin its checkpoint's layer (copy-on-write): close it rather
+                    # than keep it warm, so a released checkpoint's memory goes with its last fork.
+                    await self._core.discard(entry)
+                else:
+                    await self._core.give_back(entry, dirty=True)

@@ -18,17 +18,18 @@ import concurrent.futures
 import functools
 import threading
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sandboxkit._signals import install_sigterm_to_exit
 from sandboxkit.base import Backend
+from sandboxkit.checkpoint import Checkpoint
 from sandboxkit.errors import PoolClosed
 from sandboxkit.models import Limits
 from sandboxkit.pool import SandboxPool
 from sandboxkit.session import Session
 
-__all__ = ["EventLoopThread", "SyncSandboxPool", "SyncSession"]
+__all__ = ["EventLoopThread", "SyncCheckpoint", "SyncSandboxPool", "SyncSession"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -191,9 +192,21 @@ class SyncSandboxPool(_Twin):
     exec = _blocking(SandboxPool.exec)
     run_many = _blocking(SandboxPool.run_many)
 
-    def session(self, *, limits: Limits | None = None) -> SyncSession:
-        """See :meth:`SandboxPool.session`."""
-        return SyncSession(self, self.pool.session(limits=limits))
+    def session(self, *, limits: Limits | None = None, from_checkpoint: Checkpoint | None = None) -> SyncSession:
+        """See :meth:`SandboxPool.session` (``from_checkpoint`` takes a :class:`SyncCheckpoint` too)."""
+        return SyncSession(self, self.pool.session(limits=limits, from_checkpoint=_unwrap(from_checkpoint)))
+
+    def fork(
+        self,
+        source: Checkpoint | Session,
+        n: int,
+        *,
+        limits: Limits | None = None,
+        deadline_s: float | None = None,
+    ) -> list[SyncSession]:
+        """See :meth:`SandboxPool.fork` (``source`` takes a :class:`SyncCheckpoint` or :class:`SyncSession` too)."""
+        sessions = self._call(self.pool.fork(_unwrap(source), n, limits=limits, deadline_s=deadline_s))
+        return [SyncSession(self, s) for s in sessions]
 
     def metrics(self) -> dict[str, Any]:
         """See :meth:`SandboxPool.metrics`."""
@@ -239,6 +252,17 @@ class SyncSession(_Twin):
         return self._owner._call(coro)
 
     open = _blocking(Session.open)
+
+    def checkpoint(
+        self,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        deadline_s: float | None = None,
+    ) -> SyncCheckpoint:
+        """See :meth:`Session.checkpoint`; ``with`` the result, or call its ``release()``."""
+        return SyncCheckpoint(self._owner, self._call(self.session.checkpoint(cwd=cwd, env=env, deadline_s=deadline_s)))
+
     run = _blocking(Session.run)
     exec = _blocking(Session.exec)
     python = _blocking(Session.python)
@@ -249,6 +273,45 @@ class SyncSession(_Twin):
         """See :meth:`Session.close`."""
         if not self._owner._thread.loop.is_closed():
             self._owner._call(self.session.close())
+
+
+class SyncCheckpoint:
+    """Blocking twin of :class:`~sandboxkit.checkpoint.Checkpoint` (``with`` it, or ``release()``)."""
+
+    def __init__(self, owner: SyncSandboxPool, checkpoint: Checkpoint) -> None:
+        self._owner = owner
+        self.checkpoint = checkpoint
+
+    @property
+    def id(self) -> str:
+        return self.checkpoint.id
+
+    @property
+    def released(self) -> bool:
+        return self.checkpoint.released
+
+    def __enter__(self) -> SyncCheckpoint:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """See :meth:`Checkpoint.release`."""
+        if not self._owner._thread.loop.is_closed():
+            self._owner._call(self.checkpoint.release())
+
+    def __repr__(self) -> str:
+        return f"<SyncCheckpoint {self.checkpoint!r}>"
+
+
+def _unwrap(source: Any) -> Any:
+    """The async object behind a sync twin (a checkpoint or a session), or ``source`` itself."""
+    if isinstance(source, SyncCheckpoint):
+        return source.checkpoint
+    if isinstance(source, SyncSession):
+        return source.session
+    return source
 
 
 async def _construct(args: tuple[Any, ...], kwargs: dict[str, Any]) -> SandboxPool:

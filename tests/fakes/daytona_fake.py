@@ -35,6 +35,7 @@ import asyncio
 import datetime as dt
 import json
 import re
+import shutil
 import time
 import uuid
 from typing import Any
@@ -136,6 +137,8 @@ class FakeDaytona(FakeService):
         self._tokens = 0.0
         self._last = 0.0
         self._session_locks: dict[tuple[str, str], asyncio.Lock] = {}
+        #: Snapshots taken of sandboxes: name -> {"id", "dir" (files copied at snapshot time), "source"}.
+        self.snapshots: dict[str, dict[str, Any]] = {}
 
     @property
     def api_url(self) -> str:
@@ -149,6 +152,10 @@ class FakeDaytona(FakeService):
                 Route("/api/sandbox", self._list, methods=["GET"]),
                 Route("/api/sandbox/{sid}", self._get, methods=["GET"]),
                 Route("/api/sandbox/{sid}", self._delete, methods=["DELETE"]),
+                Route("/api/sandbox/{sid}/snapshot", self._snapshot, methods=["POST"]),
+                Route("/api/snapshots", self._list_snapshots, methods=["GET"]),
+                Route("/api/snapshots/{ref}", self._get_snapshot, methods=["GET"]),
+                Route("/api/snapshots/{ref}", self._delete_snapshot, methods=["DELETE"]),
                 Route(t + "/user-home-dir", self._home, methods=["GET"]),
                 Route(t + "/work-dir", self._home, methods=["GET"]),
                 Route(t + "/process/session", self._session_create, methods=["POST"]),
@@ -249,6 +256,9 @@ class FakeDaytona(FakeService):
             return _error(429, message, path=path)
         box = self.new_box(body.get("labels") or {})
         box.data.update(body, state=self.start_state)
+        source = self.snapshots.get(str(body.get("snapshot")))
+        if source is not None:  # a sandbox from a snapshot taken of a sandbox starts with its files
+            shutil.copytree(source["dir"], box.home, symlinks=True, dirs_exist_ok=True)
         delay = getattr(request.state, "late_answer", 0.0)
         if delay:
             await asyncio.sleep(delay)  # the sandbox exists already; only the answer is late
@@ -281,6 +291,58 @@ class FakeDaytona(FakeService):
         dto = self._dto(box, state="destroyed")
         self.remove(box.id)
         return JSONResponse(dto)
+
+    # ------------------------------------------------------------------ snapshots
+
+    async def _snapshot(self, request: Request) -> Response:
+        # daytona_api_client_async SandboxApi.create_sandbox_snapshot: POST /sandbox/{id}/snapshot
+        # {"name"} -> the SandboxDto; the SDK then polls the sandbox until it leaves "snapshotting".
+        gated = await self._gate(request, "snapshot")
+        box = gated or self._box_or_404(request)
+        if isinstance(box, Response):
+            return box
+        name = (await request.json())["name"]
+        copy = self._tmp / "snapshots" / uuid.uuid4().hex
+        copy.parent.mkdir(exist_ok=True)
+        shutil.copytree(box.home, copy, symlinks=True)
+        self.snapshots[name] = {"id": uuid.uuid4().hex, "dir": copy, "source": box.id}
+        return JSONResponse(self._dto(box))
+
+    def _snapshot_dto(self, name: str) -> dict[str, Any]:
+        # SnapshotDto's required fields (daytona_api_client_async/models/snapshot_dto.py).
+        snap = self.snapshots[name]
+        now = dt.datetime.now(dt.timezone.utc).isoformat()
+        return {
+            "id": snap["id"], "general": False, "name": name, "state": "active", "size": None,
+            "entrypoint": None, "cpu": 1, "gpu": 0, "mem": 1, "disk": 3, "errorReason": None,
+            "createdAt": now, "updatedAt": now, "lastUsedAt": None, "sourceSandboxId": snap["source"],
+        }  # fmt: skip
+
+    def _snapshot_named(self, ref: str) -> str | None:
+        return next((n for n, s in self.snapshots.items() if ref in (n, s["id"])), None)
+
+    async def _list_snapshots(self, request: Request) -> Response:
+        gated = await self._gate(request, "list")
+        if gated is not None:
+            return gated
+        items = [self._snapshot_dto(n) for n in list(self.snapshots)]
+        return JSONResponse({"items": items, "total": len(items), "page": 1, "totalPages": 1})
+
+    async def _get_snapshot(self, request: Request) -> Response:
+        name = self._snapshot_named(request.path_params["ref"])
+        if name is None:
+            return _error(404, f"Snapshot {request.path_params['ref']} not found", path=request.url.path)
+        return JSONResponse(self._snapshot_dto(name))
+
+    async def _delete_snapshot(self, request: Request) -> Response:
+        gated = await self._gate(request, "delete")
+        if gated is not None:
+            return gated
+        name = self._snapshot_named(request.path_params["ref"])
+        if name is None:
+            return _error(404, f"Snapshot {request.path_params['ref']} not found", path=request.url.path)
+        shutil.rmtree(self.snapshots.pop(name)["dir"], ignore_errors=True)
+        return Response(status_code=200)
 
     # ------------------------------------------------------------------ toolbox
 

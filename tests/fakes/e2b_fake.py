@@ -22,10 +22,13 @@ import asyncio
 import datetime as dt
 import json
 import os
+import shutil
 import signal
 import time
 import urllib.parse
+import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from connectrpc.code import Code
@@ -143,6 +146,8 @@ class FakeE2B(FakeService):
         self.quota: int | None = None
         self.signals: list[tuple[str, int, int]] = []
         self.timeouts: list[tuple[str, int]] = []
+        #: Snapshot templates: id -> (the source box's files copied at snapshot time, full names).
+        self.snapshots: dict[str, tuple[Path, list[str]]] = {}
         self._rpc = process_connect.ProcessASGIApplication(_Process(self))
 
     def app(self) -> Any:
@@ -152,6 +157,9 @@ class FakeE2B(FakeService):
                 Route("/v2/sandboxes", self._list, methods=["GET"]),
                 Route("/sandboxes/{sid}", self._delete, methods=["DELETE"]),
                 Route("/sandboxes/{sid}/timeout", self._timeout, methods=["POST"]),
+                Route("/sandboxes/{sid}/snapshots", self._snapshot, methods=["POST"]),
+                Route("/snapshots", self._list_snapshots, methods=["GET"]),
+                Route("/templates/{tid:path}", self._delete_template, methods=["DELETE"]),
                 Route("/health", self._health, methods=["GET"]),
                 Route("/files", self._read, methods=["GET"]),
                 Route("/files", self._write, methods=["POST"]),
@@ -214,8 +222,15 @@ class FakeE2B(FakeService):
                 "If you need more, please visit 'https://e2b.dev/docs/billing'"
             )
             return _error(429, message)
+        template = body.get("templateID", "base")
+        source = self.snapshots.get(template)
+        if template != "base" and source is None:
+            # e2b-dev/infra: an unknown template (a deleted snapshot) is a 404 at create.
+            return _error(404, f"template '{template}' not found")
         box = self.new_box(body.get("metadata") or {})
         box.data.update(body)
+        if source is not None:  # a sandbox from a snapshot starts with the snapshot's files
+            shutil.copytree(source[0], box.home, symlinks=True, dirs_exist_ok=True)
         delay = getattr(request.state, "create_delay", 0.0)
         if delay:
             await asyncio.sleep(delay)  # created already; only the answer is late
@@ -276,6 +291,47 @@ class FakeE2B(FakeService):
         self.timeouts.append((box.id, seconds))
         box.data["timeout"] = seconds
         return Response(status_code=204)
+
+    async def _snapshot(self, request: Request) -> Response:
+        # e2b SDK api/client/api/sandboxes/post_sandboxes_sandbox_id_snapshots.py: 201 -> SnapshotInfo
+        # {"snapshotID", "names"}; 404 for an unknown sandbox. The fake copies files (no memory).
+        gated = await self._gate(request, "snapshot")
+        if gated is not None:
+            return gated
+        box = self.find(request.path_params["sid"])
+        if box is None:
+            return _error(404, f"sandbox {request.path_params['sid']} not found")
+        body = await request.json() if await request.body() else {}
+        name = body.get("name") or f"snap-{uuid.uuid4().hex[:12]}"
+        snapshot_id = f"fake-team/{name}:default"
+        copy = self._snapshot_dir / uuid.uuid4().hex
+        shutil.copytree(box.home, copy, symlinks=True)
+        self.snapshots[snapshot_id] = (copy, [snapshot_id])
+        return JSONResponse({"snapshotID": snapshot_id, "names": [snapshot_id]}, 201)
+
+    async def _list_snapshots(self, request: Request) -> Response:
+        gated = await self._gate(request, "list")
+        if gated is not None:
+            return gated
+        items = [{"snapshotID": sid, "names": names} for sid, (_, names) in list(self.snapshots.items())]
+        return JSONResponse(items)
+
+    async def _delete_template(self, request: Request) -> Response:
+        # e2b SDK api/client/api/templates/delete_templates_template_id.py: 204, or 404 when unknown.
+        gated = await self._gate(request, "delete")
+        if gated is not None:
+            return gated
+        entry = self.snapshots.pop(urllib.parse.unquote(request.path_params["tid"]), None)
+        if entry is None:
+            return _error(404, f"template {request.path_params['tid']} not found")
+        shutil.rmtree(entry[0], ignore_errors=True)
+        return Response(status_code=204)
+
+    @property
+    def _snapshot_dir(self) -> Path:
+        path = self._tmp / "snapshots"
+        path.mkdir(exist_ok=True)
+        return path
 
     # ------------------------------------------------------------------ envd
 

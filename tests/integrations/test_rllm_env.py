@@ -237,6 +237,29 @@ def test_rllm_sandbox_methods_match_rllm_protocol() -> None:
         assert callable(getattr(RLLMSandbox, name))
 
 
+def test_fork_from_checkpoint_prepares_each_task_once() -> None:
+    # GRPO's N rollouts of one prompt: the task is prepared once (files + setup_command) and every
+    # episode forks from that checkpoint; a second task gets its own.
+    args = {"fork_from_checkpoint": True, "setup_command": "od -An -N8 -tx1 /dev/urandom > .token"}
+    steps, final, env = run_episode("subprocess", args)
+    assert final == 1.0, steps
+    envs = [SandboxEnv.from_dict({**TASK, "backend": "subprocess", "pool_options": POOL, **args}) for _ in range(3)]
+    other = SandboxEnv.from_dict({**TASK, "files": {"/testbed/README.md": "other\n"}, "pool_options": POOL, **args})
+    try:
+        infos = [e.reset()[1] for e in [*envs, other]]
+        assert all(i.get("forked_from") for i in infos), infos
+        tokens = [e.step(call("execute_bash", command="cat .token"))[0] for e in [*envs, other]]
+        assert len(set(tokens[:3])) == 1 and tokens[3] != tokens[0], tokens
+        envs[0].step(call("execute_bash", command="echo mine > README.md"))
+        readmes = [e.step(call("execute_bash", command="cat README.md"))[0] for e in envs]
+        assert "mine" in readmes[0] and all("sum two numbers" in r for r in readmes[1:]), readmes
+    finally:
+        for e in [*envs, other]:
+            e.close()
+    metrics = env.handle.pool.metrics()
+    assert metrics["checkpoints_taken"] >= 2 and metrics["forks"] >= 5
+
+
 def test_stateful_python_episode() -> None:
     env = SandboxEnv.from_dict({**TASK, "backend": "subprocess", "stateful_python": True, "pool_options": POOL})
     try:

@@ -146,6 +146,24 @@ def test_tool_yaml_names_the_backend_by_config_and_a_typo_fails_at_load(tmp_path
         initialize_tools_from_config(str(bad))
 
 
+async def test_fork_from_checkpoint_starts_each_rollout_from_the_prepared_task() -> None:
+    tool = SandboxTool({"fork_from_checkpoint": True, "setup_command": "od -An -N8 -tx1 /dev/urandom > token"})
+    loop = agent_loop([tool])
+    kwargs = {"code_interpreter": {"create_kwargs": {"files": {"data.txt": "task one"}}}}
+    read = code_call("print(open('token').read().strip(), open('data.txt').read())")
+    try:
+        outs = [(await loop._call_tool(read, kwargs, trajectory(f"r{i}")))[0].text for i in range(3)]
+        assert len(set(outs)) == 1 and "task one" in outs[0], outs
+        await loop._call_tool(code_call("open('data.txt', 'w').write('changed')"), kwargs, trajectory("r0"))
+        again = [(await loop._call_tool(read, kwargs, trajectory(f"r{i}")))[0].text for i in range(3)]
+        assert "changed" in again[0] and again[1] == again[2] == outs[0], again
+        assert tool.open_sessions == 3
+        metrics = tool.handle.pool.metrics()
+        assert (metrics["checkpoints_taken"], metrics["forks"]) == (1, 3)
+    finally:
+        tool.close()
+
+
 async def test_stateful_python_three_calls_share_an_interpreter() -> None:
     """The issue's must-show: verl's own loader and ``_call_tool``; call 2 uses call 1's function, call 3
     sees the variable call 2 mutated; another trajectory has its own interpreter."""

@@ -28,6 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     (
         "pool",
         "session",
+        "checkpoint",
         "sync",
         "_request",
         "_slots",

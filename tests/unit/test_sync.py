@@ -32,8 +32,8 @@ def _parameters(fn: object) -> list[tuple[str, object, object]]:
 @pytest.mark.parametrize(
     ("async_cls", "sync_cls", "names"),
     [
-        (SandboxPool, SyncSandboxPool, ("__init__", "run", "exec", "run_many", "session", "metrics")),
-        (Session, SyncSession, ("open", "run", "exec", "write_files", "read_files", "close")),
+        (SandboxPool, SyncSandboxPool, ("__init__", "run", "exec", "run_many", "session", "fork", "metrics")),
+        (Session, SyncSession, ("open", "run", "exec", "write_files", "read_files", "checkpoint", "close")),
     ],
 )
 def test_twins_take_the_same_arguments(async_cls: type, sync_cls: type, names: tuple[str, ...]) -> None:

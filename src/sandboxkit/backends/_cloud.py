@@ -202,8 +202,12 @@ class CloudSandbox(BufferedSandbox):
                     gone = self._backend._map_error(exc, op="delete the sandbox", sandbox_id=self.id)
                     if not isinstance(gone, SandboxCrashed):  # already gone is fine
                         log.warning("deleting %s sandbox %s failed: %s", self.backend_name, self.id, type(exc).__name__)
-        finally:
-            self._backend._forget(self.id)
+        except BaseException:
+            # A delete cut short by a native cancellation (asyncio.run's Ctrl-C cancels through anyio's
+            # shield): the backend's aclose (or exit cleanup) deletes it instead.
+            self._backend._interrupted.add(self.id)
+            raise
+        self._backend._forget(self.id)
 
     # ------------------------------------------------------------------ shared logic
 

@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import anyio
+import anyio.to_thread
 from pydantic import SecretStr
 
 from sandboxkit.backends._cloud import (
@@ -47,8 +48,8 @@ from sandboxkit.backends._cloud import (
     redact,
     resolve_secret,
 )
-from sandboxkit.base import Availability, Backend, Capabilities
-from sandboxkit.errors import BackendUnavailable, SandboxError, Transient
+from sandboxkit.base import Availability, Backend, Capabilities, Snapshot
+from sandboxkit.errors import BackendUnavailable, InvalidRequest, SandboxError, Transient
 from sandboxkit.languages import LANGUAGES, resolve_language
 from sandboxkit.models import Limits
 
@@ -63,6 +64,47 @@ def named_limit(text: str) -> float | None:
     """The limit a quota message names ("Maximum allowed: 10." / "sandboxes (20)"), if any."""
     match = _NUMBER.search(text)
     return float(match.group(1)) if match else None
+
+
+#: Name prefix of every checkpoint sandboxkit takes at a service (``cleanup`` deletes them).
+SNAPSHOT_PREFIX = "sandboxkit-"
+
+
+class CloudSnapshot(Snapshot):
+    """A checkpoint held by the service (an E2B snapshot template): sandboxes are created from its id."""
+
+    def __init__(self, backend: CloudBackend, snapshot_id: str) -> None:
+        self.id = snapshot_id
+        self.backend = backend
+        self.backend_name = backend.name
+        self.released = False
+
+    async def release(self) -> None:
+        """Delete it at the service. Idempotent, shielded; a failure is logged (``cleanup`` finds it later)."""
+        if self.released:
+            return
+        self.released = True
+        self.backend._snapshots.discard(self)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(30):
+            try:
+                await self.backend._delete_snapshot(self.id)
+            except Exception:
+                log.warning(
+                    "deleting %s checkpoint %s failed; `sandboxkit cleanup` removes it", self.backend_name, self.id
+                )
+
+    def release_sync(self) -> None:
+        if self.released:
+            return
+        self.released = True
+        self.backend._snapshots.discard(self)
+        try:
+            self.backend._delete_snapshot_sync(self.id)
+        except Exception:
+            log.debug("emergency delete of checkpoint %s failed", self.id, exc_info=True)
+
+    def __repr__(self) -> str:
+        return f"<CloudSnapshot {self.backend_name} {self.id}>"
 
 
 class CloudBackend(Backend):
@@ -87,6 +129,8 @@ class CloudBackend(Backend):
     removed: ClassVar[str] = "deleted"
     #: Capability notes of the service (how network and memory are set).
     notes: ClassVar[tuple[str, ...]] = ()
+    #: What a checkpoint of the service carries (``Capabilities.fork``); "none": no snapshot primitives.
+    fork_level: ClassVar[str] = "none"
 
     def __init__(
         self,
@@ -108,6 +152,8 @@ class CloudBackend(Backend):
         self.instance_id = uuid.uuid4().hex[:12]
         self._live: set[str] = set()
         self._pending_tokens: set[str] = set()
+        self._snapshots: set[CloudSnapshot] = set()  # checkpoints taken and not yet released
+        self._interrupted: set[str] = set()  # sandboxes whose close was cancelled before the delete finished
 
     def _secret(self) -> str:
         assert self._api_key is not None
@@ -140,6 +186,7 @@ class CloudBackend(Backend):
             resettable=True,
             absolute_paths=True,  # a cloud sandbox is a machine of its own: its "/" is never this host's
             notes=self.notes,
+            fork=self.fork_level,
         )
 
     def _forget(self, sandbox_id: str) -> None:
@@ -148,7 +195,7 @@ class CloudBackend(Backend):
     # ------------------------------------------------------------------ the four primitives
 
     @abc.abstractmethod
-    async def _create(self, limits: Limits, labels: Mapping[str, str]) -> tuple[str, Any]:
+    async def _create(self, limits: Limits, labels: Mapping[str, str], source: str | None = None) -> tuple[str, Any]:
         """Create one sandbox with ``labels`` (network from ``limits``); return its id and the SDK object.
 
         Must give up (raise) after about :attr:`create_timeout_s`.
@@ -200,11 +247,35 @@ class CloudBackend(Backend):
             Transient: 5xx, a timeout or a connection failure; anything created is deleted.
             InvalidRequest: the service rejected the parameters.
         """
+        return await self._open(limits, None)
+
+    async def open_from(self, snapshot: Snapshot, limits: Limits | None = None) -> CloudSandbox:
+        """Create a labelled sandbox from a checkpoint taken with the service's snapshot API.
+
+        Raises:
+            InvalidRequest: the service cannot fork, or ``snapshot`` is another backend's or released.
+            BackendUnavailable, CapacityExceeded, RateLimited, Transient: as :meth:`open`.
+        """
+        if self.fork_level == "none":
+            return await super().open_from(snapshot, limits)  # type: ignore[return-value]
+        if not isinstance(snapshot, CloudSnapshot) or snapshot.backend is not self:
+            raise InvalidRequest(
+                f"cannot open a {self.name} sandbox from {snapshot!r}: it was taken by another backend object",
+                backend=self.name,
+            )
+        if snapshot.released:
+            raise InvalidRequest(
+                f"checkpoint {snapshot.id} was released; fork before releasing it, or take a new one",
+                backend=self.name,
+            )
+        return await self._open(limits, snapshot.id)
+
+    async def _open(self, limits: Limits | None, source: str | None) -> CloudSandbox:
         limits = limits or Limits()
         token = uuid.uuid4().hex
         labels = {LABEL: "1", INSTANCE_LABEL: self.instance_id, CREATE_LABEL: token}
         try:
-            sandbox_id, sdk = await self._create(limits, labels)
+            sandbox_id, sdk = await self._create(limits, labels, source)
         except BaseException as exc:
             if self._may_have_created(exc):
                 with anyio.CancelScope(shield=True):
@@ -235,14 +306,50 @@ class CloudBackend(Backend):
             self._pending_tokens.add(token)  # it may still appear: look again at aclose()
 
     async def cleanup(self) -> int:
-        """Delete every sandbox labelled ``sandboxkit=1`` in this account (all runs, not just ours)."""
+        """Delete every sandbox labelled ``sandboxkit=1`` in this account (all runs, not just ours),
+        and the checkpoints sandboxkit took there (snapshots named ``sandboxkit-...``).
+        """
         try:
-            return await self._delete_matching({LABEL: "1"})
+            return await self._delete_matching({LABEL: "1"}) + await self._delete_snapshots_matching(SNAPSHOT_PREFIX)
         except Exception as exc:
             raise self._map_error(exc, op="clean up") from exc
 
+    # ------------------------------------------------------------------ checkpoints (optional primitives)
+
+    def snapshot_name(self) -> str:
+        """A fresh name for a checkpoint; ``cleanup`` finds leftovers by its prefix."""
+        return f"{SNAPSHOT_PREFIX}{self.instance_id}-{uuid.uuid4().hex[:10]}"
+
+    def _adopt_snapshot(self, snapshot_id: str) -> CloudSnapshot:
+        snap = CloudSnapshot(self, snapshot_id)
+        self._snapshots.add(snap)
+        return snap
+
+    async def _delete_snapshot(self, snapshot_id: str) -> None:
+        """Delete one checkpoint at the service (services with ``fork_level != "none"``)."""
+
+    def _delete_snapshot_sync(self, snapshot_id: str) -> None:
+        """:meth:`_delete_snapshot` without an event loop (interpreter exit); best effort."""
+
+    async def _delete_snapshots_matching(self, prefix: str) -> int:
+        """Delete every checkpoint whose name starts with ``prefix``; return how many (default: none)."""
+        return 0
+
     async def aclose(self) -> None:
-        """Sweep creates that failed without a trace (their sandbox may have appeared since)."""
+        """Release checkpoints still held, delete sandboxes whose close was cut short, sweep failed creates.
+
+        Sandboxes still open are left alone (a sandbox may move to another event loop).
+        """
+        for snap in list(self._snapshots):
+            await snap.release()
+        for sandbox_id in list(self._interrupted):
+            with anyio.CancelScope(shield=True), anyio.move_on_after(20):
+                try:
+                    await anyio.to_thread.run_sync(self._delete_now_sync, sandbox_id)
+                    self._interrupted.discard(sandbox_id)
+                    self._live.discard(sandbox_id)
+                except Exception:
+                    log.debug("deleting %s sandbox %s at close failed", self.service, sandbox_id, exc_info=True)
         if not self._pending_tokens:
             return
         with anyio.CancelScope(shield=True), anyio.move_on_after(20):
@@ -254,7 +361,9 @@ class CloudBackend(Backend):
                     log.debug("sweeping a failed %s create failed", self.service, exc_info=True)
 
     def emergency_cleanup(self) -> None:
-        """Delete the sandboxes this object still holds, synchronously (interpreter exit)."""
+        """Delete the sandboxes and checkpoints this object still holds, synchronously (interpreter exit)."""
+        for snap in list(self._snapshots):
+            snap.release_sync()
         for sandbox_id in list(self._live):
             try:
                 self._delete_now_sync(sandbox_id)

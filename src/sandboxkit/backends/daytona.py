@@ -37,6 +37,7 @@ from pydantic import SecretStr
 
 from sandboxkit.backends._cloud import CloudSandbox, NoAnswer, RawResult, redact
 from sandboxkit.backends._cloud_backend import CloudBackend, named_limit
+from sandboxkit.base import Snapshot
 from sandboxkit.errors import (
     BackendUnavailable,
     CapacityExceeded,
@@ -167,6 +168,25 @@ class DaytonaSandbox(CloudSandbox):
             self._session = None  # sessions are per sandbox, but re-create rather than trust an old id
         return self._sdk
 
+    async def snapshot(self) -> Snapshot:
+        """Checkpoint the sandbox's filesystem with Daytona's snapshot API (``sandbox.create_snapshot``).
+
+        Named ``sandboxkit-...`` so ``cleanup`` finds leftovers.
+
+        Raises:
+            SandboxCrashed: the sandbox is closed or gone.
+            RateLimited, Transient: the service refused or failed for now.
+        """
+        if self.closed:
+            raise SandboxCrashed("the sandbox is closed; open a new one", backend=self.backend_name, sandbox_id=self.id)
+        name = self._backend.snapshot_name()
+        sdk = await self._bound()
+        try:
+            await sdk.create_snapshot(name, timeout=self._backend.create_timeout_s)
+        except Exception as exc:
+            raise await self._fail(exc, "snapshot the sandbox") from exc
+        return self._backend._adopt_snapshot(name)
+
     async def _upload(self, files: Mapping[str, bytes]) -> None:
         from daytona import FileUpload
 
@@ -279,7 +299,9 @@ class DaytonaBackend(CloudBackend):
     notes: ClassVar[tuple[str, ...]] = (
         "network on/off is fixed when a sandbox is created (network_block_all), from the pool's limits",
         "memory is the sandbox's own (snapshot, or memory_gb with an image)",
+        "fork: Daytona's own snapshots (sandbox.create_snapshot, then sandboxes from the snapshot): files only",
     )
+    fork_level: ClassVar[str] = "files"
 
     def __init__(
         self,
@@ -359,7 +381,7 @@ class DaytonaBackend(CloudBackend):
 
     # ------------------------------------------------------------------ the four primitives
 
-    def _params(self, limits: Limits, labels: Mapping[str, str]) -> Any:
+    def _params(self, limits: Limits, labels: Mapping[str, str], source: str | None = None) -> Any:
         from daytona import CreateSandboxFromImageParams, CreateSandboxFromSnapshotParams, Resources
 
         common: dict[str, Any] = {
@@ -372,6 +394,8 @@ class DaytonaBackend(CloudBackend):
         }
         if self.ttl_minutes is not None:
             common["ttl_minutes"] = self.ttl_minutes
+        if source is not None:  # a fork: a sandbox from one of our checkpoints
+            return CreateSandboxFromSnapshotParams(snapshot=source, **common)
         if self.image:
             resources = None
             if self.cpu or self.memory_gb or self.disk_gb:
@@ -379,9 +403,9 @@ class DaytonaBackend(CloudBackend):
             return CreateSandboxFromImageParams(image=self.image, resources=resources, **common)
         return CreateSandboxFromSnapshotParams(snapshot=self.snapshot, **common)
 
-    async def _create(self, limits: Limits, labels: Mapping[str, str]) -> tuple[str, Any]:
+    async def _create(self, limits: Limits, labels: Mapping[str, str], source: str | None = None) -> tuple[str, Any]:
         client = self._client()
-        params = self._params(limits, labels)
+        params = self._params(limits, labels, source)
         with anyio.fail_after(self.create_timeout_s + 10):  # backstop over the SDK's own timeout
             sdk = await client.create(params, timeout=self.create_timeout_s)
         return str(sdk.id), sdk
@@ -417,6 +441,31 @@ class DaytonaBackend(CloudBackend):
                 if _status_of(exc) not in (404, 410):  # deleted meanwhile is fine
                     raise
         return removed
+
+    async def _delete_snapshot(self, snapshot_id: str) -> None:
+        await self._client().snapshot.delete(snapshot_id)
+
+    def _delete_snapshot_sync(self, snapshot_id: str) -> None:
+        import httpx
+
+        headers = {"Authorization": f"Bearer {self._secret()}"}
+        found = httpx.get(f"{self.api_url}/snapshots/{snapshot_id}", headers=headers, timeout=5.0)
+        if found.status_code == 200:
+            httpx.delete(f"{self.api_url}/snapshots/{found.json()['id']}", headers=headers, timeout=5.0)
+
+    async def _delete_snapshots_matching(self, prefix: str) -> int:
+        client = self._client()
+        names: list[str] = []
+        page = 1
+        while True:
+            listing = await client.snapshot.list(page=page, limit=100)
+            names += [s.name for s in listing.items if s.name.startswith(prefix)]
+            if page >= listing.total_pages:
+                break
+            page += 1
+        for name in names:
+            await client.snapshot.delete(name)
+        return len(names)
 
     def _delete_now_sync(self, sandbox_id: str) -> None:
         import httpx

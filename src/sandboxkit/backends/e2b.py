@@ -28,6 +28,7 @@ import asyncio
 import logging
 import os
 import time
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -36,6 +37,7 @@ from pydantic import SecretStr
 
 from sandboxkit.backends._cloud import CloudSandbox, NoAnswer, RawResult, redact
 from sandboxkit.backends._cloud_backend import CloudBackend, named_limit
+from sandboxkit.base import Snapshot
 from sandboxkit.errors import (
     BackendUnavailable,
     CapacityExceeded,
@@ -185,6 +187,25 @@ class E2BSandbox(CloudSandbox):
         except Exception as exc:
             raise await self._fail(exc, "run a command") from exc
 
+    async def snapshot(self) -> Snapshot:
+        """Checkpoint the sandbox with E2B's own snapshot API (files, processes and memory).
+
+        E2B pauses the sandbox while it snapshots and resumes it; sandboxes created from the
+        snapshot restore its memory. Named ``sandboxkit-...`` so ``cleanup`` finds leftovers.
+
+        Raises:
+            SandboxCrashed: the sandbox is closed or gone.
+            RateLimited, Transient: the service refused or failed for now.
+        """
+        if self.closed:
+            raise SandboxCrashed("the sandbox is closed; open a new one", backend=self.backend_name, sandbox_id=self.id)
+        name = self._backend.snapshot_name()
+        try:
+            info = await self._sdk.create_snapshot(name, request_timeout=self._backend.create_timeout_s)
+        except Exception as exc:
+            raise await self._fail(exc, "snapshot the sandbox") from exc
+        return self._backend._adopt_snapshot(str(info.snapshot_id))
+
     async def alive(self) -> bool:
         """True while envd in the sandbox answers its health check. Never raises."""
         if self.closed:
@@ -230,7 +251,9 @@ class E2BBackend(CloudBackend):
     notes: ClassVar[tuple[str, ...]] = (
         "network on/off is fixed when a sandbox is created (allow_internet_access), from the pool's limits",
         "memory and CPU are the template's",
+        "fork: E2B's own snapshots (create_snapshot, then sandboxes from the snapshot): files, processes, memory",
     )
+    fork_level: ClassVar[str] = "memory"
 
     def __init__(
         self,
@@ -283,13 +306,16 @@ class E2BBackend(CloudBackend):
 
     # ------------------------------------------------------------------ the four primitives
 
-    async def _create(self, limits: Limits, labels: Mapping[str, str]) -> tuple[str, Any]:
-        """Create with the SDK's retries off: a 429 reaches the pool, whose bucket slows every caller."""
+    async def _create(self, limits: Limits, labels: Mapping[str, str], source: str | None = None) -> tuple[str, Any]:
+        """Create with the SDK's retries off: a 429 reaches the pool, whose bucket slows every caller.
+
+        ``source``: a snapshot id (a fork): E2B creates sandboxes from a snapshot as from a template.
+        """
         from e2b import AsyncSandbox
 
         with anyio.fail_after(self.create_timeout_s):
             sdk = await AsyncSandbox.create(
-                template=self.template,
+                template=source or self.template,
                 timeout=self.sandbox_timeout_s,
                 metadata={**self.metadata, **labels},
                 allow_internet_access=limits.network,
@@ -308,6 +334,32 @@ class E2BBackend(CloudBackend):
         while paginator.has_next:
             for info in await paginator.next_items():
                 if await AsyncSandbox.kill(info.sandbox_id, **self._params()):
+                    removed += 1
+        return removed
+
+    async def _delete_snapshot(self, snapshot_id: str) -> None:
+        from e2b import AsyncSandbox
+
+        await AsyncSandbox.delete_snapshot(snapshot_id, **self._params())
+
+    def _delete_snapshot_sync(self, snapshot_id: str) -> None:
+        import httpx
+
+        base = self.api_url or f"https://api.{self.domain or 'e2b.app'}"
+        quoted = urllib.parse.quote(snapshot_id, safe="")
+        httpx.delete(f"{base}/templates/{quoted}", headers={"X-API-KEY": self._secret()}, timeout=5.0)
+
+    async def _delete_snapshots_matching(self, prefix: str) -> int:
+        from e2b import AsyncSandbox
+
+        paginator = AsyncSandbox.list_snapshots(**self._params())
+        removed = 0
+        while paginator.has_next:
+            for info in await paginator.next_items():
+                names = [n.split("/")[-1] for n in [info.snapshot_id, *info.names]]
+                if any(n.startswith(prefix) for n in names) and await AsyncSandbox.delete_snapshot(
+                    info.snapshot_id, **self._params()
+                ):
                     removed += 1
         return removed
 

@@ -36,11 +36,12 @@ from sandboxkit.integrations._editor import str_replace as edit_str_replace
 from sandboxkit.integrations._editor import view as edit_view
 from sandboxkit.integrations._format import format_error, format_result, truncate_middle
 from sandboxkit.integrations._llm_in_sandbox import Layout, input_files, is_llm_in_sandbox_row, score_answer
+from sandboxkit.integrations._prepared import fork_prepared
 from sandboxkit.integrations._rllm_sandbox import RLLMSandbox
 from sandboxkit.integrations._runtime import GRACE_S, BackendLike, PoolHandle, open_session, shared_handle
 from sandboxkit.integrations._toolcalls import ToolCall, ToolCallError, calls_in_action
 from sandboxkit.integrations._workspace import WorkspaceMap
-from sandboxkit.models import ExecResult, Limits
+from sandboxkit.models import ExecResult, Limits, Status
 from sandboxkit.session import Session
 
 __all__ = ["TOOLS", "BaseEnv", "RLLMSandbox", "SandboxEnv"]
@@ -166,6 +167,11 @@ class SandboxEnv(BaseEnv):
         deadline_s: wall-clock bound of one sandbox call, queue wait included.
         pool_options: :class:`~sandboxkit.pool.SandboxPool` options of the shared pool.
         backend_options: options of the backend (when ``backend`` is a name).
+        setup_command: a shell command run once the task's files are written (``pip install -e .``).
+        fork_from_checkpoint: prepare each task once (files written, ``setup_command`` run),
+            checkpoint it, and start every episode of that task as a fork of the checkpoint
+            (GRPO's N rollouts per prompt; copy-on-write on the subprocess backend). Needs a
+            backend whose ``capabilities.fork`` is not ``"none"``. Set it in ``env_args``.
     """
 
     def __init__(
@@ -180,9 +186,13 @@ class SandboxEnv(BaseEnv):
         deadline_s: float = 300.0,
         pool_options: Mapping[str, Any] | None = None,
         backend_options: Mapping[str, Any] | None = None,
+        setup_command: str | None = None,
+        fork_from_checkpoint: bool = False,
         stateful_python: bool = False,
     ) -> None:
         self.task: dict[str, Any] = dict(task or {})
+        self.setup_command = setup_command
+        self.fork_from_checkpoint = fork_from_checkpoint
         self.stateful_python = bool(stateful_python)
         self._workdir = workdir
         try:
@@ -262,11 +272,29 @@ class SandboxEnv(BaseEnv):
                 self.layout = Layout.from_row(self.task, self._workdir)
                 self.workspace = WorkspaceMap(self.layout.working_dir)
                 info["workdir"] = self.workspace.workdir
-                self._session = self._call(lambda p: open_session(p, self.limits))
-                self._bind_workdir(self._session)
-                files = {self._fs_path(path): body for path, body in self._task_files().items()}
-                if files:
-                    self._call(lambda _p, s=self._session: s.write_files(files))
+                if self.fork_from_checkpoint:
+                    # A checkpoint carries the workspace: the task's files go there, relative.
+                    files = self._task_files()
+                    self._session = self._call(
+                        lambda p: fork_prepared(p, files, self.setup_command, self.limits, timeout=self.timeout)
+                    )
+                    info["forked_from"] = self._session.origin.id if self._session.origin else None
+                    self._cwd = None
+                    real = self._call(lambda _p, s=self._session: s.exec("pwd", timeout=self.timeout))
+                    self.workspace.bind(real.stdout)
+                else:
+                    self._session = self._call(lambda p: open_session(p, self.limits))
+                    self._bind_workdir(self._session)
+                    files = {self._fs_path(path): body for path, body in self._task_files().items()}
+                    if files:
+                        self._call(lambda _p, s=self._session: s.write_files(files))
+                    if self.setup_command:
+                        setup = self.setup_command
+                        done = self._call(
+                            lambda _p, s=self._session: s.exec(setup, cwd=self._cwd, timeout=self.timeout)
+                        )
+                        if done.status is not Status.OK:
+                            raise ValueError(f"setup_command failed ({done.status.value}): {done.stderr[-500:]!r}")
                 info["sandbox_id"] = self._session.sandbox_id
             except Exception as exc:  # never raise into the engine: the next step ends the episode
                 if not isinstance(exc, (SandboxError, ValueError)):

@@ -36,6 +36,7 @@ from typing import Any
 from sandboxkit.integrations._cells import cell_metrics, run_cell
 from sandboxkit.integrations._codetool import CODE_INTERPRETER_SCHEMA, CodeRequest, CodeToolBase
 from sandboxkit.integrations._format import format_error, format_result
+from sandboxkit.integrations._prepared import fork_prepared
 from sandboxkit.integrations._runtime import GRACE_S, PoolHandle, env_settings, limits_with, shared_handle
 from sandboxkit.kernel import CellResult
 from sandboxkit.languages import resolve_language
@@ -276,6 +277,10 @@ class SandboxTool(BaseTool, CodeToolBase):  # type: ignore[misc]
       interpreter, so what one call defines the next can use (``docs/kernels.md``); the answer
       shows the last expression's value, and says when a timeout or crash lost the state.
     * ``max_output_chars`` (8000), ``deadline_s`` (120): bound on one call, queue wait included.
+    * ``fork_from_checkpoint`` (False): a trajectory's sandbox starts as a fork of its task's
+      prepared checkpoint: the ``files`` ({path: text}) and ``setup_command`` of its
+      ``create_kwargs`` (from the dataset's ``tools_kwargs``; ``setup_command`` also as a config
+      key) are written and run once per task, and the N rollouts of a prompt fork from that.
     * ``enable_global_rate_limit``, ``type``: accepted for compatibility.
     """
 
@@ -301,6 +306,8 @@ class SandboxTool(BaseTool, CodeToolBase):  # type: ignore[misc]
         self.max_sessions = int(cfg.get("max_sessions", 256))
         self.max_output_chars = int(cfg.get("max_output_chars", 8000))
         self.deadline_s = float(cfg.get("deadline_s", 120))
+        self.fork_from_checkpoint = bool(cfg.get("fork_from_checkpoint", False))
+        self.setup_command: str | None = cfg.get("setup_command")
         self.limits: Limits = limits_with(None, timeout=self.timeout, memory_limit_mb=cfg.get("memory_limit_mb", 1024))
         self.tool_name = str(getattr(self, "name", "code_interpreter"))
         pool_options: dict[str, Any] = {
@@ -314,6 +321,7 @@ class SandboxTool(BaseTool, CodeToolBase):  # type: ignore[misc]
         self.handle = PoolHandle(backend or "subprocess", **pool_options)
         self._slots: dict[str, _Slot] = {}
         self._instances: dict[str, str] = {}  # instance id -> session key
+        self._prepared: dict[str, tuple[dict[str, bytes], str | None]] = {}  # instance id -> its task's state
         self._lock = threading.Lock()
 
     # ----------------------------------------------------------- lifecycle called by verl
@@ -327,6 +335,13 @@ class SandboxTool(BaseTool, CodeToolBase):  # type: ignore[misc]
             key = create_kwargs.get("session_id")
         with self._lock:
             self._instances[instance_id] = str(key) if key else instance_id
+            if self.fork_from_checkpoint:
+                spec = create_kwargs if isinstance(create_kwargs, Mapping) else {}
+                files = {
+                    str(p): b.encode("utf-8") if isinstance(b, str) else bytes(b)
+                    for p, b in dict(spec.get("files") or {}).items()
+                }
+                self._prepared[instance_id] = (files, spec.get("setup_command", self.setup_command))
         return instance_id, ToolResponse()
 
     async def execute(
@@ -339,7 +354,7 @@ class SandboxTool(BaseTool, CodeToolBase):  # type: ignore[misc]
             return ToolResponse(text=checked), 0.0, {"status": "invalid_call", "exit_code": None, "duration_s": 0.0}
         key = self._key(instance_id, kwargs.get("agent_data"))
         await self._sweep()
-        text, result = await self.run_request(checked, lambda pool, req: self._run(pool, key, req))
+        text, result = await self.run_request(checked, lambda pool, req: self._run(pool, key, req, instance_id))
         if result is None:
             metrics = {"status": "infra_error", "exit_code": None, "duration_s": round(time.monotonic() - started, 6)}
         elif isinstance(result, CellResult):
@@ -355,6 +370,7 @@ class SandboxTool(BaseTool, CodeToolBase):  # type: ignore[misc]
     async def release(self, instance_id: str, **kwargs: Any) -> None:
         """Forget the call. A trajectory's sandbox stays until its TTL; one keyed on the call is closed now."""
         with self._lock:
+            self._prepared.pop(instance_id, None)
             key = self._instances.pop(instance_id, None)
             slot = self._slots.pop(key, None) if key == instance_id else None
         if slot is not None:
@@ -390,8 +406,22 @@ class SandboxTool(BaseTool, CodeToolBase):  # type: ignore[misc]
             self._instances[instance_id] = key
             return key
 
-    async def _run(self, pool: SandboxPool, key: str, request: CodeRequest) -> RunResult | CellResult:
-        """On the pool's loop: run in the trajectory's session (opened on first use)."""
+    async def _run(
+        self, pool: SandboxPool, key: str, request: CodeRequest, instance_id: str = ""
+    ) -> RunResult | CellResult:
+        """On the pool's loop: run in the trajectory's session (opened on first use, or forked)."""
+        with self._lock:
+            slot = self._slots.get(key)
+            prepared = self._prepared.get(instance_id) if slot is None else None
+        if slot is None and prepared is not None:
+            files, setup = prepared
+            forked = await fork_prepared(pool, files, setup, self.limits, timeout=self.timeout)
+            with self._lock:
+                kept = key not in self._slots
+                if kept:
+                    self._slots[key] = _Slot(forked)
+            if not kept:  # another call of the trajectory forked first: keep one
+                await forked.close()
         with self._lock:
             slot = self._slots.get(key)
             if slot is None:

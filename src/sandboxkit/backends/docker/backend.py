@@ -44,10 +44,11 @@ import anyio.to_thread
 from sandboxkit.backends.docker import _abspath, _engine
 from sandboxkit.backends.docker._channel import ChannelClosed, RunnerChannel
 from sandboxkit.backends.docker._checks import check_limits
+from sandboxkit.backends.docker._fork import ArchiveSnapshot, open_forked
 from sandboxkit.backends.docker._owner import owner_alive, owner_labels
 from sandboxkit.backends.docker._static import StaticRunnerUnavailable, static_runner
 from sandboxkit.backends.docker.sandbox import DockerSandbox
-from sandboxkit.base import Availability, Backend, Capabilities, Sandbox
+from sandboxkit.base import Availability, Backend, Capabilities, Sandbox, Snapshot
 from sandboxkit.errors import BackendUnavailable, InvalidRequest, Transient
 from sandboxkit.languages import LANGUAGES
 from sandboxkit.models import Limits, check_sandbox_path
@@ -180,6 +181,7 @@ class DockerBackend(Backend):
         self._client: Any = None
         self._client_lock = threading.Lock()
         self._created: dict[str, str] = {}  # container id -> its workspace volume
+        self._snapshots: set[ArchiveSnapshot] = set()  # checkpoints taken and not yet released
         self._caps = Capabilities(
             streaming=True,
             languages=frozenset(LANGUAGES),
@@ -189,7 +191,10 @@ class DockerBackend(Backend):
             resettable=not self.writable_root,
             absolute_paths=True,
             kernels=True,
+            fork="files",
             notes=(
+                "fork: files only (a workspace archive unpacked into each new container; no CRIU on "
+                "this engine, so processes and memory are not carried)",
                 f"image {self.image}: languages whose toolchain it lacks raise ToolchainMissing",
                 "network can only be chosen when a sandbox opens (Limits.network), not per run",
             ),
@@ -338,6 +343,16 @@ class DockerBackend(Backend):
             raise
         return DockerSandbox(self, container_id, channel, limits, volume, hello=hello)
 
+    async def open_from(self, snapshot: Snapshot, limits: Limits | None = None) -> Sandbox:
+        """Open a container whose workspace starts as ``snapshot`` (see ``_fork``).
+
+        Raises:
+            InvalidRequest: the snapshot is another backend object's, or released.
+            BackendUnavailable, Transient: as :meth:`open`.
+            SandboxCrashed: the engine refused to unpack the checkpoint.
+        """
+        return await open_forked(self, snapshot, limits or Limits())
+
     async def _remove(self, container_id: str) -> None:
         """Remove one container we created and its volume; logs (never raises) on failure."""
         volume = self._created.get(container_id)
@@ -353,6 +368,8 @@ class DockerBackend(Backend):
         with anyio.CancelScope(shield=True):
             for container_id in list(self._created):
                 await self._remove(container_id)
+            for snap in list(self._snapshots):
+                snap.release_sync()
             client, self._client = self._client, None
             if client is not None:
                 await anyio.to_thread.run_sync(client.close)
@@ -380,6 +397,8 @@ class DockerBackend(Backend):
 
     def emergency_cleanup(self) -> None:
         """At interpreter exit: force-remove what this object created (sync, best effort, never raises)."""
+        for snap in list(self._snapshots):
+            snap.release_sync()
         if not self._created or self._client is None:
             return
         for container_id, volume in list(self._created.items()):

@@ -21,7 +21,7 @@ from sandboxkit.backends.docker import _abspath, _engine
 from sandboxkit.backends.docker._channel import ChannelClosed, RunnerChannel
 from sandboxkit.backends.docker._checks import check_env, check_limits, check_path, utf8
 from sandboxkit.backends.docker._results import Blobs, base_env, classify, make_step, split_outputs
-from sandboxkit.base import OutputCallback, Sandbox
+from sandboxkit.base import OutputCallback, Sandbox, Snapshot
 from sandboxkit.errors import InvalidRequest, SandboxCrashed, SandboxError, ToolchainMissing, Transient
 from sandboxkit.kernel import Kernel, KernelLink
 from sandboxkit.languages import Language, resolve_language
@@ -469,6 +469,17 @@ class DockerSandbox(Sandbox):
             if large:
                 found.update(await self._sdk(copy_large))
         return found
+
+    async def snapshot(self) -> Snapshot:
+        """Archive the workspace into a checkpoint that new containers unpack (see ``_fork``).
+
+        Raises:
+            SandboxCrashed: the container is gone or closed, or the engine refused.
+            Transient: talking to the engine failed.
+        """
+        from sandboxkit.backends.docker._fork import take_snapshot
+
+        return await take_snapshot(self)
 
     async def alive(self) -> bool:
         """Ping the runner over the channel (no API call). Never raises."""

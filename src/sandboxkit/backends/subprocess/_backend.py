@@ -18,12 +18,13 @@ from collections.abc import Sequence
 from sandboxkit.backends.subprocess import _isolation as isolation
 from sandboxkit.backends.subprocess import _rootfs
 from sandboxkit.backends.subprocess import _seccomp as seccomp
+from sandboxkit.backends.subprocess._fork import DirectorySnapshot, open_forked
 from sandboxkit.backends.subprocess._sandbox import (
     NAME,
     SubprocessSandbox,
 )
 from sandboxkit.backends.subprocess._workspace import SANDBOX_PATH
-from sandboxkit.base import Availability, Backend, Capabilities
+from sandboxkit.base import Availability, Backend, Capabilities, Snapshot
 from sandboxkit.errors import BackendUnavailable, InvalidRequest
 from sandboxkit.languages import LANGUAGES, Language
 from sandboxkit.models import Limits, check_sandbox_path
@@ -163,6 +164,7 @@ class SubprocessBackend(Backend):
         self.rootfs = _load_rootfs(rootfs, rootfs_cache, self.isolation) if rootfs is not None else None
         self._toolchains: dict[str, bool] = {}
         self._sandboxes: set[SubprocessSandbox] = set()
+        self._snapshots: set[DirectorySnapshot] = set()  # checkpoints taken and not yet released
         self._caps: Capabilities | None = None
 
     def has_toolchain(self, lang: Language) -> bool:
@@ -210,6 +212,7 @@ class SubprocessBackend(Backend):
                 limits=frozenset(limits),
                 resettable=True,
                 kernels=self.server_python is not None,
+                fork="files" if self.rootfs is None else "none",
                 missing_protections=tuple(missing),
                 notes=self._active_protections(),
             )
@@ -237,7 +240,12 @@ class SubprocessBackend(Backend):
                 f"root filesystem {self.rootfs.source} (sha256 {self.rootfs.key[:12]}) as a private overlay per "
                 f"sandbox, working directory {self.workdir}"
             )
-        elif self.server_python:
+            out.append("fork: not with a root filesystem yet (checkpoints of rootfs sandboxes are refused)")
+        elif iso.tmpfs:
+            out.append("fork: copy-on-write overlay over a checkpoint's tmpfs (files; no process memory)")
+        else:
+            out.append("fork: full copies of a checkpoint (mounts refused here; files, no process memory)")
+        if self.rootfs is None and self.server_python:
             out.append(f"warm fork server: {self.server_python}")
         return tuple(out)
 
@@ -258,6 +266,20 @@ class SubprocessBackend(Backend):
         self._sandboxes.add(sandbox)
         return sandbox
 
+    async def open_from(self, snapshot: Snapshot, limits: Limits | None = None) -> SubprocessSandbox:
+        """Open a sandbox whose workspace is a copy-on-write view of ``snapshot`` (``_fork``).
+
+        Raises:
+            InvalidRequest: the snapshot is another backend object's, or released.
+            BackendUnavailable: the workspace or its overlay could not be made.
+        """
+        return await open_forked(self, snapshot, limits or Limits())
+
+    @property
+    def live_snapshots(self) -> int:
+        """Checkpoints taken by this backend object and not yet released."""
+        return len(self._snapshots)
+
     def _forget(self, sandbox: SubprocessSandbox) -> None:
         self._sandboxes.discard(sandbox)
 
@@ -270,6 +292,8 @@ class SubprocessBackend(Backend):
         """Close every sandbox this backend opened."""
         for sandbox in list(self._sandboxes):
             await sandbox.close()
+        for snap in list(self._snapshots):
+            await snap.release()
 
     def emergency_cleanup(self) -> None:
         """Kill and remove every sandbox synchronously (interpreter exit)."""
@@ -277,6 +301,8 @@ class SubprocessBackend(Backend):
             with contextlib.suppress(Exception):
                 sandbox._release()
         self._sandboxes.clear()
+        for snap in list(self._snapshots):
+            snap.release_sync()
 
     async def cleanup(self) -> int:
         """Remove workspaces, mounts and cgroups left by crashed sandboxkit processes.

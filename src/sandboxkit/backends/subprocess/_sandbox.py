@@ -26,7 +26,7 @@ from sandboxkit.backends.subprocess._forkserver import ForkServer, ServerStartEr
 from sandboxkit.backends.subprocess._output import OutputLimits
 from sandboxkit.backends.subprocess._status import Outcome, classify, rlimits_for
 from sandboxkit.backends.subprocess._workspace import Workspace, program_env
-from sandboxkit.base import OutputCallback, Sandbox
+from sandboxkit.base import OutputCallback, Sandbox, Snapshot
 from sandboxkit.errors import BackendUnavailable, InvalidRequest, SandboxCrashed, ToolchainMissing
 from sandboxkit.kernel import Kernel, KernelLink
 from sandboxkit.languages import Language, resolve_language
@@ -76,7 +76,8 @@ class SubprocessSandbox(Sandbox):
         tag = f"{self.id}-p{os.getpid()}"
         path = os.path.realpath(tempfile.mkdtemp(prefix=f"{tag}-", dir=backend.root))
         self.workspace = Workspace(path, owner, self.id)
-        #: The sandbox's own directory on the host (its tmpfs): the workspace, or what holds its root view.
+        #: The sandbox's own directory on the host (its tmpfs): the workspace, or what holds its root
+        #: view or (forked) its workspace overlay.
         self._base = path
         #: The copy-on-write view of the backend's root filesystem, or None (the host's, read-only).
         self.view: rootfs.RootView | None = None
@@ -617,6 +618,27 @@ class SubprocessSandbox(Sandbox):
             kernel.kill()
             kernel.closed = True
 
+    async def snapshot(self) -> Snapshot:
+        """Copy the workspace into a checkpoint that sandboxes open copy-on-write (see ``_fork``).
+
+        Raises:
+            SandboxCrashed: the sandbox is closed.
+            BackendUnavailable: the copy did not fit (raise ``disk_mb``).
+        """
+        from sandboxkit.backends.subprocess._fork import take_snapshot
+
+        self._check_open()
+        if self.view is not None:
+            raise InvalidRequest(
+                "checkpoints of a sandbox with a root filesystem (rootfs=) are not supported yet: only the "
+                "workspace would be carried, not the rest of its root view; fork a sandbox without rootfs=",
+                backend=NAME,
+                sandbox_id=self.id,
+            )
+        async with self._lock:  # between commands: no process of the sandbox is left to change files
+            self._check_open()
+            return await take_snapshot(self)
+
     async def alive(self) -> bool:
         """True until closed or discarded (and while the workspace exists). Never raises."""
         if self._closed or self._broken is not None:
@@ -680,7 +702,7 @@ class SubprocessSandbox(Sandbox):
         if self.view is not None:
             self.view.unmount()
         if self._mounted:
-            isolation.unmount(self._base)
+            isolation.unmount(self._base)  # lazy: an overlay inside goes with it
             self._mounted = False
         shutil.rmtree(self._base, ignore_errors=True)
         if self.uid is not None and self._own_uid:

@@ -25,6 +25,7 @@ from typing import Any
 
 from sandboxkit import SandboxPool
 from sandboxkit.benchmarking import Row, closed_loop, row_from_samples
+from sandboxkit.kernel import process_tree
 from sandboxkit.models import Limits
 
 BENCH = "kernel"
@@ -43,20 +44,6 @@ def _pss_kb(pid: int) -> int:
     except OSError:
         pass
     return 0
-
-
-def _tree(root: int) -> list[int]:
-    found, todo = [root], [root]
-    while todo:
-        pid = todo.pop()
-        try:
-            with open(f"/proc/{pid}/task/{pid}/children") as f:
-                kids = [int(c) for c in f.read().split()]
-        except (OSError, ValueError):
-            continue
-        found += kids
-        todo += kids
-    return found
 
 
 def _kernel_root(sandbox: Any) -> int | None:
@@ -88,7 +75,7 @@ async def _side_by_side(backend: str, rounds: int, per_round: int) -> dict[str, 
                 assert ran.status.value == "ok", ran
         entry = session._entry
         root = _kernel_root(entry.sandbox) if entry is not None else None
-        pss = sum(_pss_kb(p) for p in _tree(root)) if root else 0
+        pss = sum(_pss_kb(p) for p in process_tree(root)) if root else 0
         return {"cells": cells, "runs": runs, "pss_kb": pss}
 
 
@@ -119,7 +106,7 @@ async def _many(n: int) -> dict[str, Any]:
         latencies, rps = await closed_loop(one, 8, n * 4)
         live = sum(1 for sb in sandboxes if sb._kernel is not None and sb._kernel.running)
         roots = [r for r in (_kernel_root(sb) for sb in sandboxes) if r]
-        pss = sum(_pss_kb(p) for r in roots for p in _tree(r))
+        pss = sum(_pss_kb(p) for r in roots for p in process_tree(r))
         return {"starts": starts, "latencies": latencies, "rps": rps, "live": live, "pss_kb": pss / max(len(roots), 1)}
     finally:
         await asyncio.gather(*(sb.close() for sb in sandboxes), return_exceptions=True)

@@ -364,3 +364,22 @@ class Kernel:
 def _frame(msg: dict[str, Any]) -> bytes:
     body = json.dumps(msg).encode()
     return len(body).to_bytes(4, "big") + body
+
+
+def process_tree(root: int) -> list[int]:
+    """``root`` and its descendants on this host, read from ``/proc/PID/task/PID/children``.
+
+    A handful of small reads (a kernel is bwrap's init, a supervisor and a worker), so tearing a
+    kernel down can kill and wait for every process it left, not just the one the host started.
+    """
+    found, todo = [root], [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                kids = [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            continue
+        found += kids
+        todo += kids
+    return found

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from sandboxkit.backends.docker import _engine
 from sandboxkit.backends.docker._channel import ChannelClosed, RunnerChannel
 from sandboxkit.backends.docker._results import NOFILE, base_env
-from sandboxkit.kernel import KernelLink, kernel_argv
+from sandboxkit.kernel import KernelLink, kernel_argv, process_tree
 from sandboxkit.kernel._client import KERNEL_SOURCE
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ class ExecLink(KernelLink):
         while time.monotonic() < deadline and self._ours():
             time.sleep(0.005)
         if self._ours():  # stopped or starved: kill it and what is below it from here
-            for pid in _tree(self._pid):
+            for pid in process_tree(self._pid):
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
 
@@ -145,18 +145,3 @@ class ExecLink(KernelLink):
 
 
 _PEEK = socket.MSG_PEEK | socket.MSG_DONTWAIT
-
-
-def _tree(root: int) -> list[int]:
-    """``root`` and its descendants on this host (children lists: a few small reads)."""
-    found, todo = [root], [root]
-    while todo:
-        pid = todo.pop()
-        try:
-            with open(f"/proc/{pid}/task/{pid}/children") as f:
-                kids = [int(c) for c in f.read().split()]
-        except (OSError, ValueError):
-            continue
-        found += kids
-        todo += kids
-    return found

@@ -25,7 +25,7 @@ import time
 from typing import TYPE_CHECKING
 
 from sandboxkit.errors import ToolchainMissing
-from sandboxkit.kernel import PipeLink, kernel_argv
+from sandboxkit.kernel import PipeLink, kernel_argv, process_tree
 from sandboxkit.languages import resolve_language
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ def start_kernel(sandbox: SubprocessSandbox) -> PipeLink:
             deadline = time.monotonic() + SELF_KILL_WAIT_S
             while proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.002)
-        tree = _tree(proc.pid)
+        tree = process_tree(proc.pid)[1:]  # below bwrap: proc itself is waited for
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)  # bwrap's init dies with it, and the PID namespace with that
         for pid in tree:
@@ -106,22 +106,6 @@ def start_kernel(sandbox: SubprocessSandbox) -> PipeLink:
         _wait_gone(tree)  # so "reset" and "close" mean no process of the kernel is left when they return
 
     return PipeLink(proc, kill)
-
-
-def _tree(root: int) -> list[int]:
-    """``root``'s descendants (bwrap's init, the supervisor, the worker: a handful of small reads)."""
-    found: list[int] = []
-    todo = [root]
-    while todo:
-        pid = todo.pop()
-        try:
-            with open(f"/proc/{pid}/task/{pid}/children") as f:
-                kids = [int(c) for c in f.read().split()]
-        except (OSError, ValueError):
-            continue
-        found += kids
-        todo += kids
-    return found
 
 
 def _wait_gone(pids: list[int], wait_s: float = 2.0) -> None:

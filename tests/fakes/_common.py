@@ -21,10 +21,13 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -339,6 +342,34 @@ def wait_until(predicate: Any, timeout_s: float = 10.0) -> bool:
             return True
         time.sleep(0.02)
     return bool(predicate())
+
+
+def interrupt_when_ready(
+    script: str,
+    env: Mapping[str, str],
+    ready: Callable[[], bool],
+    before_sigint: Callable[[], None] | None = None,
+    timeout_s: float = 60.0,
+) -> str:
+    """Run ``script`` in a child Python, send it SIGINT once ``ready()``, return its stderr (Ctrl-C tests).
+
+    Asserts the child was still running when ready; ``before_sigint`` may assert more first. The
+    child is killed if it outlives the wait, so a test never leaves it behind.
+    """
+    proc = subprocess.Popen([sys.executable, "-c", script], env=dict(env), stderr=subprocess.PIPE)
+    try:
+        started = wait_until(lambda: ready() or proc.poll() is not None, timeout_s)
+        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+        assert started
+        if before_sigint is not None:
+            before_sigint()
+        os.kill(proc.pid, signal.SIGINT)
+        proc.wait(timeout=timeout_s)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.stderr.read().decode() if proc.stderr else ""
 
 
 async def run_command(

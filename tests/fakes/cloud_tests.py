@@ -12,9 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -35,7 +32,7 @@ from sandboxkit.errors import (
 )
 from sandboxkit.models import Limits, RunRequest, RunResult, Status
 
-from ._common import FakeService, wait_until
+from ._common import FakeService, interrupt_when_ready, wait_until
 
 FAST_RETRY = {"backoff_base": 0.01, "backoff_max": 0.2}
 SHORT = Limits(timeout_s=5.0, compile_timeout_s=60.0, output_bytes=64 * 1024)
@@ -461,18 +458,13 @@ class CloudBackendBehaviour:
             asyncio.run(main())
             """
         )
-        env = {**os.environ, **service_env}
-        proc = subprocess.Popen([sys.executable, "-c", script], env=env, stderr=subprocess.PIPE)
-        try:
-            started = wait_until(lambda: len(fake.running_processes()) >= 4 or proc.poll() is not None, 60)
-            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            assert started and fake.live_count == 4
-            os.kill(proc.pid, signal.SIGINT)
-            proc.wait(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+
+        def four_live() -> None:
+            assert fake.live_count == 4
+
+        interrupt_when_ready(
+            script, {**os.environ, **service_env}, lambda: len(fake.running_processes()) >= 4, four_live
+        )
         assert fake.live_count == 0, "sandboxes left behind after Ctrl-C"
         assert fake.running_processes() == []
 

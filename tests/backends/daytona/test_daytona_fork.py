@@ -8,16 +8,12 @@ The fake implements the routes the SDK's generated client calls: ``POST /sandbox
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import textwrap
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
-from fakes._common import wait_until
+from fakes._common import interrupt_when_ready
 from fakes.daytona_fake import FakeDaytona
 from sandboxkit import SandboxPool
 from sandboxkit.backends.daytona import DaytonaBackend
@@ -80,18 +76,10 @@ def test_sigint_mid_fork_leaves_no_sandbox_and_no_snapshot(fake: FakeDaytona, se
         asyncio.run(main())
         """
     )
-    env: dict[str, Any] = {**os.environ, **service_env}
-    proc = subprocess.Popen([sys.executable, "-c", script], env=env, stderr=subprocess.PIPE)
-    try:
-        started = wait_until(lambda: fake.ledger.created >= 6 or proc.poll() is not None, 60)
-        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-        assert started and fake.snapshots
-        os.kill(proc.pid, signal.SIGINT)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    err = proc.stderr.read().decode() if proc.stderr else ""
+
+    def snapshots_taken() -> None:
+        assert fake.snapshots
+
+    err = interrupt_when_ready(script, {**os.environ, **service_env}, lambda: fake.ledger.created >= 6, snapshots_taken)
     assert fake.live_count == 0, f"sandboxes left behind after Ctrl-C; the child said: {err[-2000:]}"
     assert fake.snapshots == {}, "snapshots left behind after Ctrl-C"

@@ -8,16 +8,12 @@ The fake implements the three routes the SDK's generated client calls (``POST
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import textwrap
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
-from fakes._common import wait_until
+from fakes._common import interrupt_when_ready
 from fakes.e2b_fake import FakeE2B
 from sandboxkit import SandboxPool
 from sandboxkit.backends.e2b import E2BBackend
@@ -91,18 +87,11 @@ def test_sigint_mid_fork_leaves_no_sandbox_and_no_snapshot(fake: FakeE2B, servic
         asyncio.run(main())
         """
     )
-    env: dict[str, Any] = {**os.environ, **service_env}
-    proc = subprocess.Popen([sys.executable, "-c", script], env=env, stderr=subprocess.PIPE)
-    try:
-        started = wait_until(lambda: fake.ledger.created >= 6 or proc.poll() is not None, 60)
-        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-        assert started and fake.snapshots
-        os.kill(proc.pid, signal.SIGINT)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+
+    def snapshots_taken() -> None:
+        assert fake.snapshots
+
+    interrupt_when_ready(script, {**os.environ, **service_env}, lambda: fake.ledger.created >= 6, snapshots_taken)
     assert fake.live_count == 0, "sandboxes left behind after Ctrl-C"
     assert fake.snapshots == {}, "snapshots left behind after Ctrl-C"
     assert fake.running_processes() == []

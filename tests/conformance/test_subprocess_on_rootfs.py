@@ -13,6 +13,7 @@ import pytest
 from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.base import Backend
 from sandboxkit.testing import BackendConformance
+from support.marks import missing
 from support.rootfs import CACHE, base_image_tarball
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="rootfs sandboxes mount an overlay per sandbox: root only")
@@ -24,7 +25,7 @@ class TestSubprocessRootfsConformance(BackendConformance):
     async def create_backend(self) -> Backend:
         tarball = base_image_tarball()
         if tarball is None:
-            pytest.skip("no Docker engine or sandboxkit-base image to export (scripts/docker-setup.sh)")
+            missing("no Docker engine or sandboxkit-base image to export (scripts/docker-setup.sh)")
         return SubprocessBackend(rootfs=tarball, rootfs_cache=CACHE)
 
     async def live_sandboxes(self, backend: Backend) -> int | None:

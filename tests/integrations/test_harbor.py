@@ -35,7 +35,7 @@ from sandboxkit.integrations.rllm import RLLMSandbox
 from sandboxkit.pool import SandboxPool
 from sandboxkit.sync import SyncSandboxPool
 from support.integrations import docker_backend_present, docker_engine_up
-from support.marks import requires
+from support.marks import missing, requires
 from support.rootfs import CACHE, base_image_tarball
 from support.rootfs import busybox as support_busybox
 
@@ -121,7 +121,7 @@ def rootfs_backend() -> dict[str, Any]:
     """HarborEnv arguments: subprocess sandboxes on the base image (exported once per machine) as root filesystem."""
     tarball = base_image_tarball()
     if tarball is None:
-        pytest.skip("the base image could not be exported here")
+        missing("the base image could not be exported here")
     return {"backend": "subprocess", "backend_options": {"rootfs": tarball, "rootfs_cache": CACHE, "root": ROOTFS_ROOT}}
 
 
@@ -273,7 +273,7 @@ def test_a_busybox_only_image_built_exported_and_run_without_docker(tmp_path: Pa
     # subprocess backend on its own root filesystem (Docker is not involved after the export).
     busybox = support_busybox()
     if busybox is None:
-        pytest.skip("no static busybox here: apt-get install busybox-static")
+        missing("no static busybox here: apt-get install busybox-static")
     env_dir = tmp_path / "t" / "environment"
     env_dir.mkdir(parents=True)
     shutil.copy(busybox, env_dir / "busybox")

@@ -27,7 +27,7 @@ from sandboxkit.integrations._math_worker import MathWorker, shutdown_math_worke
 from sandboxkit.integrations._runtime import shared_handle
 from sandboxkit.integrations.rllm import TOOLS, SandboxEnv
 from support.integrations import descendant_processes, docker_backend_present, docker_engine_up
-from support.marks import requires
+from support.marks import missing, requires
 from support.rootfs import CACHE, base_image_tarball
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # llm-in-sandbox imports litellm: no network fetch
@@ -110,7 +110,7 @@ def env_args(backend: dict[str, Any]) -> dict[str, Any]:
         return dict(backend)
     options = rootfs_options()
     if options is None:
-        pytest.skip("no root filesystem image here")
+        missing("no root filesystem image here")
     return {"backend": "subprocess", "backend_options": options}
 
 

@@ -12,3 +12,10 @@ def requires(available: bool, reason: str) -> pytest.MarkDecorator:
     if available or os.environ.get("CI") == "true":
         return pytest.mark.skipif(False, reason="")
     return pytest.mark.skip(reason=f"{reason} (CI=true turns this skip into a failure)")
+
+
+def missing(reason: str) -> None:
+    """At run time: skip for a component missing locally, fail under CI=true, where CI installs it."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI installs it, so under CI=true this is a failure)")
+    pytest.skip(f"{reason} (CI=true turns this skip into a failure)")

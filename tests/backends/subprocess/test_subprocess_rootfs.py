@@ -24,6 +24,7 @@ from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.backends.subprocess._rootfs import ROOTFS_UID, has_overlay_mounts, load_image, resolve_in_root
 from sandboxkit.errors import InvalidRequest
 from sandboxkit.models import Limits, RunRequest, Status
+from support.marks import missing
 from support.rootfs import CACHE, IMAGE_HOSTNAME, base_image_tarball, busybox_rootfs
 
 pytestmark = [
@@ -41,7 +42,7 @@ if [ "$(cat /testbed/answer.txt)" = "42" ]; then echo 1.0 > /logs/verifier/rewar
 def _needs_busybox() -> str:
     image = busybox_rootfs()
     if image is None:
-        pytest.skip("no static busybox here: apt-get install busybox-static (scripts/bootstrap.sh --all)")
+        missing("no static busybox here: apt-get install busybox-static (scripts/bootstrap.sh --all)")
     return image
 
 
@@ -271,7 +272,7 @@ async def test_unpacking_a_hostile_tarball_stays_in_the_cache(tmp_path: Path) ->
 async def base() -> AsyncIterator[SubprocessBackend]:
     tarball = base_image_tarball()
     if tarball is None:
-        pytest.skip("no Docker engine or sandboxkit-base image to export (scripts/docker-setup.sh)")
+        missing("no Docker engine or sandboxkit-base image to export (scripts/docker-setup.sh)")
     backend = SubprocessBackend(rootfs=tarball, rootfs_cache=CACHE)
     try:
         yield backend

@@ -461,58 +461,53 @@ _report({"done": True})
 #: the process cannot report (``os._exit``, a signal, SIGXCPU, an OOM kill) the host reads from the
 #: run's exit, after the ``inline`` line says the case had started (SIGPROF or SIGXCPU: a timeout).
 INLINE = r"""
-class _Usage:
-    def __init__(self, seconds):
-        self.ru_utime, self.ru_stime = seconds, 0.0
-
-
 def _cpu_now():
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
 
 
-def _inline(c):
-    null = os.open(os.devnull, os.O_RDWR)  # as in a child: the solution's stdio is /dev/null
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-    os.close(null)
-    c.alone = True
-    _report({"inline": c.i})
-    used = _cpu_now()
-    soft = max(1, -int(-(used + _CPU) // 1))  # a backstop, should the program stop SIGPROF
-    try:
-        resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1))
-    except (ValueError, OSError):
-        pass  # a stricter inherited hard limit stays in force
-    c.started = time.monotonic()
-
-    def _alarm(signum, frame):
-        # The wall limit, stretched by the time spent waiting for a CPU (as for a child).
-        now = time.monotonic()
-        limit = min(c.started + _WALL + _queued_s(os.getpid()), c.started + _WALL * _D["stretch"])
-        if now < limit:
-            signal.setitimer(signal.ITIMER_REAL, limit - now)
-            return
-        cpu = _cpu_now() - used
-        _report({"i": c.i, "t": now - c.started, "cpu": cpu, "status": "timeout", "why": "wall" if cpu <= _CPU else "cpu"})
-        _report({"done": True})
-        os._exit(0)
-
-    signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, _WALL)
-    # The time limit to the tick, not to RLIMIT_CPU's whole seconds: SIGPROF's default action ends
-    # the process once it has used _CPU of CPU time (the host reads that as a timeout).
-    signal.setitimer(signal.ITIMER_PROF, _CPU)
-    payload = _run_case(c.case).encode("utf-8", "backslashreplace")
-    signal.setitimer(signal.ITIMER_PROF, 0)
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    elapsed = time.monotonic() - c.started
-    c.rusage, c.status, c.data = _Usage(_cpu_now() - used), 0, {"res": [payload]}
-    c.over = len(payload) > _CAP_IN
-    _report(_verdict(c, elapsed))
+def _alarm(signum, frame):
+    # The wall limit, stretched by the time spent waiting for a CPU (as for a child).
+    now = time.monotonic()
+    limit = min(_T0 + _WALL + _queued_s(os.getpid()), _T0 + _WALL * _D["stretch"])
+    if now < limit:
+        signal.setitimer(signal.ITIMER_REAL, limit - now)
+        return
+    cpu = _cpu_now() - _USED
+    _report({"i": 0, "t": now - _T0, "cpu": cpu, "status": "timeout", "why": "wall" if cpu <= _CPU else "cpu"})
+    _report({"done": True})
+    os._exit(0)
 
 
-_inline(_Case(0, _D["cases"][0]))
+# Straight-line code, not functions: every code object the harness carries costs each run its
+# unmarshalling and the pages it touches.
+_null = os.open(os.devnull, os.O_RDWR)  # as in a child: the solution's stdio is /dev/null
+for _fd in (0, 1, 2):
+    os.dup2(_null, _fd)
+os.close(_null)
+_report({"inline": 0})
+_USED = _cpu_now()
+_soft = max(1, -int(-(_USED + _CPU) // 1))  # a backstop, should the program stop SIGPROF
+try:
+    resource.setrlimit(resource.RLIMIT_CPU, (_soft, _soft + 1))
+except (ValueError, OSError):
+    pass  # a stricter inherited hard limit stays in force
+_T0 = time.monotonic()
+signal.signal(signal.SIGALRM, _alarm)
+signal.setitimer(signal.ITIMER_REAL, _WALL)
+# The time limit to the tick, not to RLIMIT_CPU's whole seconds: SIGPROF's default action ends the
+# process once it has used _CPU of CPU time (the host reads that as a timeout).
+signal.setitimer(signal.ITIMER_PROF, _CPU)
+_payload = _run_case(_D["cases"][0]).encode("utf-8", "backslashreplace")
+signal.setitimer(signal.ITIMER_PROF, 0)
+signal.setitimer(signal.ITIMER_REAL, 0)
+_base = {"i": 0, "t": time.monotonic() - _T0, "cpu": _cpu_now() - _USED}
+if _base["cpu"] > _CPU:  # the order of _verdict's checks, for a child that exited 0
+    _report(dict(_base, status="timeout", why="cpu"))
+elif len(_payload) > _CAP_IN:
+    _report(dict(_base, status="output_limit"))
+else:  # _function_verdict reads c.data["res"]: a SimpleNamespace (always loaded) carries it
+    _report(_function_verdict(type(sys.implementation)(data={"res": [_payload]}), _base, 0, None))
 _report({"done": True})
 os._exit(0)  # the solution's threads and atexit handlers never run after its case, as in a child
 """

@@ -30,6 +30,9 @@ case on its own stdout. So:
   the right value. (An assert case runs test code in the solution's own process, so it trusts that
   process, as every assert-based grader does.)
 
+A problem with a single call or assert case is the exception: there is nothing to keep apart, so
+the harness runs that case in its own process (:func:`runs_inline`), with the same verdicts.
+
 Return values are JSON-normalised in the child (tuples become lists, sets sorted lists); a value
 larger than :data:`VALUE_CAP` bytes is sent as a SHA-256 of its canonical JSON and compared by hash.
 """

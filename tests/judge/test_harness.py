@@ -235,12 +235,14 @@ def test_the_harness_runs_from_source_where_its_bytecode_does_not_fit() -> None:
     from importlib.util import MAGIC_NUMBER
 
     cases = [CallCase(fn_name="f", args=["raise"], expected=""), CallCase(fn_name="f", args=["ok"], expected="")]
-    script = build_python_harness(SOLUTION, cases, timeout_s=1.0)
-    assert repr(MAGIC_NUMBER) in script
-    other = script.replace(repr(MAGIC_NUMBER), repr(b"\x00\x00\r\n"))
-    for text in (script, other):
-        done = subprocess.run([sys.executable, "-c", text], capture_output=True, text=True, timeout=60)
-        report = parse_harness_output(done.stdout)
-        assert report.finished, done.stderr
-        assert [report.results[i]["status"] for i in range(2)] == ["error", "ok"]
-        assert "ValueError: boom (main.py line 5)" in str(report.results[0]["error"])
+    for group in (cases, cases[:1]):  # forked children, and the one case run inline
+        script = build_python_harness(SOLUTION, group, timeout_s=1.0)
+        assert repr(MAGIC_NUMBER) in script
+        other = script.replace(repr(MAGIC_NUMBER), repr(b"\x00\x00\r\n"))
+        for text in (script, other):
+            done = subprocess.run([sys.executable, "-c", text], capture_output=True, text=True, timeout=60)
+            report = parse_harness_output(done.stdout)
+            assert report.finished, done.stderr
+            assert [report.results[i]["status"] for i in range(len(group))] == ["error", "ok"][: len(group)]
+            assert "ValueError: boom (main.py line 5)" in str(report.results[0]["error"])
+            assert report.inline == (0 if len(group) == 1 else None)

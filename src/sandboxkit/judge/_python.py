@@ -83,8 +83,9 @@ def inline_lost(
 
     The same verdicts as for a forked child's death (``_verdict`` in the harness): the CPU timer's
     SIGPROF, ``RLIMIT_CPU``'s SIGXCPU, or its hard limit's SIGKILL when the program ignores both, is a
-    timeout; another
-    SIGKILL (the OOM killer) is ``memory_exceeded``; any other signal or exit is an error.
+    timeout; another SIGKILL (the OOM killer) is ``memory_exceeded``; any other signal or exit is an
+    error. Unlike a child's, the process's CPU time is unknown here: a SIGKILL after the run took the
+    time limit in wall time counts as the hard CPU limit's.
     """
     elapsed = result.duration_s
     kind = case.type

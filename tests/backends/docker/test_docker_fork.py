@@ -146,3 +146,40 @@ async def test_restore_refuses_what_it_cannot_load(backend: Any) -> None:
     for s in (one, three, foreign, snap):
         await (s.release() if hasattr(s, "release") else s.close())
     await other.aclose()
+
+
+async def test_releasing_the_checkpoint_mid_fork_is_all_or_nothing(
+    test_labels: dict[str, str], docker_client: Any
+) -> None:
+    import anyio
+
+    from sandboxkit.backends.docker import DockerBackend
+
+    backend = DockerBackend(labels=test_labels)
+    files = {f"d/f{i}": bytes([i]) * 200_000 for i in range(50)}  # 10 MB: the unpacks take a while
+    async with SandboxPool(backend, limits=FAST, warm=5, max_sandboxes=5) as pool:
+        async with pool.session() as parent:
+            await parent.write_files(files)
+            checkpoint = await parent.checkpoint()
+        outcome: list[Any] = []
+
+        async def fork() -> None:
+            try:
+                outcome.append(await pool.fork(checkpoint, 4))
+            except InvalidRequest as exc:
+                outcome.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(fork)
+            await anyio.sleep(0.05)  # the unpacks are under way (or about to start)
+            await checkpoint.release()
+        [got] = outcome
+        if isinstance(got, InvalidRequest):  # a fork had not started reading: none is left open
+            assert "released" in str(got) and pool.metrics()["sandboxes_open"] == pool.metrics()["sandboxes_idle"]
+        else:  # every unpack in flight finished from its own view of the archive
+            for f in got:
+                assert await f.read_files(["d/f7", "d/f49"]) == {"d/f7": files["d/f7"], "d/f49": files["d/f49"]}
+                await f.close()
+    await backend.aclose()
+    assert backend._snapshots == set()
+    assert leftovers(docker_client, test_labels) == (0, 0)

@@ -167,13 +167,16 @@ class LeaseCore:
             Transient, BackendUnavailable, ...: opening a sandbox failed (a capacity refusal
                 while this pool holds sandboxes is not an error: the call waits for one of them).
         """
+        # A fork may start in an idle sandbox where the backend can load a checkpoint into one;
+        # after one failed load it opens a new sandbox (a released checkpoint must not empty the pool).
+        warm_fork = snapshot is not None and self.backend.capabilities.fork_warm
         while True:
             if self.closed:
                 self.check_open()
             seen = self._generation
             # A warm idle sandbox first (LIFO: the most recently used is the warmest); for a session,
             # one opened with its limits. A reset sandbox is as clean as a new one and far cheaper.
-            if snapshot is not None and not self.backend.capabilities.fork_warm:
+            if snapshot is not None and not warm_fork:
                 entry = None  # a fork is a new sandbox from the checkpoint, never a warm empty one
             elif limits is None:
                 entry = self.idle.pop() if self.idle else None
@@ -186,6 +189,7 @@ class LeaseCore:
                 if idle_for < self.settings.health_check_after_s or await entry.sandbox.alive():
                     if snapshot is None or await self._restore(entry, snapshot):
                         return entry
+                    warm_fork = False
                     continue
                 self.metrics.error("dead_on_lease")
                 await self.discard(entry)

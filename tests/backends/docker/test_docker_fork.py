@@ -183,3 +183,23 @@ async def test_releasing_the_checkpoint_mid_fork_is_all_or_nothing(
     await backend.aclose()
     assert backend._snapshots == set()
     assert leftovers(docker_client, test_labels) == (0, 0)
+
+
+async def test_a_released_checkpoint_costs_at_most_one_warm_container(
+    test_labels: dict[str, str], docker_client: Any
+) -> None:
+    from sandboxkit.backends.docker import DockerBackend
+
+    backend = DockerBackend(labels=test_labels)
+    async with SandboxPool(backend, limits=FAST, warm=4, max_sandboxes=4) as pool:
+        async with pool.session() as parent:
+            await parent.write_files({"state.txt": "prepared"})
+            checkpoint = await parent.checkpoint()
+        await checkpoint.release()
+        # What a fork that lost the race with release() meets (a session checks first; the pool core does not).
+        with pytest.raises(InvalidRequest, match="released"):
+            await pool._core.lease(FAST, snapshot=checkpoint.snapshot)
+        assert pool.metrics()["errors"].get("restore_failed") == 1
+        assert pool.metrics()["sandboxes_idle"] == 3  # one load failed, then no other idle container was tried
+    await backend.aclose()
+    assert leftovers(docker_client, test_labels) == (0, 0)

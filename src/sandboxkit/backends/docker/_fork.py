@@ -37,7 +37,7 @@ import anyio
 import anyio.to_thread
 
 from sandboxkit.base import Snapshot
-from sandboxkit.errors import InvalidRequest, SandboxCrashed, SandboxError, Transient
+from sandboxkit.errors import InvalidRequest, SandboxCrashed, Transient
 from sandboxkit.models import Limits
 
 if TYPE_CHECKING:
@@ -175,7 +175,7 @@ async def restore_into(sandbox: DockerSandbox, snapshot: Snapshot) -> bool:
             return False
         try:
             await sandbox._sdk(_unpack, sandbox._workdir, snap)
-        except (SandboxError, OSError) as exc:
+        except Exception as exc:  # SandboxError, OSError, or anything docker-py raises: never half-filled
             sandbox._break("a checkpoint did not unpack")
             log.info("restoring checkpoint %s into docker sandbox %s failed: %s", snap.id, sandbox.id, exc)
             return False

@@ -4,22 +4,25 @@ A child process checkpoints a session and forks it in a loop (into warm idle con
 new ones), and the test SIGINTs it while it forks. The pool's own teardown must remove every
 container and workspace volume, the checkpoint's archive must be gone with the process (it is an
 unlinked file in the child's ``TMPDIR``), and ``sandboxkit cleanup --backend docker`` must then
-find nothing. The child's containers carry this test's label (``SANDBOXKIT_DOCKER_LABELS``), so
+find nothing. Killed (SIGKILL), the child cleans nothing up: ``cleanup`` must then remove all it
+left. The child's containers carry this test's label (``SANDBOXKIT_DOCKER_LABELS``), so
 other users of the engine are neither counted nor touched.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fakes._common import interrupt_when_ready
+from fakes._common import interrupt_when_ready, wait_until
 from support.docker_engine import containers_of, leftovers
 
 _SCRIPT = textwrap.dedent(
@@ -81,3 +84,29 @@ def test_sigint_mid_fork_leaves_nothing_for_cleanup(
     assert list(tmpdir.iterdir()) == [], "the checkpoint's archive outlived the process"
     assert "removed 0 sandbox(es)" in _cleanup_cli(env)
     assert docker_client.api.images(filters={"label": [f"{k}={v}" for k, v in test_labels.items()]}) == []
+
+
+def test_cleanup_after_a_kill_mid_fork_removes_everything(
+    docker_client: Any, test_labels: dict[str, str], tmp_path: Path
+) -> None:
+    marker = tmp_path / "forking"
+    env = {**os.environ, "SANDBOXKIT_DOCKER_LABELS": ",".join(f"{k}={v}" for k, v in test_labels.items())}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SCRIPT.format(cold=False, marker=str(marker))], env=env, stderr=subprocess.PIPE
+    )
+    try:
+        assert wait_until(lambda: marker.exists() or proc.poll() is not None, 120), "the child never forked"
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.5)  # a few rounds of forks in
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    # The runners see their attach close and their containers remove themselves; the volumes stay.
+    # (Waiting for that keeps cleanup from racing the engine's own removals on a loaded machine.)
+    wait_until(lambda: leftovers(docker_client, test_labels)[0] == 0, 30)
+    assert sum(leftovers(docker_client, test_labels)) > 0, "a kill left nothing: the test is void"
+    assert "removed 0 sandbox(es)" not in _cleanup_cli(env)
+    assert leftovers(docker_client, test_labels) == (0, 0)

@@ -78,7 +78,11 @@ def test_sigint_mid_fork_leaves_nothing_for_cleanup(
         created.update(containers_of(docker_client, test_labels))
         return marker.exists() and len(created) >= (9 if cold else 5)
 
-    err = interrupt_when_ready(_SCRIPT.format(cold=cold, marker=str(marker)), env, forking, timeout_s=120)
+    def a_few_rounds_in() -> None:
+        time.sleep(0.3)  # the signal lands while forks are loading, opening or closing
+
+    script = _SCRIPT.format(cold=cold, marker=str(marker))
+    err = interrupt_when_ready(script, env, forking, a_few_rounds_in, timeout_s=120)
     assert "KeyboardInterrupt" in err, err  # it was interrupted mid-loop, not crashed
     assert leftovers(docker_client, test_labels) == (0, 0), "containers or volumes left behind after Ctrl-C"
     assert list(tmpdir.iterdir()) == [], "the checkpoint's archive outlived the process"

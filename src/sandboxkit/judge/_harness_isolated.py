@@ -145,7 +145,27 @@ def _pairs(o, other):
     return out
 
 
+# Identity of the mutable containers a request carries: the checker numbers them as it encodes them
+# ("sent"), the solution numbers them in the same order as it decodes them ("ids": id -> number); a
+# reply that mentions one of them says ["@", number, contents], and the checker updates its own object
+# in place and uses it. So an argument changed in place changes in the test, identities and aliases
+# included (``xs[0] is first`` after ``xs.sort()``), and a returned argument ``is`` the test's object.
+_REF = {"sent": None, "ids": None, "made": None}
+_MUTABLE_TAGS = {"l", "d", "s", "B", "q", "O", "dd", "C"}
+
+
 def _enc(o, other):
+    t = type(o)
+    if t in _MUTABLE:
+        if _REF["sent"] is not None:
+            _REF["sent"].append(o)
+        ids = _REF["ids"]
+        if ids is not None and id(o) in ids:
+            return ["@", ids[id(o)], _enc_value(o, other)]
+    return _enc_value(o, other)
+
+
+def _enc_value(o, other):
     t = type(o)
     if t is str or t is bool or o is None or t is float:
         return o
@@ -201,6 +221,38 @@ def _dec_pairs(items, handle):
 
 
 def _dec(n, handle):
+    if type(n) is list and n:
+        made = _REF["made"]
+        if made is not None and n[0] in _MUTABLE_TAGS:
+            slot = len(made)
+            made.append(None)
+            made[slot] = value = _dec_value(n, handle)
+            return value
+        if n[0] == "@":
+            return _adopt(_REF["sent"][_int(n[1])], _dec(n[2], handle))
+    return _dec_value(n, handle)
+
+
+def _adopt(old, new):
+    # The checker's own object, given the contents the solution left in it.
+    t = type(old)
+    if type(new) is not t:
+        raise ValueError("an argument changed type")
+    if t is list or t is bytearray:
+        old[:] = new
+    elif t is set:
+        old.clear()
+        old.update(new)
+    elif t is deque:
+        old.clear()
+        old.extend(new)
+    else:
+        dict.clear(old)
+        dict.update(old, new)
+    return old
+
+
+def _dec_value(n, handle):
     t = type(n)
     if t is not list:
         if t is str or t is int or t is float or t is bool or n is None:
@@ -364,17 +416,19 @@ def _serve(base):
             return
         op, hid, arg = _loads(raw)
         mirrors = []
+        _REF["made"] = made = []
         try:
             obj = _HANDLES[hid]
             if op == "call":
                 args = _dec(arg[0], _solution_dec_handle)
                 kwargs = _dec(arg[1], _solution_dec_handle)
+                _REF["made"] = None
                 value = obj(*args, **kwargs)
-                for key, given in list(enumerate(args)) + list(kwargs.items()):
-                    if type(given) in _MUTABLE:
-                        mirrors.append([key, _solution_enc(given)])
+                given = [a for a in list(args) + list(kwargs.values()) if type(a) in _MUTABLE]
             else:
                 arg = _dec(arg, _solution_dec_handle)
+                _REF["made"] = None
+                given = [arg] if type(arg) in _MUTABLE else []
                 if op == "attr":
                     value = getattr(obj, arg)
                 elif op == "setattr":
@@ -407,8 +461,14 @@ def _serve(base):
                     value = issubclass(arg, obj)
                 else:
                     raise TypeError("unknown request %r" % (op,))
-            reply = ["r", _solution_enc(value), mirrors]
+            _REF["ids"] = {id(m): k for k, m in enumerate(made)}
+            try:
+                mirrors = [_solution_enc(a) for a in given]
+                reply = ["r", _solution_enc(value), mirrors]
+            finally:
+                _REF["ids"] = None
         except BaseException as e:
+            _REF["made"] = None
             reply = ["x", _exception_node(e)]
         _send(4, _dumps(reply))
 
@@ -504,12 +564,16 @@ def _remote_exception(node):
 def _rpc(op, hid, arg):
     if _STATE["died"] is not None:
         raise _Died(_STATE["died"])
-    if op == "call":
-        args, kwargs = arg
-        sent = [_enc(list(args), _checker_other), _enc(dict(kwargs), _checker_other)]
-    else:
-        sent = _enc(arg, _checker_other)
-    _send(4, _dumps([op, hid, sent]))
+    _REF["sent"] = sent = []
+    try:
+        if op == "call":
+            args, kwargs = arg
+            node = [_enc(list(args), _checker_other), _enc(dict(kwargs), _checker_other)]
+        else:
+            node = _enc(arg, _checker_other)
+    finally:
+        _REF["sent"] = None
+    _send(4, _dumps([op, hid, node]))
     raised = None
     try:
         raw = _recv(5)
@@ -519,57 +583,21 @@ def _rpc(op, hid, arg):
         if reply[0] == "x":
             raised = _remote_exception(reply[1])
         elif reply[0] == "r":
+            _REF["sent"] = sent
+            for mirror in reply[2]:
+                _dec(mirror, _checker_handle)  # updates the test's own objects in place
             value = _dec(reply[1], _checker_handle)
-            if op == "call":
-                for key, node in reply[2]:
-                    _mirror(args[key] if type(key) is int else kwargs[_str(key)], _dec(node, _checker_handle))
         else:
             raise ValueError("unknown reply")
     except (_Cannot, _Died):
         raise
     except BaseException as e:
         _died("the solution's process sent a malformed reply (%s)" % type(e).__name__)
+    finally:
+        _REF["sent"] = None
     if raised is not None:
         raise raised
     return value
-
-
-def _mirror(old, new):
-    # The solution changed an argument in place: change the test's own object the same way, keeping
-    # the identity of every nested container of the same type (a test may hold references to them).
-    t = type(old)
-    if type(new) is not t:
-        return
-    if t is list:
-        for j in range(min(len(old), len(new))):
-            a, b = old[j], new[j]
-            if type(a) is type(b) and type(a) in _MUTABLE:
-                _mirror(a, b)
-            else:
-                old[j] = b
-        if len(new) > len(old):
-            old.extend(new[len(old):])
-        else:
-            del old[len(new):]
-    elif t in (dict, OrderedDict, defaultdict, Counter):
-        items = []
-        for k, b in new.items():
-            a = dict.get(old, k, _mirror)
-            if type(a) is type(b) and type(a) in _MUTABLE:
-                _mirror(a, b)
-                b = a
-            items.append((k, b))
-        dict.clear(old)
-        for k, b in items:
-            dict.__setitem__(old, k, b)
-    elif t is set:
-        old.clear()
-        old.update(new)
-    elif t is bytearray:
-        old[:] = new
-    elif t is deque:
-        old.clear()
-        old.extend(new)
 
 
 def _refuse(what):
@@ -666,7 +694,10 @@ def _check(case):
             raise _remote_exception(first[1])
         ns = dict(_BASE)
         for name, node in first[1]:
-            ns[_str(name)] = _dec(node, _checker_handle)
+            # A name that shadows a builtin (``abs``, ``len``, ``isinstance``...) is not the test's: in the
+            # solution's own process it would let the solution replace the tools the test checks with.
+            if not _str(name).startswith("__") and name not in builtins.__dict__:
+                ns[name] = _dec(node, _checker_handle)
         test = compile(code, "<test>", "exec")
         exec(test, ns)
         result = "ok"

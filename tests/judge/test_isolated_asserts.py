@@ -67,6 +67,17 @@ def f(x):
 
 ABS_TEST = "assert abs(f(1) - 0.5) < 1e-9"
 
+FAKE_MODULE = """
+class FakeMath:
+    def isclose(self, a, b, **kw):
+        return True
+math = FakeMath()  # the test's `math` (from the prelude) in the shared namespace
+def f(x):
+    return 123.0
+"""
+
+MATH_TEST = "assert math.isclose(f(1), 0.5)"
+
 
 async def _grade(pool: SandboxPool, code: str, tests: list[str], isolate: bool, **kw: Any) -> Any:
     cases = [{"type": "assert", "code": t} for t in tests]
@@ -74,19 +85,15 @@ async def _grade(pool: SandboxPool, code: str, tests: list[str], isolate: bool, 
 
 
 async def test_forged_passes_work_in_process_and_fail_isolated(pool: SandboxPool) -> None:
-    plain = [
-        await _grade(pool, code, [test], False)
-        for code, test in ((FD_FORGE, "assert f(1) == 2"), (SHADOW_BUILTIN, ABS_TEST))
-    ]
+    forges = ((FD_FORGE, "assert f(1) == 2"), (SHADOW_BUILTIN, ABS_TEST), (FAKE_MODULE, MATH_TEST))
+    plain = [await _grade(pool, code, [test], False) for code, test in forges]
     # The hole this option closes: the plain harness trusts the solution's process.
-    assert [v.reward for v in plain] == [1.0, 1.0]
-    isolated = [
-        await _grade(pool, FD_FORGE, ["assert f(1) == 2"], True),
-        await _grade(pool, PROC_FORGE, ["assert f(1) == 2", "assert f(2) == 3"], True),
-        await _grade(pool, SHADOW_BUILTIN, [ABS_TEST], True),
-    ]
-    assert [v.reward for v in isolated] == [0.0, 0.0, 0.0], [v.error for v in isolated]
+    assert [v.reward for v in plain] == [1.0, 1.0, 1.0]
+    isolated = [await _grade(pool, code, [test], True) for code, test in forges]
+    isolated.append(await _grade(pool, PROC_FORGE, ["assert f(1) == 2", "assert f(2) == 3"], True))
+    assert [v.reward for v in isolated] == [0.0, 0.0, 0.0, 0.0], [v.error for v in isolated]
     assert "Bad file descriptor" in str(isolated[0].error)
+    assert isolated[1].cases[0].message.startswith("AssertionError")
     assert isolated[2].cases[0].message.startswith("AssertionError")
 
 

@@ -694,10 +694,12 @@ def _check(case):
             raise _remote_exception(first[1])
         ns = dict(_BASE)
         for name, node in first[1]:
-            # A name that shadows a builtin (``abs``, ``len``, ``isinstance``...) is not the test's: in the
-            # solution's own process it would let the solution replace the tools the test checks with.
-            if not _str(name).startswith("__") and name not in builtins.__dict__:
-                ns[name] = _dec(node, _checker_handle)
+            # A name that shadows a builtin (``abs``, ``len``...) or rebinds a module of the prelude
+            # (``math``...) stays the test's: in the solution's own process it would let the solution
+            # replace the tools the test checks with (a fake ``math.isclose`` that is always true).
+            if _str(name).startswith("__") or name in builtins.__dict__ or type(_BASE.get(name)) is type(sys):
+                continue
+            ns[name] = _dec(node, _checker_handle)
         test = compile(code, "<test>", "exec")
         exec(test, ns)
         result = "ok"

@@ -7,12 +7,13 @@ solution's own process) falls for it, the isolated one does not.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sandboxkit import SandboxPool
-from sandboxkit.judge import grade
+from sandboxkit.judge import grade, grade_many
 from sandboxkit.judge.isolated import build_isolated_harness, imports_of
 
 FD_FORGE = """
@@ -249,3 +250,30 @@ async def test_stop_on_first_failure_skips_the_rest(pool: SandboxPool, isolate: 
         pool, "def f(x):\n    return x\n", ["assert f(1) == 2", "assert f(1) == 1"], isolate, shaping="all_or_nothing"
     )
     assert [c.status for c in verdict.cases] == ["error", "skipped"]
+
+
+async def test_rows_and_the_cli_option_turn_it_on(pool: SandboxPool) -> None:
+    row = {"completion": FD_FORGE, "tests": [{"type": "assert", "code": "assert f(1) == 2"}]}
+    verdicts = await grade_many(pool, [row, {**row, "isolate_asserts": True}, {**row, "isolate_asserts": "yes"}])
+    assert [v.reward for v in verdicts] == [1.0, 0.0, None]
+    assert verdicts[2].status == "invalid" and "isolate_asserts must be true or false" in str(verdicts[2].error)
+    on = await grade_many(pool, [row], isolate_asserts=True)
+    assert on[0].reward == 0.0
+
+
+def test_cli_isolate_asserts_option(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from sandboxkit.cli import app
+
+    row = {"id": "forge", "completion": FD_FORGE, "tests": [{"type": "assert", "code": "assert f(1) == 2"}]}
+    (tmp_path / "in.jsonl").write_text(json.dumps(row) + "\n")
+    rewards = []
+    for extra in ([], ["--isolate-asserts"]):
+        out = tmp_path / f"out{len(extra)}.jsonl"
+        done = CliRunner().invoke(app, ["grade", str(tmp_path / "in.jsonl"), "-o", str(out), "-q", "-j", "2", *extra])
+        assert done.exit_code == 0, done.output
+        rewards.append(json.loads(out.read_text())["reward"])
+    assert rewards == [1.0, 0.0]

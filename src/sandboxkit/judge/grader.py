@@ -58,7 +58,7 @@ __all__ = ["ROW_OPTIONS", "grade", "grade_many", "grade_row"]
 log = logging.getLogger(__name__)
 
 #: Keys of a grade row that override the call's defaults.
-ROW_OPTIONS = ("language", "shaping", "banned_patterns", "compare", "timeout_s", "checker")
+ROW_OPTIONS = ("language", "shaping", "banned_patterns", "compare", "timeout_s", "checker", "isolate_asserts")
 
 
 async def grade(
@@ -109,6 +109,8 @@ async def grade(
         if special is not None and not special.sandboxed:
             options = special.compare_options(options)
         patterns = compile_patterns(banned_patterns)
+        if not isinstance(isolate_asserts, bool):
+            raise InvalidTests(f"isolate_asserts must be true or false, got {isolate_asserts!r}")
         _check_supported(suite, lang)
         run_limits = limits or pool.limits
         if timeout_s is not None:
@@ -126,9 +128,7 @@ async def grade(
         return _early(started, "banned", lang.name, error=hit, total=total, shape=shape, extraction=extraction)
 
     sandboxed = special if special is not None and special.sandboxed else None
-    job = Job(
-        pool, extraction.code, lang, run_limits, options, shape.stop_on_first_failure, sandboxed, bool(isolate_asserts)
-    )
+    job = Job(pool, extraction.code, lang, run_limits, options, shape.stop_on_first_failure, sandboxed, isolate_asserts)
     try:
         outcome = await _execute(job, suite)
     except (InvalidRequest, InvalidTests) as exc:

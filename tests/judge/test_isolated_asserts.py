@@ -277,3 +277,25 @@ def test_cli_isolate_asserts_option(tmp_path: Path) -> None:
         assert done.exit_code == 0, done.output
         rewards.append(json.loads(out.read_text())["reward"])
     assert rewards == [1.0, 0.0]
+
+
+@pytest.mark.docker
+async def test_on_docker_too() -> None:
+    import uuid
+
+    from sandboxkit.backends.docker import DockerBackend
+    from support.judge import FAST, requires
+
+    if not DockerBackend.availability().usable:
+        requires(False, "the docker backend is not usable here")  # skip locally, fail under CI=true
+        pytest.skip("the docker backend is not usable here")
+    backend = DockerBackend(labels={"sandboxkit.test": uuid.uuid4().hex})
+    try:
+        async with SandboxPool(backend, max_concurrency=1, limits=FAST) as pool:
+            forged = await _grade(pool, FD_FORGE, ["assert f(1) == 2"], True)
+            equal = await _grade(pool, ALWAYS_EQUAL, ["assert f(1) == 2"], True)
+            right = await _grade(pool, CORRECT, CORRECT_TESTS, True)
+    finally:
+        await backend.aclose()
+    assert (forged.reward, equal.reward, equal.status) == (0.0, None, "infra_error")
+    assert right.status == "ok", right.cases

@@ -26,23 +26,20 @@ This string is standalone Python (stdlib only): the sandbox cannot see sandboxki
 
 from __future__ import annotations
 
-__all__ = ["SOURCE"]
+__all__ = ["CODEC", "IMPORTS", "SOURCE"]
 
-SOURCE = r'''
+#: The modules every part below uses.
+IMPORTS = r'''
 import builtins, fcntl, json, os, resource, select, signal, sys, time
 from collections import Counter, OrderedDict, defaultdict, deque, namedtuple
+'''
+
+_HEAD = r'''
 _OUT = os.dup(1)
 _MARK = _D["mark"]
 _SRC = "main.py"
 _CPU = _D["cpu"]
 _WALL = _D["wall"]
-_MSG_CAP = 1 << 30
-_BIG = 1 << 1000
-
-
-def _write_all(fd, data):
-    while data:
-        data = data[os.write(fd, data):]
 
 
 def _report(obj):
@@ -102,8 +99,19 @@ def _no_dump():
     except BaseException:
         return False
 
+'''
 
+#: Framing and the value encoding, shared by the checker and the solution (standalone: tests run it).
+CODEC = r'''
 # ---------------------------------------------------------------- framing and the value encoding
+_MSG_CAP = 1 << 30
+_BIG = 1 << 1000
+
+
+def _write_all(fd, data):
+    while data:
+        data = data[os.write(fd, data):]
+
 
 
 def _send(fd, data):
@@ -338,7 +346,9 @@ def _dumps(node):
 def _loads(data):
     return json.loads(data.decode("utf-8"))
 
+'''
 
+_PROCESSES = r'''
 # ---------------------------------------------------------------- the solution process
 
 
@@ -873,3 +883,5 @@ for _i, _case in enumerate(_D["cases"]):
         break
 _report({"done": True})
 '''
+
+SOURCE = IMPORTS + _HEAD + CODEC + _PROCESSES

@@ -29,12 +29,12 @@ from __future__ import annotations
 __all__ = ["CODEC", "IMPORTS", "SOURCE"]
 
 #: The modules every part below uses.
-IMPORTS = r'''
+IMPORTS = r"""
 import builtins, fcntl, json, os, resource, select, signal, sys, time
 from collections import Counter, OrderedDict, defaultdict, deque, namedtuple
-'''
+"""
 
-_HEAD = r'''
+_HEAD = r"""
 _OUT = os.dup(1)
 _MARK = _D["mark"]
 _SRC = "main.py"
@@ -99,10 +99,10 @@ def _no_dump():
     except BaseException:
         return False
 
-'''
+"""
 
 #: Framing and the value encoding, shared by the checker and the solution (standalone: tests run it).
-CODEC = r'''
+CODEC = r"""
 # ---------------------------------------------------------------- framing and the value encoding
 _MSG_CAP = 1 << 30
 _BIG = 1 << 1000
@@ -346,7 +346,7 @@ def _dumps(node):
 def _loads(data):
     return json.loads(data.decode("utf-8"))
 
-'''
+"""
 
 _PROCESSES = r'''
 # ---------------------------------------------------------------- the solution process

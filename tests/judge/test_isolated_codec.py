@@ -84,7 +84,7 @@ values = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(values)
 def test_every_value_comes_back_with_its_exact_type(codec: dict[str, Any], value: Any) -> None:
     back = _roundtrip(codec, value)
@@ -130,7 +130,7 @@ def test_subclasses_and_objects_are_handles_not_data(codec: dict[str, Any]) -> N
     assert [type(o) for o in seen] == [Sub, Opaque]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(
     st.recursive(
         st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6),

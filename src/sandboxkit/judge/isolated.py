@@ -23,8 +23,10 @@ compare, hash or compute (which would let the solution's code decide the outcome
 nor a forged 1. Out of scope: a solution that reads the test's source from its own memory (it is a
 fork of the harness, which holds every case) to compute the expected answers.
 
-Cases run one at a time (no parallelism yet), each with the plain harness's CPU-time limit (the
-checker's and the solution's CPU summed) and stretched wall limit.
+Cases are scheduled as in the plain harness: in parallel when the shaping needs every case (a case
+killed for memory while others ran is run again alone), one at a time stopping at the first failure
+otherwise; each has the plain harness's CPU-time limit (the checker's and the solution's CPU summed)
+and its stretched wall limit.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from sandboxkit.errors import SandboxError
 from sandboxkit.judge._harness_isolated import SOURCE
 from sandboxkit.judge._job import Job, Outcome, all_compile_error, timed_run
 from sandboxkit.judge.cases import AssertCase
-from sandboxkit.judge.harness import MARK, WALL_STRETCH, prelude_for, python_literal, wall_limit
+from sandboxkit.judge.harness import DEFAULT_PARALLEL, MARK, WALL_STRETCH, prelude_for, python_literal, wall_limit
 from sandboxkit.judge.verdict import CaseResult, trim_message
 from sandboxkit.models import RunResult, Status
 
@@ -90,6 +92,7 @@ def build_isolated_harness(
     timeout_s: float,
     stop_on_error: bool = False,
     prelude: bool = True,
+    parallel: int = DEFAULT_PARALLEL,
 ) -> str:
     """The Python program that runs assert ``cases`` against ``source`` with the test code isolated.
 
@@ -99,6 +102,8 @@ def build_isolated_harness(
         timeout_s: each case's CPU-time limit (the checker's and the solution's, summed).
         stop_on_error: stop after the first case that does not pass.
         prelude: pre-import the names LeetCode-style solutions assume (as the plain harness does).
+        parallel: most cases run at once when ``stop_on_error`` is off (also capped by the CPUs the
+            sandbox may use); a case killed for memory while others ran is run again alone.
     """
     codes = [case.code for case in cases]
     data = {
@@ -109,6 +114,7 @@ def build_isolated_harness(
         "wall": wall_limit(float(timeout_s)),
         "stretch": WALL_STRETCH,
         "stop_on_error": stop_on_error,
+        "parallel": max(1, int(parallel)),
         "prelude": prelude_for([source, *codes]) if prelude else "",
         "mark": MARK,
     }

@@ -299,3 +299,50 @@ async def test_on_docker_too() -> None:
         await backend.aclose()
     assert (forged.reward, equal.reward, equal.status) == (0.0, None, "infra_error")
     assert right.status == "ok", right.cases
+
+
+#: (solution, test code, CPU limit): each must get the same status and message from both harnesses.
+PARITY = [
+    ("raise ValueError('at import')\ndef f(): pass\n", "f()", 1.0),
+    ("import sys\nsys.exit(3)\n", "f()", 1.0),
+    ("import os\nos._exit(0)\n", "f()", 1.0),
+    ("x = [0] * (10**12)\n", "f()", 1.0),
+    ("import time\ntime.sleep(100)\n", "f()", 0.2),
+    ("def f(a, *, k):\n    k.append(a)\n    return k\n", "l = []\nr = f(1, k=l)\nassert r is l and l == [1]", 1.0),
+    (
+        "def g():\n    yield 1\n    return 5\n",
+        "it = g()\nnext(it)\ntry:\n    next(it)\nexcept StopIteration as e:\n    assert e.value == 5",
+        1.0,
+    ),
+    (
+        "class S:\n    def __init__(self): self.v = []\n    def add(self, x): self.v.append(x); return self\n"
+        "def use(s): return len(s.v)\n",
+        "s = S()\ns.add(1).add(2)\nassert use(s) == 2 and s.v == [1, 2]",
+        1.0,
+    ),
+    ("def f(d):\n    d.setdefault('a', []).append(1)\n", "d = {}\nf(d)\nf(d)\nassert d == {'a': [1, 1]}", 1.0),
+    ("def f():\n    raise KeyboardInterrupt\n", "f()", 1.0),
+    ("def f():\n    return {1: 'a', 2: 'b'}.keys()\n", "assert list(f()) == [1, 2] and len(f()) == 2", 1.0),
+    ("def f(x):\n    return x\n", "import collections\nassert f(collections.Counter('ab')) == {'a': 1, 'b': 1}", 1.0),
+]
+
+
+def test_both_harnesses_agree_on_how_a_case_ends(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from sandboxkit.judge import AssertCase
+    from sandboxkit.judge.harness import build_python_harness, parse_harness_output
+    from sandboxkit.judge.isolated import parse_isolated_output
+
+    for source, test, cpu in PARITY:
+        got = []
+        for isolated in (True, False):
+            build = build_isolated_harness if isolated else build_python_harness
+            script = build(source, [AssertCase(code=test)], timeout_s=cpu)
+            done = subprocess.run(
+                [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path
+            )
+            item = (parse_isolated_output(done.stdout)[1] if isolated else parse_harness_output(done.stdout).results)[0]
+            got.append((item["status"], item.get("error")))
+        assert got[0] == got[1], (source, test, got)

@@ -52,8 +52,19 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, (list, tuple, deque)):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict):
-        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip([*a.items()], [*b.items()], strict=True))
+    if isinstance(a, (set, frozenset)):  # NaN members are not equal to themselves: compare canonical forms
+        return _canon(a) == _canon(b)
     return bool(a == b)
+
+
+def _canon(v: Any) -> Any:
+    """A form where sets are sorted and floats are their repr, so NaN members compare by value."""
+    if isinstance(v, (set, frozenset)):
+        return (type(v).__name__, sorted(repr(_canon(x)) for x in v))
+    if isinstance(v, (list, tuple)):
+        return (type(v).__name__, [_canon(x) for x in v])
+    return repr(v) if isinstance(v, (float, complex)) else v
 
 
 scalars = (

@@ -346,3 +346,16 @@ def test_both_harnesses_agree_on_how_a_case_ends(tmp_path: Path) -> None:
             item = (parse_isolated_output(done.stdout)[1] if isolated else parse_harness_output(done.stdout).results)[0]
             got.append((item["status"], item.get("error")))
         assert got[0] == got[1], (source, test, got)
+
+
+async def test_the_solution_cannot_raise_the_checkers_own_exceptions(pool: SandboxPool) -> None:
+    # Classes are named by module and name; `__main__` in the checker is the harness itself.
+    code = (
+        "class _Cannot(Exception):\n    pass\n_Cannot.__module__ = '__main__'\n"
+        "class _Died(Exception):\n    pass\n_Died.__module__ = '__main__'\n"
+        "def f(kind):\n    raise (_Cannot if kind else _Died)('x')\n"
+    )
+    tests = ["try:\n    f(1)\nexcept Exception:\n    pass", "try:\n    f(0)\nexcept Exception:\n    pass", "f(1)"]
+    verdict = await _grade(pool, code, tests, True)
+    assert [c.status for c in verdict.cases] == ["passed", "passed", "error"], verdict.cases
+    assert verdict.cases[2].message == "_Cannot: x (main.py line 8)"

@@ -526,8 +526,8 @@ def _exc_class(n):
     found = None
     if module == "builtins":
         found = getattr(builtins, qual, None)
-    elif module in sys.modules and "." not in qual and "<" not in qual:
-        found = getattr(sys.modules[module], qual, None)
+    elif module in sys.modules and module != "__main__" and "." not in qual and "<" not in qual:
+        found = getattr(sys.modules[module], qual, None)  # a library's class (``__main__`` is this harness)
     if not (isinstance(found, type) and issubclass(found, BaseException)):
         parents = tuple(_exc_class(b) for b in bases if type(b) is list and b and b[0] == "X") or (Exception,)
         name = qual.rpartition(".")[2] or "Error"

@@ -359,3 +359,11 @@ async def test_the_solution_cannot_raise_the_checkers_own_exceptions(pool: Sandb
     verdict = await _grade(pool, code, tests, True)
     assert [c.status for c in verdict.cases] == ["passed", "passed", "error"], verdict.cases
     assert verdict.cases[2].message == "_Cannot: x (main.py line 8)"
+
+
+async def test_only_the_names_the_test_spells_cross(pool: SandboxPool) -> None:
+    # A global the test never names is never encoded (a big table costs nothing); one it names is.
+    code = "TABLE = list(range(1_000_000))\nLIMIT = (1, [2])\ndef f(i):\n    return TABLE[i]\n"
+    tests = ["assert f(5) == 5 and f(999_999) == 999_999", "assert LIMIT == (1, [2]) and 'TAB' + 'LE' not in globals()"]
+    verdict = await _grade(pool, code, tests, True)
+    assert verdict.status == "ok", verdict.cases

@@ -170,7 +170,7 @@ def _start(i, case):
     null = os.open(os.devnull, os.O_RDWR)
     r.started = time.monotonic()
     r.deadline = r.started + _WALL
-    r.sol = _fork([null, null, null, req_r, resp_w], lambda: _serve(_BASE))
+    r.sol = _fork([null, null, null, req_r, resp_w], lambda: _serve(_BASE, case["code"]))
     r.chk = _fork([null, null, null, res_w, req_w, resp_r], lambda: _check(case))
     for fd in (req_r, req_w, resp_r, resp_w, res_w, null):
         os.close(fd)

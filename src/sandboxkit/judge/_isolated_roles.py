@@ -64,15 +64,18 @@ def _exception_node(e):
     return [_solution_other(type(e)), args, message]
 
 
-def _serve(base):
+def _serve(base, test):
     # fd 3: requests from the checker; fd 4: replies. The solution's own output goes to /dev/null.
-    import operator
+    import operator, re
+    # Only names the test spells can be looked up by it: the others (a big precomputed table...) are
+    # not encoded at all.
+    spelled = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", test))
     ns = dict(base)
     try:
         exec(_CODE, ns)
         names = []
         for name, value in list(ns.items()):
-            if name.startswith("__") or (name in base and base[name] is value):
+            if name not in spelled or name.startswith("__") or (name in base and base[name] is value):
                 continue
             names.append([name, _solution_enc(value)])
         reply = ["n", names]

@@ -367,3 +367,16 @@ async def test_only_the_names_the_test_spells_cross(pool: SandboxPool) -> None:
     tests = ["assert f(5) == 5 and f(999_999) == 999_999", "assert LIMIT == (1, [2]) and 'TAB' + 'LE' not in globals()"]
     verdict = await _grade(pool, code, tests, True)
     assert verdict.status == "ok", verdict.cases
+
+
+async def test_the_rl_adapters_pass_it_on() -> None:
+    from sandboxkit.integrations.trl import SandboxReward
+    from sandboxkit.integrations.verl import compute_score
+
+    response = "```python\n" + FD_FORGE + "```"
+    truth = {"assert_case": ["assert f(1) == 2"]}
+    scores = [(await compute_score("x", response, truth, isolate_asserts=on))["score"] for on in (False, True)]
+    assert scores == [1.0, 0.0]
+    with SandboxReward("subprocess", max_concurrency=2, isolate_asserts=True) as reward:
+        rewards = await reward(prompts=["p"], completions=[response], completion_ids=[[1]], tests=[truth])
+    assert rewards == [0.0]

@@ -377,6 +377,9 @@ async def test_the_rl_adapters_pass_it_on() -> None:
     truth = {"assert_case": ["assert f(1) == 2"]}
     scores = [(await compute_score("x", response, truth, isolate_asserts=on))["score"] for on in (False, True)]
     assert scores == [1.0, 0.0]
+    equal = await compute_score("x", "```python\n" + ALWAYS_EQUAL + "```", truth, isolate_asserts=True)
+    assert (equal["score"], equal["status"]) == (0.0, "infra_error")  # verl scores what it cannot judge 0.0
     with SandboxReward("subprocess", max_concurrency=2, isolate_asserts=True) as reward:
-        rewards = await reward(prompts=["p"], completions=[response], completion_ids=[[1]], tests=[truth])
-    assert rewards == [0.0]
+        completions = [response, "```python\n" + ALWAYS_EQUAL + "```"]
+        rewards = await reward(prompts=["p"] * 2, completions=completions, completion_ids=[[1]] * 2, tests=[truth] * 2)
+    assert rewards == [0.0, None]  # TRL leaves what could not be judged out of the group

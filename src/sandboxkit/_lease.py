@@ -158,21 +158,25 @@ class LeaseCore:
             limits: the limits the sandbox must have been opened with (a session's); ``None``
                 takes any idle sandbox and opens new ones with the pool's limits.
             slot: the call slot the caller holds, given back while it waits for a sandbox.
-            snapshot: open a new sandbox from this checkpoint (a fork) instead of an empty one;
-                idle sandboxes are then never handed out.
+            snapshot: the sandbox starts from this checkpoint (a fork): a new sandbox opened
+                from it, or, where ``capabilities.fork_warm``, an idle one (with these limits)
+                into which it is loaded, so no container or runner starts cold.
 
         Raises:
             PoolClosed: the pool closed.
             Transient, BackendUnavailable, ...: opening a sandbox failed (a capacity refusal
                 while this pool holds sandboxes is not an error: the call waits for one of them).
         """
+        # A fork may start in an idle sandbox where the backend can load a checkpoint into one;
+        # after one failed load it opens a new sandbox (a released checkpoint must not empty the pool).
+        warm_fork = snapshot is not None and self.backend.capabilities.fork_warm
         while True:
             if self.closed:
                 self.check_open()
             seen = self._generation
             # A warm idle sandbox first (LIFO: the most recently used is the warmest); for a session,
             # one opened with its limits. A reset sandbox is as clean as a new one and far cheaper.
-            if snapshot is not None:
+            if snapshot is not None and not warm_fork:
                 entry = None  # a fork is a new sandbox from the checkpoint, never a warm empty one
             elif limits is None:
                 entry = self.idle.pop() if self.idle else None
@@ -183,7 +187,10 @@ class LeaseCore:
             if entry is not None:
                 idle_for = time.monotonic() - entry.last_used
                 if idle_for < self.settings.health_check_after_s or await entry.sandbox.alive():
-                    return entry
+                    if snapshot is None or await self._restore(entry, snapshot):
+                        return entry
+                    warm_fork = False
+                    continue
                 self.metrics.error("dead_on_lease")
                 await self.discard(entry)
                 continue
@@ -204,6 +211,18 @@ class LeaseCore:
                 self._waiting -= 1
             if slot is not None:
                 await slot.acquire()
+
+    async def _restore(self, entry: Entry, snapshot: Snapshot) -> bool:
+        """Load a checkpoint into a warm idle sandbox (a fork); on failure the sandbox is discarded."""
+        try:
+            restored = await entry.sandbox.restore(snapshot)
+        except BaseException:  # cancelled half-way: the sandbox holds part of the files
+            await self.discard(entry)
+            raise
+        if not restored:
+            self.metrics.error("restore_failed")
+            await self.discard(entry)  # its state is unknown; the next attempt opens a new sandbox
+        return restored
 
     async def lease_retrying(self, limits: Limits | None = None, snapshot: Snapshot | None = None) -> Entry:
         """:meth:`lease` with the pool's retries on ``Transient`` errors (a session opening its sandbox)."""

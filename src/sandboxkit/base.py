@@ -60,6 +60,10 @@ class Capabilities:
             variables live in process memory: only ``"memory"`` carries them into a fork; on
             any other backend the fork's first cell starts a new kernel and its result says
             ``state_lost`` (the state must be rebuilt by running the cells again).
+        fork_warm: a fork can start in a warm idle sandbox of the pool (reset, so as clean as a
+            new one) into which the checkpoint is loaded (:meth:`Sandbox.restore`), instead of
+            in a new sandbox; a fork's sandbox then goes back to the idle ones (reset) when its
+            session closes, since it holds nothing of its checkpoint after a reset.
     """
 
     languages: frozenset[str]
@@ -73,6 +77,7 @@ class Capabilities:
     absolute_paths: bool = False
     kernels: bool = False
     fork: str = "none"
+    fork_warm: bool = False
 
 
 @dataclass(frozen=True)
@@ -232,6 +237,22 @@ class Sandbox(abc.ABC):
             backend=self.backend_name,
             sandbox_id=self.id,
         )
+
+    async def restore(self, snapshot: Snapshot) -> bool:
+        """Load ``snapshot`` into this sandbox, whose workspace is empty (new, or just reset).
+
+        Only called where ``capabilities.fork_warm`` is true: the pool forks into a warm idle
+        sandbox instead of opening a new one. The sandbox is then as a new one opened by
+        :meth:`Backend.open_from` would be, and as independent of the snapshot.
+
+        Returns:
+            True if the snapshot's files are in place; False if not (another backend's or a
+            released snapshot, the sandbox closed or broken, the load failed): the pool then
+            discards this sandbox, whose state is unknown, and opens a new one from the
+            snapshot. The default cannot. Never raises but on cancellation.
+        """
+        del snapshot
+        return False
 
     async def open_kernel(self) -> Kernel:
         """This sandbox's persistent Python kernel (``capabilities.kernels``), started on its first cell.

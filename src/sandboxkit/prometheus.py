@@ -17,7 +17,8 @@ call, not only the pool's sample window.
 
 Metric names (all prefixed ``sandboxkit_``): ``calls_total``, ``call_status_total{status}``,
 ``infrastructure_errors_total{kind}``, ``retries_total``, ``sandboxes_created_total``,
-``sandboxes_closed_total``, ``sandboxes_live``, ``calls_in_flight``, ``calls_waiting``, and the
+``sandboxes_closed_total``, ``sandboxes_live``, ``calls_in_flight``, ``calls_waiting``,
+``checkpoints_taken_total``, ``checkpoints_released_total``, ``checkpoints_open``, ``forks_total``, and the
 histograms ``queue_wait_seconds``, ``run_seconds``, ``call_seconds`` and ``sandbox_open_seconds``.
 """
 
@@ -143,6 +144,15 @@ class PoolCollector:
         yield GaugeMetricFamily(f"{p}_sandboxes_live", "Sandboxes open now.", value=data["sandboxes_open"])
         yield GaugeMetricFamily(f"{p}_calls_in_flight", "Calls holding a slot now.", value=data["calls_in_flight"])
         yield GaugeMetricFamily(f"{p}_calls_waiting", "Calls waiting for a slot now.", value=data["calls_waiting"])
+        # Checkpoints hold backend resources (a tmpfs, an archive, a cloud snapshot): one left open shows here.
+        yield CounterMetricFamily(
+            f"{p}_checkpoints_taken", "Checkpoints taken (Session.checkpoint).", value=data["checkpoints_taken"]
+        )
+        yield CounterMetricFamily(
+            f"{p}_checkpoints_released", "Checkpoints released.", value=data["checkpoints_released"]
+        )
+        yield GaugeMetricFamily(f"{p}_checkpoints_open", "Checkpoints held now.", value=data["checkpoints_open"])
+        yield CounterMetricFamily(f"{p}_forks", "Sessions forked from checkpoints.", value=data["forks"])
         for name, (metric, doc) in _HISTOGRAMS.items():
             buckets, total = self.histograms[name].snapshot()
             yield HistogramMetricFamily(f"{p}_{metric}", doc, buckets=buckets, sum_value=total)

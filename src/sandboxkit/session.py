@@ -299,16 +299,17 @@ class Session(RunsPrograms):
         return await self._call(take, deadline_s)
 
     async def close(self) -> None:
-        """Give the sandbox back (reset and kept warm when possible; a fork's is closed). Idempotent, shielded."""
+        """Give the sandbox back: reset and kept warm when possible (a fork's only where ``fork_warm``). Idempotent."""
         if self.closed:
             return
         self.closed = True
         with anyio.CancelScope(shield=True):
             if self._entry is not None:
                 entry, self._entry = self._entry, None
-                if self.origin is not None:
+                if self.origin is not None and not self._core.backend.capabilities.fork_warm:
                     # A fork's sandbox may pin its checkpoint's layer (copy-on-write): close it rather
                     # than keep it warm, so a released checkpoint's memory goes with its last fork.
+                    # Where forks load a copy into warm sandboxes (fork_warm), a reset drops it.
                     await self._core.discard(entry)
                 else:
                     await self._core.give_back(entry, dirty=True)

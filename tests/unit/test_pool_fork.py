@@ -156,3 +156,30 @@ def test_sync_twin_forks_too() -> None:
         for f in [*forks, from_cp, *pool.fork(s, 1)]:
             f.close()
         assert pool.metrics()["forks"] == 5
+
+
+async def test_prometheus_exports_checkpoints_and_forks(pool: SandboxPool) -> None:
+    pytest.importorskip("prometheus_client")
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from sandboxkit.prometheus import prometheus_registry
+
+    registry = prometheus_registry(pool)
+    parent = await _prepared(pool)
+    kept = await parent.checkpoint()
+    released = await parent.checkpoint()
+    forks = await pool.fork(released, 3)
+    await released.release()
+    got = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(generate_latest(registry).decode())
+        for sample in family.samples
+    }
+    assert got["sandboxkit_checkpoints_taken_total"] == 2
+    assert got["sandboxkit_checkpoints_released_total"] == 1
+    assert got["sandboxkit_checkpoints_open"] == 1
+    assert got["sandboxkit_forks_total"] == 3
+    for s in [parent, *forks]:
+        await s.close()
+    await kept.release()

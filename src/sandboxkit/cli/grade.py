@@ -1,7 +1,7 @@
 """``sandboxkit grade FILE.jsonl``: grade a file of completions, print a summary, write results.
 
 Each input line is a row ``{"id", "completion", "tests", "language"?, "banned_patterns"?, "shaping"?,
-"compare"?, "timeout_s"?}``. Each output line is ``{"id", <Verdict.to_dict() keys>, "cases": [...]}``,
+"compare"?, "timeout_s"?, "isolate_asserts"?}``. Each output line is ``{"id", <Verdict.to_dict() keys>, "cases": [...]}``,
 one per input row, in input order. A line that is not JSON, or a row without ``tests``, gets an
 ``invalid`` result with the reason; the rest of the file is graded.
 
@@ -54,6 +54,12 @@ def grade(
     ] = None,
     memory_mb: Annotated[int | None, typer.Option(help="Memory limit of each run in MiB.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    isolate_asserts: Annotated[
+        bool,
+        typer.Option(
+            "--isolate-asserts", help="Run Python assert tests outside the solution's process (no forged passes)."
+        ),
+    ] = False,
 ) -> None:
     """Grade completions against their tests; print a summary; write results."""
     from sandboxkit.judge.shaping import parse_shaping
@@ -74,6 +80,8 @@ def grade(
     defaults: dict[str, Any] = {"language": language, "shaping": shaping}
     if timeout is not None:
         defaults["timeout_s"] = timeout
+    if isolate_asserts:
+        defaults["isolate_asserts"] = True
     summary_console = Console(stderr=output == "-")
     try:
         verdicts, wall, metrics = asyncio.run(_grade_all(rows, backend, jobs, memory_mb, defaults, quiet))

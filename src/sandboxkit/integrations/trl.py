@@ -46,6 +46,8 @@ class SandboxReward:
         language_column: dataset column that, when present, gives each row's language.
         limits: limits of every test run.
         compare: the judge's output-comparison options.
+        isolate_asserts: run Python assert tests outside the solution's process, so a wrong completion
+            cannot forge a pass (see :mod:`sandboxkit.judge.isolated`).
         deadline_s: wall-clock bound on grading one batch; completions not graded by then get ``None``.
         name: the name TRL logs the reward under (``rewards/<name>/mean``).
         pool_options: more :class:`~sandboxkit.pool.SandboxPool` options (retries, creation_rate...).
@@ -68,6 +70,7 @@ class SandboxReward:
         language_column: str | None = "language",
         limits: Limits | None = None,
         compare: Any = None,
+        isolate_asserts: bool = False,
         deadline_s: float = 300.0,
         name: str = "sandbox_reward",
         pool_options: Mapping[str, Any] | None = None,
@@ -81,6 +84,7 @@ class SandboxReward:
         self.language_column = language_column
         self.limits = limits
         self.compare = compare
+        self.isolate_asserts = isolate_asserts
         self.deadline_s = deadline_s
         options: dict[str, Any] = {"max_concurrency": max_concurrency, **dict(pool_options or {})}
         if backend_options:
@@ -138,6 +142,7 @@ class SandboxReward:
                         banned_patterns=self.banned_patterns,
                         limits=self.limits,
                         compare=self.compare,
+                        isolate_asserts=self.isolate_asserts,
                     ),
                     self.deadline_s,
                 )

@@ -52,6 +52,8 @@ class Job:
     options: CompareOptions
     stop: bool
     checker: Checker | None = None
+    #: Run Python assert cases' test code outside the solution's process (:mod:`sandboxkit.judge.isolated`).
+    isolate_asserts: bool = False
     #: Where the time went (seconds summed over this completion's sandbox calls): ``compile_s``,
     #: ``run_s``, and ``queue_s`` (waiting for a call slot or a sandbox, plus the backend's overhead).
     timing: dict[str, float] = field(default_factory=lambda: {"queue_s": 0.0, "compile_s": 0.0, "run_s": 0.0})

@@ -45,6 +45,7 @@ from sandboxkit.judge.cases import (
 from sandboxkit.judge.checkers import Checker, apply_checker, parse_checker
 from sandboxkit.judge.extract import Extraction, extract_code
 from sandboxkit.judge.interactive import run_interactive
+from sandboxkit.judge.isolated import run_isolated_asserts
 from sandboxkit.judge.shaping import Shaping, parse_shaping
 from sandboxkit.judge.verdict import CaseResult, Verdict, VerdictStatus, status_from_cases, trim_message
 from sandboxkit.languages import Language, resolve_language
@@ -57,7 +58,7 @@ __all__ = ["ROW_OPTIONS", "grade", "grade_many", "grade_row"]
 log = logging.getLogger(__name__)
 
 #: Keys of a grade row that override the call's defaults.
-ROW_OPTIONS = ("language", "shaping", "banned_patterns", "compare", "timeout_s", "checker")
+ROW_OPTIONS = ("language", "shaping", "banned_patterns", "compare", "timeout_s", "checker", "isolate_asserts")
 
 
 async def grade(
@@ -72,6 +73,7 @@ async def grade(
     compare: CompareOptions | Mapping[str, Any] | str | None = None,
     timeout_s: float | None = None,
     checker: Checker | Mapping[str, Any] | str | None = None,
+    isolate_asserts: bool = False,
 ) -> Verdict:
     """Grade one completion against its tests.
 
@@ -87,6 +89,9 @@ async def grade(
         timeout_s: shorthand for ``limits.timeout_s``.
         checker: a special judge for the stdio cases (default: the tests' own ``checker``, else
             comparison); see :mod:`sandboxkit.judge.checkers`.
+        isolate_asserts: run Python assert cases' test code in a process of its own, so a wrong solution
+            cannot forge a pass (see :mod:`sandboxkit.judge.isolated`); a test that needs to compare an
+            object the solution returned then gives ``infra_error`` (reward ``None``).
 
     Returns:
         The verdict. Never raises for bad input or a failing sandbox: those are ``invalid`` and
@@ -104,6 +109,8 @@ async def grade(
         if special is not None and not special.sandboxed:
             options = special.compare_options(options)
         patterns = compile_patterns(banned_patterns)
+        if not isinstance(isolate_asserts, bool):
+            raise InvalidTests(f"isolate_asserts must be true or false, got {isolate_asserts!r}")
         _check_supported(suite, lang)
         run_limits = limits or pool.limits
         if timeout_s is not None:
@@ -121,7 +128,7 @@ async def grade(
         return _early(started, "banned", lang.name, error=hit, total=total, shape=shape, extraction=extraction)
 
     sandboxed = special if special is not None and special.sandboxed else None
-    job = Job(pool, extraction.code, lang, run_limits, options, shape.stop_on_first_failure, sandboxed)
+    job = Job(pool, extraction.code, lang, run_limits, options, shape.stop_on_first_failure, sandboxed, isolate_asserts)
     try:
         outcome = await _execute(job, suite)
     except (InvalidRequest, InvalidTests) as exc:
@@ -274,11 +281,14 @@ async def _execute(job: Job, suite: TestSuite) -> Outcome:
         return await run_interactive(job, job.checker, cases)  # type: ignore[arg-type]  # checked: stdio only
     groups: list[tuple[Callable[[Job, list[Any]], Awaitable[Outcome]], list[Any]]] = []
     python = job.lang.name == "python"
-    harnessed = [(i, c) for i, c in cases if python]
+    isolated = [(i, c) for i, c in cases if python and job.isolate_asserts and isinstance(c, AssertCase)]
+    harnessed = [(i, c) for i, c in cases if python and not (job.isolate_asserts and isinstance(c, AssertCase))]
     programs = [(i, c) for i, c in cases if isinstance(c, AssertCase) and not python]
     stdio = [(i, c) for i, c in cases if isinstance(c, StdioCase) and not python]
     if harnessed:
         groups.append((run_harness, harnessed))
+    if isolated:
+        groups.append((run_isolated_asserts, isolated))
     if stdio:
         groups.append((_run_stdio, stdio))
     if programs:

@@ -10,15 +10,26 @@ carry the files; the engine's archive API does, in one stream each way:
 * a checkpoint is the workspace as a tar (``get_archive``) in an unlinked temporary file: it
   costs host disk, not memory, and even a SIGKILL cannot leak it (the kernel frees an unlinked
   file with its last descriptor);
-* a fork is an ordinary new container (warm runner, same hardening) into whose workspace the
-  engine unpacks that tar (``put_archive``), ownership and modes included. Every fork has its own
-  copy, so nothing a fork does reaches another, the parent, or the checkpoint.
+* a fork is an ordinary container (same hardening) into whose empty workspace the engine
+  unpacks that tar (``put_archive``), ownership and modes included: a warm idle container of the
+  pool (``capabilities.fork_warm``: reset, so as clean as a new one, and its runner already up),
+  or a new one when none is idle. Every fork has its own copy, so nothing a fork does reaches
+  another, the parent, or the checkpoint, and a reset removes it all.
+
+Where a fork's time goes (100 MB in 1,000 files, 2 cores): a container start is ~120-190 ms of
+engine work, an unpack ~55 ms fixed (the engine re-executes itself to untar in a chroot) plus
+~120 ms per 100 MB. The archive is handed to the engine as one memory-mapped buffer (one
+``sendall`` with a length), mapped once per checkpoint, rather than as a file object, which
+docker-py streams as chunked 16 KiB reads: our own CPU per 100 MB fork went from ~90 ms to
+~26 ms, CPU that on 2 cores the engine needs.
 """
 
 from __future__ import annotations
 
 import logging
+import mmap
 import tempfile
+import threading
 import uuid
 from typing import IO, TYPE_CHECKING, Any
 
@@ -33,7 +44,7 @@ if TYPE_CHECKING:
     from sandboxkit.backends.docker.backend import DockerBackend
     from sandboxkit.backends.docker.sandbox import DockerSandbox
 
-__all__ = ["ArchiveSnapshot", "open_forked", "take_snapshot"]
+__all__ = ["ArchiveSnapshot", "open_forked", "restore_into", "take_snapshot"]
 
 log = logging.getLogger(__name__)
 _NAME = "docker"
@@ -54,10 +65,27 @@ class ArchiveSnapshot(Snapshot):
         self._file = file
         self.size_bytes = 0
         self.released = False
+        self._mapped: mmap.mmap | None = None
+        self._map_lock = threading.Lock()
 
-    def reader(self) -> IO[bytes]:
-        """A new read handle with its own offset (forks unpack it concurrently)."""
-        return open(f"/proc/self/fd/{self._file.fileno()}", "rb")
+    def view(self) -> memoryview:
+        """The whole archive, read-only, for concurrent forks (release the view when done).
+
+        One mapping per checkpoint, made on first use and shared: its page-table entries are
+        filled once, not once per fork (~25,000 faults per 100 MB each time otherwise).
+
+        Raises:
+            OSError: the checkpoint was released.
+        """
+        with self._map_lock:
+            if self.released:
+                raise OSError(f"checkpoint {self.id} was released")
+            if self._mapped is None:
+                try:
+                    self._mapped = mmap.mmap(self._file.fileno(), 0, prot=mmap.PROT_READ)
+                except ValueError as exc:  # an empty file: the engine sent no archive
+                    raise OSError(f"checkpoint {self.id} holds no archive") from exc
+            return memoryview(self._mapped)
 
     async def release(self) -> None:
         """Close (and so free) the archive. Idempotent; forks already made have their own copies."""
@@ -65,10 +93,17 @@ class ArchiveSnapshot(Snapshot):
 
     def release_sync(self) -> None:
         """Synchronous :meth:`release` (interpreter exit). Never raises."""
-        if self.released:
-            return
-        self.released = True
+        with self._map_lock:
+            if self.released:
+                return
+            self.released = True
+            mapped, self._mapped = self._mapped, None
         self._backend._snapshots.discard(self)
+        try:
+            if mapped is not None:
+                mapped.close()
+        except BufferError:
+            pass  # a fork is unpacking from it: the mapping goes with that fork's view
         try:
             self._file.close()
         except OSError:
@@ -106,9 +141,48 @@ async def take_snapshot(sandbox: DockerSandbox) -> ArchiveSnapshot:
 
 
 def _unpack(client: Any, container_id: str, workdir: str, snap: ArchiveSnapshot) -> None:
-    with snap.reader() as data:
-        if not client.api.put_archive(container_id, workdir, data):
+    # A buffer, not a file object: docker-py sends it with one sendall and a Content-Length.
+    with snap.view() as view:
+        if not client.api.put_archive(container_id, workdir, view):
             raise OSError(f"the engine did not unpack checkpoint {snap.id}")
+
+
+def _check_snapshot(backend: DockerBackend, snapshot: Snapshot) -> ArchiveSnapshot:
+    if not isinstance(snapshot, ArchiveSnapshot) or snapshot._backend is not backend:
+        raise InvalidRequest(
+            f"cannot open a docker sandbox from {snapshot!r}: it was taken by another backend object", backend=_NAME
+        )
+    if snapshot.released:
+        raise InvalidRequest(
+            f"checkpoint {snapshot.id} was released; fork before releasing it, or take a new one", backend=_NAME
+        )
+    return snapshot
+
+
+async def restore_into(sandbox: DockerSandbox, snapshot: Snapshot) -> bool:
+    """Unpack ``snapshot`` into a warm sandbox whose workspace is empty (see :meth:`Sandbox.restore`).
+
+    False (the pool then discards the sandbox) for a foreign or released snapshot, a closed or
+    broken sandbox, or a failed unpack; the sandbox is marked broken in the last case, so it can
+    never be reused half-filled.
+    """
+    try:
+        snap = _check_snapshot(sandbox._backend, snapshot)
+    except InvalidRequest:
+        return False
+    async with sandbox._lock:
+        if sandbox._closed or sandbox._broken is not None:
+            return False
+        try:
+            await sandbox._sdk(_unpack, sandbox._workdir, snap)
+        except Exception as exc:  # SandboxError, OSError, or anything docker-py raises: never half-filled
+            sandbox._break("a checkpoint did not unpack")
+            log.info("restoring checkpoint %s into docker sandbox %s failed: %s", snap.id, sandbox.id, exc)
+            return False
+        except BaseException:
+            sandbox._break("an unpack was cancelled")
+            raise
+    return True
 
 
 async def open_forked(backend: DockerBackend, snapshot: Snapshot, limits: Limits) -> DockerSandbox:
@@ -121,24 +195,17 @@ async def open_forked(backend: DockerBackend, snapshot: Snapshot, limits: Limits
     """
     from sandboxkit.backends.docker.sandbox import DockerSandbox
 
-    if not isinstance(snapshot, ArchiveSnapshot) or snapshot._backend is not backend:
-        raise InvalidRequest(
-            f"cannot open a docker sandbox from {snapshot!r}: it was taken by another backend object", backend=_NAME
-        )
-    if snapshot.released:
-        raise InvalidRequest(
-            f"checkpoint {snapshot.id} was released; fork before releasing it, or take a new one", backend=_NAME
-        )
+    snap = _check_snapshot(backend, snapshot)
     sandbox = await backend.open(limits)
     assert isinstance(sandbox, DockerSandbox)
     try:
-        await sandbox._sdk(_unpack, backend.workdir, snapshot)
+        await sandbox._sdk(_unpack, backend.workdir, snap)
     except BaseException as exc:
         with anyio.CancelScope(shield=True):
             await sandbox.close()
+        if isinstance(exc, (OSError, SandboxCrashed)) and snap.released:
+            raise InvalidRequest(f"checkpoint {snap.id} was released while forking", backend=_NAME) from exc
         if isinstance(exc, OSError):
             raise Transient(str(exc), backend=_NAME, sandbox_id=sandbox.id) from exc
-        if isinstance(exc, SandboxCrashed) and snapshot.released:
-            raise InvalidRequest(f"checkpoint {snapshot.id} was released while forking", backend=_NAME) from exc
         raise
     return sandbox

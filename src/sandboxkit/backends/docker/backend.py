@@ -192,9 +192,10 @@ class DockerBackend(Backend):
             absolute_paths=True,
             kernels=True,
             fork="files",
+            fork_warm=True,
             notes=(
-                "fork: files only (a workspace archive unpacked into each new container; no CRIU on "
-                "this engine, so processes and memory are not carried)",
+                "fork: files only (a workspace archive unpacked into a warm idle container, or a new "
+                "one; no CRIU on this engine, so processes and memory are not carried)",
                 f"image {self.image}: languages whose toolchain it lacks raise ToolchainMissing",
                 "network can only be chosen when a sandbox opens (Limits.network), not per run",
             ),

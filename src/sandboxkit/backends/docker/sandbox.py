@@ -551,6 +551,12 @@ class DockerSandbox(Sandbox):
             log.info("reset of docker sandbox %s failed: %s", self.id, exc)
             return False
 
+    async def restore(self, snapshot: Snapshot) -> bool:
+        """Unpack a checkpoint of this backend into this (new or reset) sandbox: a warm fork (see ``_fork``)."""
+        from sandboxkit.backends.docker._fork import restore_into
+
+        return await restore_into(self, snapshot)
+
     async def close(self) -> None:
         """Remove the container (and its workspace volume). Idempotent; finishes even when cancelled."""
         if self._closed:

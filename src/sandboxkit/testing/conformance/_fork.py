@@ -66,3 +66,26 @@ class ForkTests(ConformanceBase):
         finally:
             for sb in [parent, *kids]:
                 await sb.close()
+
+    async def test_restore_into_a_reset_sandbox_is_a_clean_fork(self, backend: Backend) -> None:
+        if backend.capabilities.fork == "none" or not backend.capabilities.fork_warm:
+            pytest.skip("capabilities.fork_warm is False: forks always start in new sandboxes")
+        parent = await backend.open(self.limits)
+        used = await backend.open(self.limits)
+        try:
+            await parent.write_files({"state/a.txt": "prepared"})
+            snap = await parent.snapshot()
+            try:
+                await used.write_files({"left.txt": "the last tenant's", "state/a.txt": "old"})
+                assert await used.reset()
+                assert await used.restore(snap)
+            finally:
+                await snap.release()
+            assert not await used.restore(snap)  # released: refused, never half-loaded
+            await used.write_files({"state/a.txt": "fork"})
+            got = await used.read_files(["state/a.txt", "left.txt"])
+            assert got == {"state/a.txt": b"fork"}
+            assert await parent.read_files(["state/a.txt"]) == {"state/a.txt": b"prepared"}
+        finally:
+            await parent.close()
+            await used.close()

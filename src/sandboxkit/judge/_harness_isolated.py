@@ -1,0 +1,306 @@
+"""The source text of the isolated assert harness (see :mod:`sandboxkit.judge.isolated` for why).
+
+Three processes per case, all forked from a harness parent that turned itself non-dumpable before
+any model code existed:
+
+* the **solution** process runs the model's code and then serves requests on two pipes (fd 3 in,
+  fd 4 out): call this handle, read that attribute, iterate... It holds no other descriptor.
+* the **checker** process runs the (trusted) test code. The names the solution defined are proxies
+  there: calling one sends the arguments, and receives the return value as *data* (tagged JSON that
+  ``json.loads`` reads without executing anything), so ``==`` in the test compares real builtin
+  values in the checker, never an object the solution controls. Arguments the solution mutated in
+  place are mirrored back. The checker alone holds the report pipe to the parent (fd 3).
+* the parent forks both per case, waits for the checker's payload, and reports it on its stdout.
+
+The value encoding, used both ways: a JSON scalar (``null``, ``true``/``false``, a number, a string)
+is itself; every JSON array is a tagged node ``[tag, ...]``: ``l`` list, ``t`` tuple, ``s`` set, ``f``
+frozenset, ``d`` dict (keys and values alternating), ``I`` a big int in hex, ``b``/``B``
+bytes/bytearray (latin-1), ``c`` complex, ``r`` range, ``E`` Ellipsis, ``D`` Decimal, ``Q`` Fraction,
+``O`` OrderedDict, ``dd`` defaultdict, ``C`` Counter, ``q`` deque, ``nt`` namedtuple, ``h`` a handle
+(an object that stays in the solution process), ``X`` an exception class, ``M`` a module. Types are
+matched exactly (``type(v) is list``), so a subclass with its own ``__eq__`` is a handle, not data.
+
+This string is standalone Python (stdlib only): the sandbox cannot see sandboxkit's installation.
+``_D`` (the data) is prepended.
+"""
+
+from __future__ import annotations
+
+from sandboxkit.judge._isolated_codec import CODEC
+from sandboxkit.judge._isolated_roles import ROLES
+
+__all__ = ["CODEC", "IMPORTS", "SOURCE"]
+
+#: The modules every part below uses.
+IMPORTS = r"""
+import builtins, fcntl, json, os, resource, select, signal, sys, time
+from collections import Counter, OrderedDict, defaultdict, deque, namedtuple
+"""
+
+_HEAD = r"""
+_OUT = os.dup(1)
+_MARK = _D["mark"]
+_SRC = "main.py"
+_CPU = _D["cpu"]
+_WALL = _D["wall"]
+
+
+def _report(obj):
+    _write_all(_OUT, (_MARK + repr(obj) + "\n").encode("utf-8"))
+
+
+def _exc_line(e):
+    name = type(e).__qualname__
+    module = getattr(type(e), "__module__", "builtins")
+    if module not in ("__main__", "builtins"):
+        name = "%s.%s" % (module, name)
+    try:
+        text = str(e)
+    except BaseException:
+        text = "<exception str() failed>"
+    return "%s: %s" % (name, text) if text else name
+
+
+def _where(exc, code):
+    last = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename in (_SRC, "<test>"):
+            last = (tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+        tb = tb.tb_next
+    if last is None:
+        return ""
+    where = " (%s line %d)" % last
+    if last[0] == "<test>":
+        lines = code.splitlines()
+        if 0 < last[1] <= len(lines):
+            where += ": " + lines[last[1] - 1].strip()[:120]
+    return where
+
+
+def _failure(e, code):
+    # The payload for an exception that ended the solution's set-up or the test, as the plain harness words it.
+    if isinstance(e, SystemExit):
+        return "err\nthe program called sys.exit(%r) before the case finished" % (e.code,)
+    told = getattr(e, "_sk_msg", None)
+    if isinstance(e, MemoryError):
+        return "oom\n" + (told or "MemoryError" + _where(e, code))
+    if told:
+        return "err\n" + told
+    lines = _exc_line(e).strip().splitlines() or [type(e).__name__]
+    return "err\n" + lines[-1] + _where(e, code)
+
+
+def _no_dump():
+    # Non-dumpable: a process of the same uid cannot ptrace it, read its memory or open /proc/PID/fd.
+    # Every checker and solution is forked from here, so the checker never is dumpable.
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+        return libc.prctl(3, 0, 0, 0, 0) == 0  # PR_GET_DUMPABLE
+    except BaseException:
+        return False
+
+"""
+
+#: The parent: forks a solution and a checker per case, schedules and reports them.
+_PARENT = r'''
+# ---------------------------------------------------------------- the parent
+
+
+def _enter(keep):
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass
+    # Copies above every target first, so moving one into place never overwrites another still to move.
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, len(keep)) for fd in keep]
+    for target, fd in enumerate(high):
+        os.dup2(fd, target)
+    os.closerange(len(keep), 1 << 16)
+    soft = max(1, -int(-_CPU // 1))
+    try:
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1))
+    except (ValueError, OSError):
+        pass
+
+
+def _kill(pid):
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _queued_s(pid):
+    try:
+        with open("/proc/%d/schedstat" % pid, "rb") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def _fork(keep, body):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _enter(keep)
+            body()
+        finally:
+            os._exit(70)
+    try:
+        os.setpgid(pid, pid)
+    except OSError:
+        pass
+    return pid
+
+
+class _Run:
+    """One case in flight: its two processes, the checker's report pipe, its deadline."""
+
+
+def _start(i, case):
+    r = _Run()
+    r.i, r.case, r.data, r.size = i, case, [], 0
+    req_r, req_w = os.pipe()
+    resp_r, resp_w = os.pipe()
+    r.res_r, res_w = os.pipe()
+    null = os.open(os.devnull, os.O_RDWR)
+    r.started = time.monotonic()
+    r.deadline = r.started + _WALL
+    r.sol = _fork([null, null, null, req_r, resp_w], lambda: _serve(_BASE, case["code"]))
+    r.chk = _fork([null, null, null, res_w, req_w, resp_r], lambda: _check(case))
+    for fd in (req_r, req_w, resp_r, resp_w, res_w, null):
+        os.close(fd)
+    return r
+
+
+def _finish(r, killed):
+    os.close(r.res_r)
+    if killed:
+        _kill(r.chk)
+    _, c_status, c_usage = os.wait4(r.chk, 0)
+    _kill(r.sol)
+    _, s_status, s_usage = os.wait4(r.sol, 0)
+    cpu = c_usage.ru_utime + c_usage.ru_stime + s_usage.ru_utime + s_usage.ru_stime
+    payload = b"".join(r.data).decode("utf-8", "replace")
+    return _verdict(r.i, time.monotonic() - r.started, cpu, killed, c_status, s_status, payload)
+
+
+def _schedule(cases, parallel, stop):
+    # Runs every case (at most ``parallel`` at once), reporting each as it ends; stops starting new
+    # ones after a failure when ``stop``. Returns the cases a memory kill hit while others ran.
+    pending = list(cases)
+    running = []
+    retry = []
+    failed = False
+    while pending or running:
+        while pending and len(running) < parallel and not (stop and failed):
+            running.append(_start(*pending.pop(0)))
+        if not running:
+            break
+        wait = max(0.0, min(r.deadline for r in running) - time.monotonic())
+        ready = select.select([r.res_r for r in running], [], [], wait)[0]
+        for r in list(running):
+            done = killed = False
+            if r.res_r in ready:
+                chunk = os.read(r.res_r, 65536)
+                if not chunk:
+                    done = True
+                elif r.size < 65536:
+                    r.data.append(chunk)
+                    r.size += len(chunk)
+            now = time.monotonic()
+            if not done and now >= r.deadline:
+                # Time spent waiting for a CPU does not count against the wall limit (as in the plain harness).
+                stretched = min(r.started + _WALL + _queued_s(r.chk) + _queued_s(r.sol), r.started + _WALL * _D["stretch"])
+                if now < stretched:
+                    r.deadline = stretched
+                else:
+                    done = killed = True
+            if not done:
+                continue
+            running.remove(r)
+            res = _finish(r, killed)
+            if res["status"] == "memory_exceeded" and parallel > 1:
+                retry.append((r.i, r.case))  # memory is shared by the cases running together: judge it alone
+                continue
+            _report(res)
+            failed = failed or res["status"] != "ok"
+    return retry
+
+
+def _signal(status):
+    return os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+
+
+def _verdict(i, elapsed, cpu, killed, c_status, s_status, payload):
+    base = {"i": i, "t": elapsed, "cpu": cpu}
+    c_sig, s_sig = _signal(c_status), _signal(s_status)
+    c_code = os.WEXITSTATUS(c_status) if os.WIFEXITED(c_status) else None
+    if killed or cpu > _CPU or signal.SIGXCPU in (c_sig, s_sig):
+        return dict(base, status="timeout", why="wall" if killed and cpu <= _CPU else "cpu")
+    kind, _, body = payload.partition("\n")
+    if c_code == 0 and kind == "ok":
+        return dict(base, status="ok")
+    if c_code == 0 and kind == "cannot":
+        return dict(base, status="cannot_isolate", error=body[:500])
+    if c_code == 0 and kind == "died":
+        if s_sig == signal.SIGKILL:  # before the test ended, so not ours: the kernel's OOM killer
+            return dict(base, status="memory_exceeded", error="killed by SIGKILL (out of memory)")
+        if s_sig is not None:
+            return dict(base, status="error", error="the program was killed by signal %d before the case finished" % s_sig)
+        if os.WIFEXITED(s_status) and body.startswith("the solution's process ended"):
+            return dict(base, status="error", error="the program exited (code %d) before the case finished" % os.WEXITSTATUS(s_status))
+        return dict(base, status="error", error=body[:500])
+    if c_code == 0 and kind in ("err", "oom"):
+        return dict(base, status="memory_exceeded" if kind == "oom" else "error", error=body[:500])
+    if c_sig == signal.SIGKILL:
+        return dict(base, status="memory_exceeded", error="killed by SIGKILL (out of memory)")
+    why = "signal %d" % c_sig if c_sig is not None else "code %s" % c_code
+    return dict(base, status="error", error="the test's process ended (%s) before the case finished" % why)
+
+
+# ---------------------------------------------------------------- set-up and main
+
+
+# Only directories the program cannot write stay importable: the checker imports modules after the
+# solution has run, and a module planted in the workspace must not load into it.
+_STDLIB = {os.path.dirname(os.__file__), os.path.dirname(getattr(select, "__file__", "") or os.__file__)}
+sys.path[:] = [
+    p for p in sys.path
+    if p in _STDLIB or (p and os.path.isabs(p) and not os.access(p if os.path.isdir(p) else os.path.dirname(p), os.W_OK))
+]
+sys.path_importer_cache.clear()
+if not _no_dump():
+    _report({"cannot": "the harness cannot make itself non-dumpable (prctl is unavailable), so the test "
+                       "could not be kept out of the solution's reach"})
+    sys.exit(0)
+for _m in _D["imports"]:
+    try:
+        __import__(_m)
+    except BaseException:
+        pass
+_BASE = {"__name__": "__solution__", "__builtins__": builtins}
+if _D["prelude"]:
+    exec(compile(_D["prelude"], "<prelude>", "exec"), _BASE)
+try:
+    _CODE = compile(_D["source"], _SRC, "exec")
+except (SyntaxError, ValueError) as _e:
+    _report({"syntax_error": _exc_line(_e)})
+    sys.exit(0)
+_cases = list(enumerate(_D["cases"]))
+_stop = _D["stop_on_error"]
+try:
+    _cpus = len(os.sched_getaffinity(0))
+except (AttributeError, OSError):
+    _cpus = os.cpu_count() or 1
+_parallel = 1 if _stop else max(1, min(len(_cases), _D["parallel"], _cpus))
+for _item in _schedule(_cases, _parallel, _stop):
+    _schedule([_item], 1, False)
+_report({"done": True})
+'''
+
+SOURCE = IMPORTS + _HEAD + CODEC + ROLES + _PARENT

@@ -19,7 +19,10 @@ from sandboxkit.judge.isolated import build_isolated_harness, imports_of
 FD_FORGE = """
 import os
 def f(x):
-    os.write(3, b"ok")  # the plain harness's success payload, on its result pipe
+    # fd 3 is the plain harness's result pipe when the case runs in a forked child ("ok" is its success
+    # payload; the rest is ignored), and its report channel when a problem's only case runs inline.
+    mark = b"@@sandboxkit-case@@ "
+    os.write(3, b"ok\\n" + mark + b"{'i': 0, 't': 0.0, 'cpu': 0.0, 'status': 'ok'}\\n" + mark + b"{'done': True}\\n")
     os._exit(0)
 """
 
@@ -338,8 +341,12 @@ def test_both_harnesses_agree_on_how_a_case_ends(tmp_path: Path) -> None:
     for source, test, cpu in PARITY:
         got = []
         for isolated in (True, False):
-            build = build_isolated_harness if isolated else build_python_harness
-            script = build(source, [AssertCase(code=test)], timeout_s=cpu)
+            # The plain harness with a forked child: run inline, a case's death is read from the sandbox
+            # run's exit, which this direct run does not have (tests/judge/test_inline_harness.py).
+            if isolated:
+                script = build_isolated_harness(source, [AssertCase(code=test)], timeout_s=cpu)
+            else:
+                script = build_python_harness(source, [AssertCase(code=test)], timeout_s=cpu, inline=False)
             done = subprocess.run(
                 [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path
             )

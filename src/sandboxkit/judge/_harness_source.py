@@ -13,7 +13,7 @@ These strings are standalone Python (stdlib only): the sandbox cannot see sandbo
 
 from __future__ import annotations
 
-__all__ = ["CALL", "CORE", "FUNCTION", "MAIN", "STDIO"]
+__all__ = ["CALL", "CORE", "FUNCTION", "INLINE", "MAIN", "NO_STDIO", "STDIO"]
 
 #: Set-up: data, report channel, prelude, compile once, limits, the scheduler. ``_D`` is prepended.
 CORE = r"""
@@ -25,10 +25,13 @@ _CPU = _D["cpu"]
 _WALL = _D["wall"]
 
 
-def _report(obj):
+def _report(*objs):
     # repr, not json: importing json (and re with it) would cost every run milliseconds; the host
     # reads these lines with ast.literal_eval.
-    data = (_MARK + repr(obj) + "\n").encode("utf-8")
+    text = ""
+    for obj in objs:  # several in one write: the host wakes once for them
+        text += _MARK + repr(obj) + "\n"
+    data = text.encode("utf-8")
     while data:
         data = data[os.write(_OUT, data):]
 
@@ -295,6 +298,12 @@ def _where(exc, case):
 
 def _child_function(case, w):
     # call/assert: the solution's own output is discarded; only the payload on the private pipe counts.
+    _write_all(w, _run_case(case).encode("utf-8", "backslashreplace"))
+    os._exit(0)
+
+
+def _run_case(case):
+    # The payload of a call/assert case (see _function_verdict), wherever the case runs.
     try:
         ns = dict(_BASE)
         exec(_CODE, ns)
@@ -310,8 +319,7 @@ def _child_function(case, w):
     except BaseException as e:
         lines = _exc_line(e).strip().splitlines() or [type(e).__name__]
         result = "err\n" + lines[-1] + _where(e, case)
-    _write_all(w, result.encode("utf-8", "backslashreplace"))
-    os._exit(0)
+    return result
 
 
 _CAP_IN = _D["value_cap"] + 65536
@@ -448,4 +456,60 @@ _parallel = 1 if _stop else max(1, min(len(_cases), _D["parallel"], _cpus))
 for _c in _schedule(_cases, _parallel, _stop):
     _schedule([_Case(_c.i, _c.case)], 1, False)
 _report({"done": True})
+"""
+
+#: One call/assert case, run in this process instead of a forked child (see ``harness.py``): the
+#: child's fork and its copied pages were most of a single-case problem's cost. The payload and its
+#: reading (``_run_case``, ``_verdict``) are the child's own, so the verdicts are the same; a death
+#: the process cannot report (``os._exit``, a signal, SIGXCPU, an OOM kill) the host reads from the
+#: run's exit, after the ``inline`` line says the case had started (SIGPROF or SIGXCPU: a timeout).
+INLINE = r"""
+def _cpu_now():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _alarm(signum, frame):
+    # The wall limit, stretched by the time spent waiting for a CPU (as for a child).
+    now = time.monotonic()
+    limit = min(_T0 + _WALL + _queued_s(os.getpid()), _T0 + _WALL * _D["stretch"])
+    if now < limit:
+        signal.setitimer(signal.ITIMER_REAL, limit - now)
+        return
+    cpu = _cpu_now() - _USED
+    _report({"i": 0, "t": now - _T0, "cpu": cpu, "status": "timeout", "why": "wall" if cpu <= _CPU else "cpu"}, {"done": True})
+    os._exit(0)
+
+
+# Straight-line code, not functions: every code object the harness carries costs each run its
+# unmarshalling and the pages it touches.
+_null = os.open(os.devnull, os.O_RDWR)  # as in a child: the solution's stdio is /dev/null
+for _fd in (0, 1, 2):
+    os.dup2(_null, _fd)
+os.close(_null)
+_report({"inline": 0})
+_USED = _cpu_now()
+_soft = max(1, -int(-(_USED + _CPU) // 1))  # a backstop, should the program stop SIGPROF
+try:
+    resource.setrlimit(resource.RLIMIT_CPU, (_soft, _soft + 1))
+except (ValueError, OSError):
+    pass  # a stricter inherited hard limit stays in force
+_T0 = time.monotonic()
+signal.signal(signal.SIGALRM, _alarm)
+signal.setitimer(signal.ITIMER_REAL, _WALL)
+# The time limit to the tick, not to RLIMIT_CPU's whole seconds: SIGPROF's default action ends the
+# process once it has used _CPU of CPU time (the host reads that as a timeout).
+signal.setitimer(signal.ITIMER_PROF, _CPU)
+_payload = _run_case(_D["cases"][0]).encode("utf-8", "backslashreplace")
+signal.setitimer(signal.ITIMER_PROF, 0)
+signal.setitimer(signal.ITIMER_REAL, 0)
+_base = {"i": 0, "t": time.monotonic() - _T0, "cpu": _cpu_now() - _USED}
+if _base["cpu"] > _CPU:  # the order of _verdict's checks, for a child that exited 0
+    _res = dict(_base, status="timeout", why="cpu")
+elif len(_payload) > _CAP_IN:
+    _res = dict(_base, status="output_limit")
+else:  # _function_verdict reads c.data["res"]: a SimpleNamespace (always loaded) carries it
+    _res = _function_verdict(type(sys.implementation)(data={"res": [_payload]}), _base, 0, None)
+_report(_res, {"done": True})
+os._exit(0)  # the solution's threads and atexit handlers never run after its case, as in a child
 """

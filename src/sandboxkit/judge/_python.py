@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,7 +20,7 @@ from sandboxkit.judge.harness import (
 from sandboxkit.judge.verdict import CaseResult, trim_message
 from sandboxkit.models import ExecResult, RunResult, Status
 
-__all__ = ["run_harness"]
+__all__ = ["inline_lost", "run_harness"]
 
 #: A harness run's own time budget never exceeds a day.
 _MAX_RUN_S = 24 * 3600.0
@@ -52,7 +53,10 @@ async def run_harness(job: Job, group: list[tuple[int, StdioCase | AssertCase | 
         if item is None:
             if stopped:
                 continue  # skipped: an earlier case failed and the shaping stops there
-            outcome.cases[index] = harness_lost(index, case, result)
+            if report.inline == k:
+                outcome.cases[index] = inline_lost(index, case, result, job.limits.timeout_s)
+            else:
+                outcome.cases[index] = harness_lost(index, case, result)
             continue
         outcome.cases[index] = judge_harness_item(index, case, item, job, outcome)
         if job.stop and item.get("status") != "ok":
@@ -70,6 +74,39 @@ def harness_lost(index: int, case: StdioCase | AssertCase | CallCase, result: Ru
     tail = trim_message(result.stderr.strip().splitlines()[-1]) if result.stderr.strip() else ""
     message = f"the harness stopped before this case ({result.status.value}{': ' + tail if tail else ''})"
     return CaseResult(index=index, type=case.type, status=status, message=trim_message(message))  # type: ignore[arg-type]
+
+
+def inline_lost(
+    index: int, case: StdioCase | AssertCase | CallCase, result: RunResult, time_limit: float
+) -> CaseResult:
+    """The case ran in the harness's own process, which died before reporting: read the run's exit.
+
+    The same verdicts as for a forked child's death (``_verdict`` in the harness): the CPU timer's
+    SIGPROF, ``RLIMIT_CPU``'s SIGXCPU, or its hard limit's SIGKILL when the program ignores both, is a
+    timeout; another SIGKILL (the OOM killer) is ``memory_exceeded``; any other signal or exit is an
+    error. Unlike a child's, the process's CPU time is unknown here: a SIGKILL after the run took the
+    time limit in wall time counts as the hard CPU limit's.
+    """
+    elapsed = result.duration_s
+    kind = case.type
+    cpu_message = f"time limit of {time_limit:g}s (CPU time) exceeded"
+    if result.status is Status.MEMORY_EXCEEDED:  # the backend saw the OOM kill
+        return CaseResult(index=index, type=kind, status="memory_exceeded", time_s=elapsed, message="memory limit")
+    if result.signal in (signal.SIGPROF, signal.SIGXCPU) or (result.signal == signal.SIGKILL and elapsed >= time_limit):
+        return CaseResult(index=index, type=kind, status="timeout", time_s=elapsed, message=cpu_message)
+    if result.status is Status.TIMEOUT:  # the run's own budget: the program defeated the wall timer
+        message = f"wall-clock limit of {wall_limit(time_limit):g}s exceeded (the program slept or blocked)"
+        return CaseResult(index=index, type=kind, status="timeout", time_s=elapsed, message=message)
+    if result.status is Status.OUTPUT_LIMIT:
+        return CaseResult(index=index, type=kind, status="output_limit", time_s=elapsed, message="output limit")
+    if result.signal == signal.SIGKILL:
+        message = "killed by SIGKILL (out of memory)"
+        return CaseResult(index=index, type=kind, status="memory_exceeded", time_s=elapsed, message=message)
+    if result.signal is not None:
+        message = f"the program was killed by signal {result.signal} before the case finished"
+    else:
+        message = f"the program exited (code {result.exit_code}) before the case finished"
+    return CaseResult(index=index, type=kind, status="error", time_s=elapsed, message=message)
 
 
 def judge_harness_item(

@@ -30,6 +30,9 @@ case on its own stdout. So:
   the right value. (An assert case runs test code in the solution's own process, so it trusts that
   process, as every assert-based grader does.)
 
+A problem with a single call or assert case is the exception: there is nothing to keep apart, so
+the harness runs that case in its own process (:func:`runs_inline`), with the same verdicts.
+
 Return values are JSON-normalised in the child (tuples become lists, sets sorted lists); a value
 larger than :data:`VALUE_CAP` bytes is sent as a SHA-256 of its canonical JSON and compared by hash.
 """
@@ -37,7 +40,6 @@ larger than :data:`VALUE_CAP` bytes is sent as a SHA-256 of its canonical JSON a
 from __future__ import annotations
 
 import ast
-import binascii
 import functools
 import hashlib
 import json
@@ -65,6 +67,7 @@ __all__ = [
     "parse_harness_output",
     "prelude_for",
     "python_literal",
+    "runs_inline",
     "wall_limit",
 ]
 
@@ -92,8 +95,8 @@ def _prelude_parts() -> list[tuple[str, frozenset[str]]]:
     """Each prelude statement with the names it binds, parsed from :data:`PRELUDE`."""
     parts: list[tuple[str, frozenset[str]]] = []
     for line in PRELUDE.splitlines():
-        if line == "from typing import *":
-            parts.append((line, frozenset(typing.__all__)))
+        if line == "from typing import *":  # name by name: see prelude_for
+            parts.extend((f"from typing import {n}", frozenset({n})) for n in typing.__all__)
         elif line.startswith("import "):
             parts.extend((f"import {m.strip()}", frozenset({m.strip()})) for m in line[7:].split(","))
         elif line.startswith("from "):
@@ -111,12 +114,22 @@ def prelude_for(sources: Sequence[str]) -> str:
     Importing the whole prelude (typing, re, random...) costs a run ~10 ms of CPU when the sandbox's
     interpreter has not preloaded them; most solutions use none of it, or import what they use
     themselves. A name the code never spells cannot be looked up, so leaving its import out
-    changes nothing the program can observe short of listing ``globals()``.
+    changes nothing the program can observe short of listing ``globals()``. For the same reason
+    ``from typing import *`` becomes ``from typing import`` the names mentioned: binding all of
+    ``typing``'s ~100 names writes to as many objects of the fork server's, each a copied page in a
+    forked run (~0.3 ms of a HumanEval program's ~3.5 ms in the sandbox).
     """
     words = set()
     for text in sources:
         words.update(_IDENTIFIER.findall(text))
-    return "".join(stmt + "\n" for stmt, names in _PRELUDE_PARTS if names & words)
+    chosen = [stmt for stmt, names in _PRELUDE_PARTS if names & words]
+    typed = [stmt[len(_TYPING) :] for stmt in chosen if stmt.startswith(_TYPING)]
+    rest = [stmt + "\n" for stmt in chosen if not stmt.startswith(_TYPING)]
+    # typing first, as in PRELUDE: a later import (collections' Counter) rebinds a typing name
+    return (_TYPING + ", ".join(typed) + "\n" if typed else "") + "".join(rest)
+
+
+_TYPING = "from typing import "
 
 
 #: Modules the harness and the prelude import. A warm fork server that preloads them (the subprocess
@@ -176,6 +189,7 @@ def build_python_harness(
     stop_on_error: bool = False,
     prelude: bool = True,
     parallel: int = DEFAULT_PARALLEL,
+    inline: bool | None = None,
 ) -> str:
     """The Python program that runs ``cases`` against ``source``, one forked child per case.
 
@@ -191,6 +205,8 @@ def build_python_harness(
             for call and assert cases; stdio cases run as a plain ``__main__`` script.
         parallel: most cases run at once when ``stop_on_error`` is off (also capped by the CPUs the
             sandbox may use).
+        inline: run the case in the harness process itself, not in a forked child (see
+            :func:`runs_inline`); ``None`` (the default) does so exactly when that is allowed.
     """
     items: list[dict[str, Any]] = []
     for case in cases:
@@ -201,6 +217,10 @@ def build_python_harness(
         else:
             items.append({"kind": "assert", "code": case.code})
     kinds = {item["kind"] for item in items}
+    if inline is None:
+        inline = runs_inline(cases)
+    elif inline and not runs_inline(cases):
+        raise ValueError("only a problem with a single call or assert case can run it inline")
     data = {
         "source": source,
         "cases": items,
@@ -225,33 +245,71 @@ def build_python_harness(
     parts = (
         _source.CORE,
         _source.CALL if "call" in kinds else _source.FUNCTION,
-        _source.STDIO if "stdio" in kinds else _source.NO_STDIO,
-        _source.MAIN,
+        "" if inline else _source.STDIO if "stdio" in kinds else _source.NO_STDIO,
+        _source.INLINE if inline else _source.MAIN,
     )
-    source, bytecode = _compiled(parts)
+    return "_D = " + literal + "\n" + _loader(parts, _NOT_INLINE if inline else frozenset())
+
+
+@functools.lru_cache(maxsize=16)
+def _loader(parts: tuple[str, ...], drop: frozenset[str]) -> str:
+    """The script's constant tail: runs the harness made of ``parts`` (less ``drop``) on ``_D``."""
+    source, bytecode = _compiled(parts, drop)
     # Compiling the harness's ~10 KB costs a freshly forked interpreter ~4 ms, half of a warm run: ship
     # it compiled (marshal) when the sandbox's interpreter reads this bytecode (same magic number, the
-    # test the import system itself uses for .pyc files), else the source.
+    # test the import system itself uses for .pyc files), else the source. Hex, not base64: decoding
+    # base64 imports ``binascii`` (a shared library, ~0.35 ms of a fresh process's time), while
+    # ``bytes.fromhex`` is built in; the longer literal costs the compiler less than that.
     return (
-        "_D = " + literal + "\n"
         "import sys as _sys\n"
         f"if getattr(_sys.modules.get('_frozen_importlib_external'), 'MAGIC_NUMBER', None) == {MAGIC_NUMBER!r}:\n"
-        f"    exec(__import__('marshal').loads(__import__('binascii').a2b_base64({bytecode!r})))\n"
+        f"    exec(__import__('marshal').loads(bytes.fromhex({bytecode!r})))\n"
         "else:\n"
         f"    exec(compile({source!r}, {HARNESS_FILE!r}, 'exec'))\n"
     )
+
+
+def runs_inline(cases: Sequence[StdioCase | AssertCase | CallCase]) -> bool:
+    """Whether the harness runs the problem's only case in its own process instead of a forked child.
+
+    A child per case exists to keep cases apart (one case's crash, ``sys.exit`` or loop cannot hide
+    another's result); with a single call or assert case there is nothing to keep apart, and the
+    second fork (with the pages it copies) was most of such a problem's cost in the sandbox. The
+    program still runs in a fresh sandbox process of its own, with the same verdicts: the payload
+    and its reading are the child's, CPU time is limited by ``RLIMIT_CPU``, the wall limit by a
+    timer; a death the process cannot report is read from the run's exit
+    (:func:`sandboxkit.judge._python.inline_lost`). A stdio case keeps its child: it runs as
+    ``__main__`` with its own exit code and streams.
+    """
+    return len(cases) == 1 and not isinstance(cases[0], StdioCase)
 
 
 #: The harness's own file name in tracebacks (never shown: its frames are cut from every report).
 HARNESS_FILE = "<sandboxkit-harness>"
 
 
-@functools.lru_cache(maxsize=8)
-def _compiled(parts: tuple[str, ...]) -> tuple[str, bytes]:
-    """The harness source made of ``parts``, and its bytecode for this interpreter (computed once)."""
+#: The harness's functions that only the forked-child scheduler calls: left out of an inline harness,
+#: whose size every run pays (the compiler reads its bytecode's literal, ``marshal`` builds it).
+_FORK_ONLY = frozenset(
+    {"_write_all", "_enter_child", "_kill", "_pidfd", "_start", "_finish", "_schedule", "_child_function"}
+)
+#: ... and those the inline harness does without (it reads its one case's end itself).
+_NOT_INLINE = _FORK_ONLY | {"_Case", "_cpu_s", "_verdict"}
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled(parts: tuple[str, ...], drop: frozenset[str]) -> tuple[str, str]:
+    """The harness made of ``parts`` less the top-level functions named in ``drop``, and its bytecode
+    for this interpreter as hex (computed once)."""
     source = "".join(parts)
-    # base64: a bytes literal with escapes would be ~4x longer, and its size is compiled on every run.
-    return source, binascii.b2a_base64(marshal.dumps(compile(source, HARNESS_FILE, "exec")), newline=False)
+    if drop:
+        lines = source.splitlines(keepends=True)
+        cut: set[int] = set()
+        for node in ast.parse(source).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in drop:
+                cut.update(range(node.lineno - 1, node.end_lineno or node.lineno))
+        source = "".join(line for i, line in enumerate(lines) if i not in cut)
+    return source, marshal.dumps(compile(source, HARNESS_FILE, "exec")).hex()
 
 
 @dataclass
@@ -265,11 +323,13 @@ class HarnessReport:
             ``code``, ``signal``, ``stdout`` and the tail of ``stderr``.
         finished: the harness reached its end (``False``: it was killed mid-way, e.g. by the run's limits
             or by the solution killing its parent).
+        inline: the position of the case the harness started in its own process, if any.
     """
 
     syntax_error: str | None = None
     results: dict[int, dict[str, Any]] = field(default_factory=dict)
     finished: bool = False
+    inline: int | None = None
 
 
 def python_literal(value: Any) -> str:
@@ -291,16 +351,23 @@ def python_literal(value: Any) -> str:
     raise TypeError(f"the harness cannot carry a {type(value).__name__}: {value!r:.60}")
 
 
+_FIXED: dict[str, dict[str, Any]] = {repr(item): item for item in ({"done": True}, {"inline": 0})}
+
+
 def parse_harness_output(stdout: str) -> HarnessReport:
     """Read the harness's report lines; anything else on stdout is ignored."""
     report = HarnessReport()
     for line in stdout.splitlines():
         if not line.startswith(MARK):
             continue
-        try:
-            item = ast.literal_eval(line[len(MARK) :])
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            continue
+        text = line[len(MARK) :]
+        if text in _FIXED:  # the lines every run sends, read without compiling them
+            item = _FIXED[text]
+        else:
+            try:
+                item = ast.literal_eval(text)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                continue
         if not isinstance(item, dict):
             continue
         if "syntax_error" in item:
@@ -308,6 +375,8 @@ def parse_harness_output(stdout: str) -> HarnessReport:
             report.finished = True
         elif item.get("done"):
             report.finished = True
+        elif isinstance(item.get("inline"), int):
+            report.inline = item["inline"]
         elif isinstance(item.get("i"), int):
             report.results[item["i"]] = item
     return report

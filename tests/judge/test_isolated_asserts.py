@@ -255,13 +255,13 @@ async def test_stop_on_first_failure_skips_the_rest(pool: SandboxPool, isolate: 
     assert [c.status for c in verdict.cases] == ["error", "skipped"]
 
 
-async def test_rows_and_the_cli_option_turn_it_on(pool: SandboxPool) -> None:
+async def test_isolation_is_the_default_and_rows_and_the_cli_option_turn_it_off(pool: SandboxPool) -> None:
     row = {"completion": FD_FORGE, "tests": [{"type": "assert", "code": "assert f(1) == 2"}]}
-    verdicts = await grade_many(pool, [row, {**row, "isolate_asserts": True}, {**row, "isolate_asserts": "yes"}])
-    assert [v.reward for v in verdicts] == [1.0, 0.0, None]
+    verdicts = await grade_many(pool, [row, {**row, "isolate_asserts": False}, {**row, "isolate_asserts": "yes"}])
+    assert [v.reward for v in verdicts] == [0.0, 1.0, None]
     assert verdicts[2].status == "invalid" and "isolate_asserts must be true or false" in str(verdicts[2].error)
-    on = await grade_many(pool, [row], isolate_asserts=True)
-    assert on[0].reward == 0.0
+    off = await grade_many(pool, [row], isolate_asserts=False)
+    assert off[0].reward == 1.0  # the hole the default closes: the trusting harness believes the forge
 
 
 def test_cli_isolate_asserts_option(tmp_path: Path) -> None:
@@ -274,12 +274,12 @@ def test_cli_isolate_asserts_option(tmp_path: Path) -> None:
     row = {"id": "forge", "completion": FD_FORGE, "tests": [{"type": "assert", "code": "assert f(1) == 2"}]}
     (tmp_path / "in.jsonl").write_text(json.dumps(row) + "\n")
     rewards = []
-    for extra in ([], ["--isolate-asserts"]):
-        out = tmp_path / f"out{len(extra)}.jsonl"
+    for extra in ([], ["--no-isolate-asserts"], ["--isolate-asserts"]):
+        out = tmp_path / f"out{len(rewards)}.jsonl"
         done = CliRunner().invoke(app, ["grade", str(tmp_path / "in.jsonl"), "-o", str(out), "-q", "-j", "2", *extra])
         assert done.exit_code == 0, done.output
         rewards.append(json.loads(out.read_text())["reward"])
-    assert rewards == [1.0, 0.0]
+    assert rewards == [0.0, 1.0, 0.0]
 
 
 @pytest.mark.docker

@@ -47,7 +47,8 @@ class SandboxReward:
         limits: limits of every test run.
         compare: the judge's output-comparison options.
         isolate_asserts: run Python assert tests outside the solution's process, so a wrong completion
-            cannot forge a pass (see :mod:`sandboxkit.judge.isolated`).
+            cannot forge a pass (default; see :mod:`sandboxkit.judge.isolated`). ``False`` trusts the
+            solution's process (about twice as fast on assert cases).
         deadline_s: wall-clock bound on grading one batch; completions not graded by then get ``None``.
         name: the name TRL logs the reward under (``rewards/<name>/mean``).
         pool_options: more :class:`~sandboxkit.pool.SandboxPool` options (retries, creation_rate...).
@@ -70,7 +71,7 @@ class SandboxReward:
         language_column: str | None = "language",
         limits: Limits | None = None,
         compare: Any = None,
-        isolate_asserts: bool = False,
+        isolate_asserts: bool = True,
         deadline_s: float = 300.0,
         name: str = "sandbox_reward",
         pool_options: Mapping[str, Any] | None = None,

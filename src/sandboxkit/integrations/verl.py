@@ -184,7 +184,7 @@ async def compute_score(
             ``shaping``, ``timeout`` (seconds per test), ``memory_limit_mb``, ``max_concurrency``,
             ``deadline_s``, ``continuous`` (first 10 cases only, as verl's built-in scorer),
             ``banned_patterns``, ``compare``, ``sandbox_fusion_url``, ``isolate_asserts`` (Python assert
-            tests run outside the solution's process, see :mod:`sandboxkit.judge.isolated`). Unset ones come from
+            tests run outside the solution's process, default true, see :mod:`sandboxkit.judge.isolated`). Unset ones come from
             ``SANDBOXKIT_*`` environment variables, then defaults. Other keys are ignored.
 
     Returns:
@@ -217,7 +217,7 @@ async def compute_score(
                     banned_patterns=tuple(settings.get("banned_patterns") or ()),
                     limits=limits,
                     compare=settings.get("compare"),
-                    isolate_asserts=settings.get("isolate_asserts", False),
+                    isolate_asserts=settings.get("isolate_asserts", True),
                 ),
                 deadline,
             ),

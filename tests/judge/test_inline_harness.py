@@ -56,7 +56,8 @@ TIMEOUT_S = 0.5
 
 
 async def _case0(pool: SandboxPool, body: str, tests: list[dict[str, str]]) -> tuple[str, str]:
-    verdict = await grade(pool, f"```python\n{HEADER}{body}\n```", tests, timeout_s=TIMEOUT_S)
+    # isolate_asserts=False: the inline path is the trusting harness's (isolated asserts have their own).
+    verdict = await grade(pool, f"```python\n{HEADER}{body}\n```", tests, timeout_s=TIMEOUT_S, isolate_asserts=False)
     case = verdict.cases[0]
     return case.status, case.message
 

@@ -225,6 +225,28 @@ async def test_files_left_in_shared_memory_do_not_poison_later_runs(backend: Rec
 
 
 @needs_bwrap
+@needs_memory_cgroup
+async def test_every_command_runs_inside_the_sandboxs_cgroups(sandbox: SubprocessSandbox) -> None:
+    """The server forks each command's process before the command arrives; the first one of a
+    server must still come after the host moved the server into the sandbox's cgroups, or that
+    command escapes the memory and pids limits (first command, a later one, first after a restart)."""
+    assert sandbox.cgroup is not None and sandbox.cgroup.memory_dir is not None
+    name = os.path.basename(sandbox.cgroup.memory_dir)
+    wanted = ("memory", "pids") if ISO.cgroup.version == 1 else ("",)
+    show = "print(open('/proc/self/cgroup').read())"
+    for code in (show, show, "open('/tmp/left', 'w').close()", "reset", show):
+        if code == "reset":
+            assert await sandbox.reset()  # state in /tmp: the server restarts
+            continue
+        result = await sandbox.run(_req(code))
+        assert result.status is Status.OK, result
+        lines = [line.split(":", 2) for line in result.stdout.splitlines() if line.count(":") >= 2]
+        ours = [path for _, controller, path in lines if controller in wanted]
+        if code == show:
+            assert len(ours) == len(wanted) and all(path.endswith(name) for path in ours), result.stdout
+
+
+@needs_bwrap
 @needs_cgroup_v1
 async def test_lowering_memory_below_what_a_session_holds_is_a_sandbox_error(sandbox: SubprocessSandbox) -> None:
     assert (await sandbox.run(_req(FILL_SHM))).stdout == "filled\n"

@@ -68,18 +68,9 @@ def server_tree(sb: SubprocessSandbox) -> set[int]:
 
 
 def leftovers(backend: RecordingBackend) -> dict[int, str]:
-    """Processes of this backend's sandboxes that are neither bwrap, a fork server nor its spare.
-
-    The spare is the server's child forked ahead of the next command; a command's own process
-    is reaped by the server before it reports, and no other process can become its child.
-    """
+    """Processes of this backend's sandboxes that are neither bwrap nor a fork server."""
     uids = {sb.uid for sb in backend.opened if sb.uid is not None}
     allowed: set[int] = set()
-    servers = {sb._server.server_pid for sb in backend.opened if sb._server is not None} - {None}
     for sb in backend.opened:
         allowed |= server_tree(sb)
-    return {
-        pid: cmd
-        for pid, cmd in processes_of(uids).items()
-        if pid not in allowed and (_proc_uid_ppid(pid) or (0, 0))[1] not in servers
-    }
+    return {pid: cmd for pid, cmd in processes_of(uids).items() if pid not in allowed}

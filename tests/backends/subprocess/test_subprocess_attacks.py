@@ -227,9 +227,9 @@ async def test_files_left_in_shared_memory_do_not_poison_later_runs(backend: Rec
 @needs_bwrap
 @needs_memory_cgroup
 async def test_every_command_runs_inside_the_sandboxs_cgroups(sandbox: SubprocessSandbox) -> None:
-    """The server forks each command's process before the command arrives; the first one of a
-    server must still come after the host moved the server into the sandbox's cgroups, or that
-    command escapes the memory and pids limits (first command, a later one, first after a restart)."""
+    """The host moves the fork server into the sandbox's cgroups after it starts: a command's
+    process made before that would escape the memory and pids limits (checked for the first
+    command, a later one, and the first after a restart)."""
     assert sandbox.cgroup is not None and sandbox.cgroup.memory_dir is not None
     name = os.path.basename(sandbox.cgroup.memory_dir)
     wanted = ("memory", "pids") if ISO.cgroup.version == 1 else ("",)

@@ -96,8 +96,6 @@ class ForkServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.sock: socket.socket | None = None
         self.server_pid: int | None = None
-        #: bwrap's init in the sandbox's PID namespace (host pid), when there is one.
-        self._init_pid: int | None = None
 
     @property
     def alive(self) -> bool:
@@ -161,7 +159,6 @@ class ForkServer:
             init = _ppid(pid)
             if init is not None and init != os.getpid() and _ppid(init) == self.proc.pid:
                 tree.insert(1, init)
-                self._init_pid = init
             for p in dict.fromkeys(tree):
                 self.cgroup.add(p)
 
@@ -191,10 +188,6 @@ class ForkServer:
             kill_uid(self.user[0])
         with contextlib.suppress(subprocess.SubprocessError):
             proc.wait(5)
-        # The PID namespace's init ends only after every other process in it is gone (the server's
-        # spare child included), so waiting for it waits for all of them.
-        if self._init_pid is not None:
-            _wait_gone(self._init_pid)
         if self.server_pid is not None:
             _wait_gone(self.server_pid)
         if proc.stderr is not None and not proc.stderr.closed:

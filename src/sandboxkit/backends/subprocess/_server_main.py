@@ -3,9 +3,7 @@
 It is started once per sandbox, inside the sandbox's namespaces and as the sandbox's user,
 and forks one child per command, so a command pays neither interpreter start-up nor
 namespace set-up. Python programs run in the forked child directly (no ``exec``); every
-other command is ``exec``'d by the child. The child is forked ahead of its command (the
-*spare*, made right after the previous command's report, while the host is busy with that
-result), so the fork's cost is not on the command's path.
+other command is ``exec``'d by the child.
 
 Why children do not share state: the server never runs user code and never reads it (a
 child reads ``main.py`` from disk after the fork), so every child starts from the same
@@ -24,15 +22,12 @@ Command line: ``CTL_FD PRELOAD PRIVATE``: the control socket's descriptor, the c
 modules to import before serving, and ``1`` when ``/tmp``, ``/dev/shm``, ``/dev/mqueue`` and the
 IPC namespace are the sandbox's own (then the server reports when a command left state there).
 
-Protocol on the control socket (``SOCK_SEQPACKET``, one message per datagram). Between commands
-the spare child reads it (and only it); while a command runs, the server does:
+Protocol on the control socket (``SOCK_SEQPACKET``, one message per datagram):
     host -> server: ``marshal`` dict {"timeout", "sweep"} with three descriptors attached (stdin
                     read end, stdout and stderr write ends). The stdin pipe starts with the child's
                     part: an 8-byte little-endian length and the ``marshal`` request {"argv"|"python",
                     "cwd", "env", "rlimits"}; the program's own stdin follows. Only the forked
-                    child reads it (before the program exists), so no pipe more per command.
-                    The spare takes this message, tells the server the timeout through a pipe
-                    of their own and closes both before it reads its request;
+                    child reads it (before the program exists), so no pipe more per command;
                     or ``b"kill"`` while a command runs (output stop reached).
     server -> host: ``b"ready"`` once at start; ``b"exit <waitstatus> <timed_out>"`` after each
                     command, then (private state only) ``b"dirty <0|1>"``: whether state is left
@@ -216,45 +211,12 @@ def _read_request(fd: int) -> dict[str, Any]:
     return req
 
 
-def _take_command(ctl: _socket.socket, started: int) -> list[int]:
-    """In a spare child: wait for the host's next command and tell the server it started.
-
-    Returns the command's three descriptors. The child takes the command off the control
-    socket itself (the server does not read it between commands), so no fork and no hop
-    through the server lie between the host's message and the program. The server learns the
-    command's timeout through ``started``, a pipe only it reads. Then the child closes both:
-    the program can neither talk to the host nor tell the server anything.
-    """
-    while True:
-        try:
-            msg, fds = _recv(ctl)
-        except OSError:
-            os._exit(0)
-        if not msg:  # the host went away
-            os._exit(0)
-        if msg != b"kill":
-            break
-        for fd in fds:  # a late kill for a command that already ended
-            os.close(fd)
-    os.close(ctl.detach())  # the program must not be able to talk to the host
-    # Its own session and process group only now (before the server can signal the group):
-    # while it waits, the spare is in the server's, so whatever kills that group takes it along.
-    os.setsid()
-    head = marshal.loads(msg)
-    os.write(started, b"%r %d" % (float(head["timeout"]), bool(head["sweep"])))
-    os.close(started)
-    return fds
-
-
-def _child(ctl: _socket.socket, started: int) -> None:
-    """In a spare child: take the next command, read it, become it. Never returns."""
+def _child(ctl: _socket.socket, fds: list[int]) -> None:
+    """In the forked child: read the command, become it. Never returns."""
     code = 127
     try:
-        fds = _take_command(ctl, started)
-        if len(fds) != 3:
-            for fd in fds:
-                os.close(fd)
-            os._exit(127)
+        os.setsid()
+        os.close(ctl.detach())  # the program must not be able to talk to the host
         req = _read_request(fds[0])
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)
@@ -358,41 +320,25 @@ def _dirty() -> bool:
         return True
 
 
-def _serve_one(ctl: _socket.socket) -> None:
-    """Fork a spare child, let it take the next command, and report how the command ended.
-
-    The fork happens here, right after the previous command's report, while the host is
-    still busy with that result: so the next command finds its process already made and a
-    fork's cost (copying the page tables of the server and its preloaded modules) is off the
-    command's path. The spare is a pristine copy of the server, like any child before it: it
-    exists before its command, never after one, and nothing of an earlier run is in it.
-    """
-    started_r, started_w = os.pipe()
+def _serve_one(ctl: _socket.socket, req: dict[str, Any], fds: list[int]) -> None:
+    """Run one command and report how it ended."""
+    if len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        ctl.send(b"exit %d 0" % (127 << 8))
+        if PRIVATE:
+            ctl.send(b"dirty %d" % _dirty())
+        return
     pid = os.fork()
     if pid == 0:
-        os.close(started_r)
-        _child(ctl, started_w)
-    os.close(started_w)
-    try:
-        head = os.read(started_r, 64)  # the child's "<timeout> <sweep>", or EOF if it died first
-    finally:
-        os.close(started_r)
-    if not head:
-        os.waitpid(pid, 0)
-        try:  # the host went away (the spare saw EOF), or the spare was killed: make another
-            gone = ctl.recv(1, _socket.MSG_PEEK | _socket.MSG_DONTWAIT) == b""
-        except BlockingIOError:
-            gone = False
-        except OSError:
-            gone = True
-        if gone:
-            os._exit(0)
-        return
-    raw_timeout, raw_sweep = head.split()
+        _child(ctl, fds)
+    for fd in fds:
+        os.close(fd)
     pidfd = os.pidfd_open(pid)
     timed_out = False
+    deadline = req["timeout"]
     killed = False
-    end = time.monotonic() + float(raw_timeout)
+    end = time.monotonic() + deadline
     while True:
         left: float | None = None if killed else end - time.monotonic()
         if left is not None and left <= 0:
@@ -412,7 +358,7 @@ def _serve_one(ctl: _socket.socket) -> None:
                 _kill_group(pid)
     _, status = os.waitpid(pid, 0)
     os.close(pidfd)
-    _sweep(raw_sweep == b"1", pid)
+    _sweep(req["sweep"], pid)
     ctl.send(b"exit %d %d" % (status, timed_out))
     if PRIVATE:
         ctl.send(b"dirty %d" % _dirty())
@@ -484,12 +430,18 @@ def main() -> None:
     gc.freeze()
     _trim()
     ctl.send(b"ready")
-    # The host moves this process into the sandbox's cgroup after "ready" and before its first
-    # command: a spare forked before then would run that command outside the memory and pids
-    # limits. So the first spare waits for the first command; every later one is made ahead.
-    select.select([ctl.fileno()], [], [])
     while True:
-        _serve_one(ctl)
+        try:
+            msg, fds = _recv(ctl)
+        except OSError:
+            os._exit(0)
+        if not msg:
+            os._exit(0)
+        if msg == b"kill":  # a late kill for a command that already ended
+            for fd in fds:
+                os.close(fd)
+            continue
+        _serve_one(ctl, marshal.loads(msg), fds)
 
 
 if __name__ == "__main__":

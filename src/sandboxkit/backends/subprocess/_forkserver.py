@@ -320,6 +320,17 @@ class ForkServer:
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        # The child's part rides ahead of stdin (see ``_server_main``). Written before the server
+        # hears of the command, it is in the pipe when the child looks: written after, a child
+        # forked on the other CPU while this process was preempted by the server's wake-up
+        # would block on the empty pipe and need one more wake-up. A request larger than the
+        # pipe goes on with stdin in the loop.
+        prefix = len(body).to_bytes(8, "little") + body
+        os.set_blocking(in_w, False)
+        try:
+            written = os.write(in_w, prefix)
+        except OSError:
+            written = 0
         started = time.perf_counter()
         try:
             socket.send_fds(sock, [header], [in_r, out_w, err_w])
@@ -332,14 +343,6 @@ class ForkServer:
         finally:
             for fd in (in_r, out_w, err_w):
                 os.close(fd)
-        # The child's part rides ahead of stdin (see ``_server_main``): written now, it is
-        # usually all in the pipe before the child looks; the rest goes with stdin.
-        prefix = len(body).to_bytes(8, "little") + body
-        os.set_blocking(in_w, False)  # never wait here: a request larger than the pipe goes in the loop
-        try:
-            written = os.write(in_w, prefix)
-        except OSError:  # full, or the server died holding the read end: the reply below says so
-            written = 0
         feed = stdin if written == len(prefix) else prefix[written:] + stdin
         drain = Drain(out_r, err_r, in_w, feed, output, self._send_kill)
         status: int | None = None

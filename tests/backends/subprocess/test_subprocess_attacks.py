@@ -202,6 +202,19 @@ async def test_state_does_not_cross_into_the_next_pooled_run(backend: RecordingB
 
 
 @needs_bwrap
+async def test_state_left_earlier_in_a_session_does_not_cross_its_end(backend: RecordingBackend) -> None:
+    """Each command of a session reads the server's state report on the one before it (ahead of
+    its own exit); state left earlier in the session must still be wiped for the next tenant."""
+    async with SandboxPool(backend, max_concurrency=1, limits=LIMITS) as pool:
+        async with pool.session() as session:
+            assert (await session.run(LEAVE_STATE)).stdout == "left state\n"
+            assert (await session.run("print('clean')")).stdout == "clean\n"
+        later = await pool.run(FIND_STATE)
+        assert later.stdout == "[]\n", later
+        assert len(backend.opened) == 1, "the test must reuse the same warm sandbox"
+
+
+@needs_bwrap
 async def test_state_persists_within_a_session(backend: RecordingBackend) -> None:
     async with SandboxPool(backend, max_concurrency=1, limits=LIMITS) as pool, pool.session() as session:
         await session.run("open('/tmp/notes', 'w').write('kept')")

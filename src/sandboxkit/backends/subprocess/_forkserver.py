@@ -259,7 +259,8 @@ class ForkServer:
 
         The server sends it right after the exit report, so it checks while the host is busy
         with the result and the report is usually waiting here already (one ``recv``). Called
-        before the next command and before a reset. A server that does not report in time is
+        before a reset and for a server found dead; the next command of a live server reads the
+        report itself, ahead of its own exit (see ``run``). A server that does not report in time is
         killed (restarted by the next command: it was not the program's doing that we know of);
         one that died is ``died``.
         """
@@ -312,6 +313,9 @@ class ForkServer:
         sock = self.sock
         if sock is None or not self.alive:
             raise ConnectionError("fork server is not running")
+        # The server's state report on the last command, if unread, comes before this command's
+        # exit: the server sends it, then takes this command (already waiting, no wake-up).
+        report_first, self._report_pending = self._report_pending, False
         body = marshal.dumps(request)
         if len(body) > MAX_MESSAGE:
             raise ValueError(f"command, environment and arguments take {len(body)} bytes; the limit is {MAX_MESSAGE}")
@@ -348,8 +352,17 @@ class ForkServer:
         status: int | None = None
         timed_out = crashed = False
         try:
+            end = time.monotonic() + timeout_s + GRACE_S
             reply = await self._reply(sock, timeout_s + GRACE_S)
-        except BaseException:  # cancelled mid-command: the late reply would confuse the next one
+            if report_first and reply == b"":  # died before this command began: not the command's doing
+                self.died = True
+                raise ConnectionError("fork server is gone")
+            if report_first and reply is not None and reply.startswith(b"dirty "):
+                self.dirty = self.dirty or reply == b"dirty 1"
+                reply = await self._reply(sock, max(end - time.monotonic(), 0.0))
+            elif report_first and reply is not None:  # not the report: nonsense
+                reply = b""
+        except BaseException:  # cancelled mid-command, or gone: a late reply would confuse the next one
             self.kill()
             drain.close()
             raise

@@ -316,6 +316,20 @@ class ForkServer:
         # The server's state report on the last command, if unread, comes before this command's
         # exit: the server sends it, then takes this command (already waiting, no wake-up).
         report_first, self._report_pending = self._report_pending, False
+        if report_first:  # already here (often): take it now, not through one more loop round
+            try:
+                early = sock.recv(256, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                early = None
+            except OSError:
+                early = b""
+            if early is not None and early.startswith(b"dirty "):
+                self.dirty = self.dirty or early == b"dirty 1"
+                report_first = False
+            elif early is not None:  # gone, or nonsense: not this command's doing
+                self.died = early == b""
+                self.kill()
+                raise ConnectionError("fork server is gone")
         body = marshal.dumps(request)
         if len(body) > MAX_MESSAGE:
             raise ValueError(f"command, environment and arguments take {len(body)} bytes; the limit is {MAX_MESSAGE}")

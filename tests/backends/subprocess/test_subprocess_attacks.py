@@ -202,6 +202,19 @@ async def test_state_does_not_cross_into_the_next_pooled_run(backend: RecordingB
 
 
 @needs_bwrap
+async def test_state_left_earlier_in_a_session_does_not_cross_its_end(backend: RecordingBackend) -> None:
+    """Each command of a session reads the server's state report on the one before it (ahead of
+    its own exit); state left earlier in the session must still be wiped for the next tenant."""
+    async with SandboxPool(backend, max_concurrency=1, limits=LIMITS) as pool:
+        async with pool.session() as session:
+            assert (await session.run(LEAVE_STATE)).stdout == "left state\n"
+            assert (await session.run("print('clean')")).stdout == "clean\n"
+        later = await pool.run(FIND_STATE)
+        assert later.stdout == "[]\n", later
+        assert len(backend.opened) == 1, "the test must reuse the same warm sandbox"
+
+
+@needs_bwrap
 async def test_state_persists_within_a_session(backend: RecordingBackend) -> None:
     async with SandboxPool(backend, max_concurrency=1, limits=LIMITS) as pool, pool.session() as session:
         await session.run("open('/tmp/notes', 'w').write('kept')")
@@ -222,6 +235,28 @@ async def test_files_left_in_shared_memory_do_not_poison_later_runs(backend: Rec
             later = await pool.run(ALLOCATE)
             assert (later.status, later.stdout) == (Status.OK, "allocated\n"), later
         assert len(backend.opened) == 1
+
+
+@needs_bwrap
+@needs_memory_cgroup
+async def test_every_command_runs_inside_the_sandboxs_cgroups(sandbox: SubprocessSandbox) -> None:
+    """The host moves the fork server into the sandbox's cgroups after it starts: a command's
+    process made before that would escape the memory and pids limits (checked for the first
+    command, a later one, and the first after a restart)."""
+    assert sandbox.cgroup is not None and sandbox.cgroup.memory_dir is not None
+    name = os.path.basename(sandbox.cgroup.memory_dir)
+    wanted = ("memory", "pids") if ISO.cgroup.version == 1 else ("",)
+    show = "print(open('/proc/self/cgroup').read())"
+    for code in (show, show, "open('/tmp/left', 'w').close()", "reset", show):
+        if code == "reset":
+            assert await sandbox.reset()  # state in /tmp: the server restarts
+            continue
+        result = await sandbox.run(_req(code))
+        assert result.status is Status.OK, result
+        lines = [line.split(":", 2) for line in result.stdout.splitlines() if line.count(":") >= 2]
+        ours = [path for _, controller, path in lines if controller in wanted]
+        if code == show:
+            assert len(ours) == len(wanted) and all(path.endswith(name) for path in ours), result.stdout
 
 
 @needs_bwrap

@@ -259,7 +259,8 @@ class ForkServer:
 
         The server sends it right after the exit report, so it checks while the host is busy
         with the result and the report is usually waiting here already (one ``recv``). Called
-        before the next command and before a reset. A server that does not report in time is
+        before a reset and for a server found dead; the next command of a live server reads the
+        report itself, ahead of its own exit (see ``run``). A server that does not report in time is
         killed (restarted by the next command: it was not the program's doing that we know of);
         one that died is ``died``.
         """
@@ -312,6 +313,23 @@ class ForkServer:
         sock = self.sock
         if sock is None or not self.alive:
             raise ConnectionError("fork server is not running")
+        # The server's state report on the last command, if unread, comes before this command's
+        # exit: the server sends it, then takes this command (already waiting, no wake-up).
+        report_first, self._report_pending = self._report_pending, False
+        if report_first:  # already here (often): take it now, not through one more loop round
+            try:
+                early = sock.recv(256, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                early = None
+            except OSError:
+                early = b""
+            if early is not None and early.startswith(b"dirty "):
+                self.dirty = self.dirty or early == b"dirty 1"
+                report_first = False
+            elif early is not None:  # gone, or nonsense: not this command's doing
+                self.died = early == b""
+                self.kill()
+                raise ConnectionError("fork server is gone")
         body = marshal.dumps(request)
         if len(body) > MAX_MESSAGE:
             raise ValueError(f"command, environment and arguments take {len(body)} bytes; the limit is {MAX_MESSAGE}")
@@ -320,6 +338,17 @@ class ForkServer:
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        # The child's part rides ahead of stdin (see ``_server_main``). Written before the server
+        # hears of the command, it is in the pipe when the child looks: written after, a child
+        # forked on the other CPU while this process was preempted by the server's wake-up
+        # would block on the empty pipe and need one more wake-up. A request larger than the
+        # pipe goes on with stdin in the loop.
+        prefix = len(body).to_bytes(8, "little") + body
+        os.set_blocking(in_w, False)
+        try:
+            written = os.write(in_w, prefix)
+        except OSError:
+            written = 0
         started = time.perf_counter()
         try:
             socket.send_fds(sock, [header], [in_r, out_w, err_w])
@@ -332,21 +361,22 @@ class ForkServer:
         finally:
             for fd in (in_r, out_w, err_w):
                 os.close(fd)
-        # The child's part rides ahead of stdin (see ``_server_main``): written now, it is
-        # usually all in the pipe before the child looks; the rest goes with stdin.
-        prefix = len(body).to_bytes(8, "little") + body
-        os.set_blocking(in_w, False)  # never wait here: a request larger than the pipe goes in the loop
-        try:
-            written = os.write(in_w, prefix)
-        except OSError:  # full, or the server died holding the read end: the reply below says so
-            written = 0
         feed = stdin if written == len(prefix) else prefix[written:] + stdin
         drain = Drain(out_r, err_r, in_w, feed, output, self._send_kill)
         status: int | None = None
         timed_out = crashed = False
         try:
+            end = time.monotonic() + timeout_s + GRACE_S
             reply = await self._reply(sock, timeout_s + GRACE_S)
-        except BaseException:  # cancelled mid-command: the late reply would confuse the next one
+            if report_first and reply == b"":  # died before this command began: not the command's doing
+                self.died = True
+                raise ConnectionError("fork server is gone")
+            if report_first and reply is not None and reply.startswith(b"dirty "):
+                self.dirty = self.dirty or reply == b"dirty 1"
+                reply = await self._reply(sock, max(end - time.monotonic(), 0.0))
+            elif report_first and reply is not None:  # not the report: nonsense
+                reply = b""
+        except BaseException:  # cancelled mid-command, or gone: a late reply would confuse the next one
             self.kill()
             drain.close()
             raise

@@ -223,7 +223,11 @@ class SubprocessSandbox(Sandbox):
         if python is None:
             return None
         if self._server is not None:
-            await self._server.settle()
+            # A live server's report on the last command is read by the next command itself
+            # (``ForkServer.run``): waiting for it here would put the server's state check on
+            # this command's path. One that is gone is settled now: did it die on its own?
+            if not self._server.alive:
+                await self._server.settle()
             if self._server.died:
                 self._discard()
                 self._check_open()

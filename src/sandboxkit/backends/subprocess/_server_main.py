@@ -32,7 +32,8 @@ Protocol on the control socket (``SOCK_SEQPACKET``, one message per datagram):
     server -> host: ``b"ready"`` once at start; ``b"exit <waitstatus> <timed_out>"`` after each
                     command, then (private state only) ``b"dirty <0|1>"``: whether state is left
                     outside the workspace (see ``_dirty``). Checked after the exit is reported, so
-                    its six system calls run while the host collects the result, not before it.
+                    its six system calls run while the host collects the result, not before it;
+                    the host reads it before a reset, or as the next command's first reply.
 """
 
 from __future__ import annotations

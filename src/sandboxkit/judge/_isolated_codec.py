@@ -128,7 +128,111 @@ def _enc_value(o, other):
         fields = getattr(t, "_fields", None)
         if type(fields) is tuple and all(type(f) is str for f in fields) and len(fields) == len(o):
             return ["nt", t.__name__, list(fields)] + [_enc(x, other) for x in tuple.__iter__(o)]
+    np = sys.modules.get("numpy")
+    if np is not None and (t is np.ndarray or issubclass(t, np.generic)):
+        return _np_enc(o, np, other)
+    for base in t.__mro__[1:]:
+        plain = _PLAIN.get(base)
+        if plain is not None:
+            # A subclass of a builtin data type travels as its base value, read with the base type's
+            # own methods: its __eq__ (or __iter__, __str__...) never decides what the test sees.
+            return _enc(plain(o), other)
     return other(o)
+
+
+# The nearest builtin base of a subclass's instance, as an exact builtin (the base type's own methods,
+# never the subclass's overrides). Walked in MRO order, so a Counter subclass stays a Counter.
+_PLAIN = {
+    int: int.__int__,
+    float: float.__float__,
+    complex: lambda o: complex(complex.real.__get__(o), complex.imag.__get__(o)),
+    str: str.__str__,
+    bytes: lambda o: bytes.__getitem__(o, slice(None)),
+    bytearray: lambda o: bytearray.__getitem__(o, slice(None)),
+    tuple: lambda o: tuple.__getitem__(o, slice(None)),
+    list: lambda o: list.__getitem__(o, slice(None)),
+    dict: lambda o: dict(dict.items(o)),
+    set: lambda o: set(set.__iter__(o)),
+    frozenset: lambda o: frozenset(frozenset.__iter__(o)),
+    OrderedDict: lambda o: OrderedDict(OrderedDict.items(o)),
+    Counter: lambda o: Counter(dict(dict.items(o))),
+    defaultdict: lambda o: defaultdict(defaultdict.default_factory.__get__(o), dict.items(o)),
+    deque: lambda o: deque(deque.__iter__(o), deque.maxlen.__get__(o)),
+}
+
+# numpy values: raw bytes of the fixed-size kinds (bool, ints, floats, complex, bytes/str, datetimes),
+# named by the dtype's ``str`` (``<i8``, ``|b1``, ``<U3``...), which the decoder matches against this
+# pattern before numpy ever parses it. An array over _NP_CAP bytes stays a handle (peak memory of one
+# carried array is a few times this, in each process); object arrays carry their elements as values.
+_NP_CAP = 1 << 26
+_NP_DTYPE = r"[<>|](?:b1|[iu](?:1|2|4|8)|f(?:2|4|8|10|12|16)|c(?:8|16|20|24|32)|[SU][1-9][0-9]{0,8}|[Mm]8(?:\[[0-9]{0,4}[a-zA-Z]{1,2}\])?)"
+_NP_NDIM = 32
+
+
+class _NoNumpy(Exception):
+    # The value is a numpy one, and this Python cannot import numpy to rebuild it.
+    pass
+
+
+def _numpy():
+    try:
+        import numpy
+    except ImportError:
+        raise _NoNumpy("numpy") from None
+    return numpy
+
+
+def _np_enc(o, np, other):
+    scalar = type(o) is not np.ndarray
+    a = np.asarray(o)
+    dt = a.dtype
+    if dt.kind == "O" and not scalar:
+        return ["nO", list(a.shape)] + [_enc(x, other) for x in a.reshape(-1)]
+    if dt.fields is not None or dt.subdtype is not None or a.nbytes > _NP_CAP:
+        return other(o)
+    import binascii, re
+    if re.fullmatch(_NP_DTYPE, dt.str) is None:
+        return other(o)
+    raw = binascii.b2a_base64(a.tobytes(), newline=False).decode("ascii")
+    return ["ns", dt.str, raw] if scalar else ["na", dt.str, list(a.shape), raw]
+
+
+def _np_shape(shape):
+    if type(shape) is not list or len(shape) > _NP_NDIM:
+        raise ValueError("bad shape")
+    n = 1
+    for d in shape:
+        if _int(d) < 0:
+            raise ValueError("bad shape")
+        n *= d
+    return tuple(shape), n
+
+
+def _np_dec(tag, rest, handle):
+    np = _numpy()
+    if tag == "nO":
+        shape, n = _np_shape(rest[0])
+        if len(rest) - 1 != n:
+            raise ValueError("bad object array")
+        out = np.empty(n, dtype=object)
+        for i, x in enumerate(rest[1:]):
+            out[i] = _dec(x, handle)
+        return out.reshape(shape)
+    import binascii, re
+    spec = _str(rest[0])
+    if re.fullmatch(_NP_DTYPE, spec) is None:
+        raise ValueError("not a carried dtype")
+    dt = np.dtype(spec)
+    shape, n = _np_shape([] if tag == "ns" else rest[1])
+    raw = binascii.a2b_base64(_str(rest[-1]))
+    if dt.itemsize == 0 or len(raw) != n * dt.itemsize:
+        raise ValueError("bad array data")
+    if dt.kind == "b" and raw.translate(None, b"\x00\x01"):
+        raise ValueError("bad bool")
+    if dt.kind == "U" and raw and int(np.frombuffer(raw, spec[0] + "u4").max()) > 0x10FFFF:
+        raise ValueError("bad code point")
+    a = np.frombuffer(raw, dt).reshape(shape).copy() if n else np.zeros(shape, dt)
+    return a[()] if tag == "ns" else a
 
 
 def _dec_pairs(items, handle):
@@ -216,6 +320,8 @@ def _dec_value(n, handle):
         return fractions.Fraction(_int(_dec(rest[0], handle)), _int(_dec(rest[1], handle)))
     if tag == "nt":
         return _nt_class(_str(rest[0]), tuple(map(_str, rest[1])))(*[_dec(x, handle) for x in rest[2:]])
+    if tag == "na" or tag == "ns" or tag == "nO":
+        return _np_dec(tag, rest, handle)
     return handle(n)
 
 

@@ -1,0 +1,292 @@
+"""Isolated assert cases carry numpy values and builtin subclasses as data, with the in-process verdict.
+
+A correct solution that returns ``np.int64(2)``, an array, or an ``int`` subclass must pass with
+``isolate_asserts`` as it does in-process (not ``cannot_isolate``), a wrong one must fail, and a
+subclass's own ``__eq__`` never decides: it travels as its base value. The codec half checks that
+every numpy scalar and array comes back with its exact type, dtype, shape and bytes, and that the
+decoder refuses whatever is not one of those (object and structured dtypes by name, bad lengths).
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib.util
+import sys
+from collections import Counter
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sandboxkit import SandboxPool
+from sandboxkit.judge import grade
+from sandboxkit.judge._harness_isolated import CODEC, IMPORTS
+from support.marks import requires
+
+pytestmark = requires(importlib.util.find_spec("numpy") is not None, "numpy is not installed")
+
+
+@pytest.fixture(scope="module")
+def codec() -> dict[str, Any]:
+    ns: dict[str, Any] = {"__name__": "codec"}
+    exec(compile(IMPORTS + CODEC, "<codec>", "exec"), ns)
+    return ns
+
+
+def _roundtrip(codec: dict[str, Any], value: Any) -> Any:
+    handles: list[Any] = []
+
+    def other(o: Any) -> list[Any]:
+        handles.append(o)
+        return ["h", len(handles) - 1]
+
+    wire = codec["_dumps"](codec["_enc"](value, other))
+    return codec["_dec"](codec["_loads"](wire), lambda n: handles[n[1]])
+
+
+def _numpy_strategies() -> tuple[Any, Any]:
+    import numpy as np
+    from hypothesis.extra import numpy as hnp
+
+    kinds = (
+        hnp.boolean_dtypes()
+        | hnp.integer_dtypes(endianness="=")
+        | hnp.unsigned_integer_dtypes(endianness="?")
+        | hnp.floating_dtypes(endianness="?", sizes=(16, 32, 64))
+        | hnp.complex_number_dtypes(endianness="?")
+        | hnp.unicode_string_dtypes(min_len=1, max_len=4)
+        | hnp.byte_string_dtypes(min_len=1, max_len=4)
+        | hnp.datetime64_dtypes()
+        | hnp.timedelta64_dtypes()
+        | st.just(np.dtype(np.longdouble))
+    )
+    arrays = kinds.flatmap(lambda dt: hnp.arrays(dt, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=3)))
+    scalars = kinds.flatmap(lambda dt: hnp.arrays(dt, ()).map(lambda a: a[()]))
+    return arrays, scalars
+
+
+ARRAYS, SCALARS = _numpy_strategies() if importlib.util.find_spec("numpy") else (st.nothing(), st.nothing())
+
+
+@settings(max_examples=150, deadline=None)
+@given(ARRAYS)
+def test_arrays_come_back_with_their_dtype_shape_and_bytes(codec: dict[str, Any], a: Any) -> None:
+    import numpy as np
+
+    back = _roundtrip(codec, a if a.ndim < 2 else np.asfortranarray(a))  # the memory order is irrelevant
+    assert type(back) is np.ndarray and back.dtype == a.dtype and back.dtype.str == a.dtype.str
+    assert back.shape == a.shape and back.tobytes() == a.tobytes()  # NaN payloads and -0.0 included
+    assert back.flags.writeable and back.flags.owndata
+
+
+@settings(max_examples=150, deadline=None)
+@given(SCALARS)
+def test_scalars_come_back_as_the_same_numpy_type(codec: dict[str, Any], v: Any) -> None:
+    import numpy as np
+
+    back = _roundtrip(codec, v)
+    assert type(back) is type(v) and np.asarray(back).tobytes() == np.asarray(v).tobytes(), (v, back)
+
+
+def test_numpy_values_inside_containers_and_object_arrays(codec: dict[str, Any]) -> None:
+    import numpy as np
+
+    obj = np.empty((2, 2), dtype=object)
+    obj[0, 0], obj[0, 1], obj[1, 0], obj[1, 1] = [1, (2,)], "s", None, np.float32(1.5)
+    value = {"a": [np.int8(-3), np.array([], dtype="<U1")], "obj": obj, "t": (np.bool_(False), np.float64("nan"))}
+    back = _roundtrip(codec, value)
+    assert type(back["a"][0]) is np.int8 and back["a"][0] == -3 and back["a"][1].shape == (0,)
+    got = back["obj"]
+    assert got.dtype == object and got.shape == (2, 2) and got[0, 0] == [1, (2,)] and type(got[0, 0][1]) is tuple
+    assert got[0, 1] == "s" and got[1, 0] is None and type(got[1, 1]) is np.float32
+    assert back["t"][0] is np.False_ and np.isnan(back["t"][1]) and type(back["t"][1]) is np.float64
+
+
+def test_what_is_not_carried_stays_a_handle(codec: dict[str, Any]) -> None:
+    import numpy as np
+
+    structured = np.zeros(2, dtype=[("x", "<i4"), ("y", "<f8")])
+    big = np.zeros(codec["_NP_CAP"] // 8 + 1)
+    for value in (structured, structured[0], np.zeros(2, dtype="V3"), np.ma.array([1]), big):
+        seen: list[Any] = []
+        assert codec["_enc"](value, seen.append) is None  # handed to `other`, whole
+        assert len(seen) == 1 and seen[0] is value
+
+
+@pytest.mark.parametrize(
+    "node",
+    [
+        ["na", "|O", [1], "AAAAAAAAAAA="],  # object dtype by name: never numpy's unpickling
+        ["na", "|V8", [1], "AAAAAAAAAAA="],
+        ["na", "<i4,<i4", [1], "AAAAAAAAAAA="],
+        ["na", "[('a', '<i4')]", [1], "AAAA"],
+        ["na", "<i8", [2], "AAAAAAAAAAA="],  # 8 bytes for 2 items
+        ["na", "<i8", [-1], ""],
+        ["na", "<i8", [1] * 40, "AAAAAAAAAAA="],
+        ["na", "|b1", [1], "Ag=="],  # a bool byte that is neither 0 nor 1
+        ["na", "<U1", [1], "AAAR/w=="],  # a code point past U+10FFFF
+        ["ns", "<U0", ""],
+        ["ns", "<i8", 5],
+        ["nO", [2], 1],
+        ["nO", "x"],
+    ],
+)
+def test_malformed_numpy_nodes_raise(codec: dict[str, Any], node: list[Any]) -> None:
+    with pytest.raises((ValueError, TypeError, IndexError)):
+        codec["_dec"](node, lambda n: ("handle", n))
+
+
+def test_without_numpy_a_numpy_node_says_so(codec: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+
+    node = codec["_loads"](codec["_dumps"](codec["_enc"](np.arange(3), lambda o: ["h", 0])))
+    monkeypatch.setitem(sys.modules, "numpy", None)  # `import numpy` now raises ImportError
+    with pytest.raises(codec["_NoNumpy"]):
+        codec["_dec"](node, lambda n: ("handle", n))
+
+
+class Yes(int):
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = int.__hash__
+
+
+class Colour(enum.IntEnum):
+    RED = 1
+
+
+class Loud(str):
+    def __str__(self) -> str:
+        return "LOUD"
+
+
+class Hidden(dict[str, int]):
+    def items(self) -> Any:
+        return []
+
+    def __iter__(self) -> Any:
+        return iter(())
+
+
+class Tally(Counter[str]):
+    pass
+
+
+def test_builtin_subclasses_travel_as_their_base_value(codec: dict[str, Any]) -> None:
+    cases = [
+        (Yes(3), 3, int),
+        (Colour.RED, 1, int),
+        (Loud("ab"), "ab", str),
+        (Hidden(a=1), {"a": 1}, dict),
+        (Tally("aab"), Counter({"a": 2, "b": 1}), Counter),
+        (type("F", (float,), {})(1.5), 1.5, float),
+        (type("T", (tuple,), {"x": 1})((1, [2])), (1, [2]), tuple),
+        (type("B", (bytes,), {})(b"\x00z"), b"\x00z", bytes),
+        (type("S", (frozenset,), {})({1}), frozenset({1}), frozenset),
+    ]
+    for value, plain, base in cases:
+        back = _roundtrip(codec, value)
+        assert type(back) is base and back == plain, (value, back)
+    assert _roundtrip(codec, Yes(3)) != 2  # its own __eq__ is gone
+
+
+#: One solution, many functions: each test below gets the same verdict in both modes.
+SOLUTION = """
+import enum
+import numpy as np
+
+class Yes(int):
+    def __eq__(self, other):
+        return True
+    __hash__ = int.__hash__
+
+class Colour(enum.IntEnum):
+    RED = 1
+
+class Words(list):
+    def __eq__(self, other):
+        return True
+
+def i64(x):
+    return np.int64(x) + 1
+
+def f64(x):
+    return np.float64(x) + 1
+
+def arr(x):
+    return np.array([x + 1])
+
+def grid(n):
+    return np.arange(n * n, dtype=np.float32).reshape(n, n).T
+
+def kinds():
+    return np.str_("ab"), np.bytes_(b"x"), np.bool_(True), np.complex64(1 + 2j), np.uint8(255), np.array(5.5)
+
+def empty():
+    return np.zeros((0, 3), dtype=np.int16)
+
+def objects():
+    return np.array([[1, "a"], [None, (2,)]], dtype=object)
+
+def yes(x):
+    return Yes(x)
+
+def colour():
+    return Colour.RED
+
+def words():
+    return Words(["a", "b"])
+
+def total(a):
+    return int(a.sum())
+"""
+
+#: (test, passes): ``passes`` is what both modes must agree on.
+VALUE_TESTS = [
+    ("assert i64(1) == 2", True),
+    ("assert i64(2) == 2", False),
+    ("assert f64(1) == 2.0 and isinstance(f64(1), float)", True),
+    ("assert f64(1) == 2.5", False),
+    ("import numpy as np\nassert (arr(1) == np.array([2])).all()", True),
+    ("assert np.array_equal(arr(1), np.array([2]))", True),
+    ("assert np.array_equal(arr(2), np.array([2]))", False),
+    ("assert arr(1).tolist() == [2] and arr(1).dtype == np.int64", True),
+    ("g = grid(2)\nassert g.dtype == np.float32 and g.tolist() == [[0.0, 2.0], [1.0, 3.0]]", True),
+    (
+        "import numpy as np\ns, b, t, c, u, d = kinds()\n"
+        "assert type(s) is np.str_ and s == 'ab' and b == b'x' and t is np.True_\n"
+        "assert c == 1 + 2j and c.dtype == np.complex64 and type(u) is np.uint8 and u == 255 and d.shape == ()",
+        True,
+    ),
+    ("assert empty().shape == (0, 3) and empty().dtype == np.int16", True),
+    ("o = objects()\nassert o.dtype == object and o[1, 1] == (2,) and o[0, 1] == 'a' and o[1, 0] is None", True),
+    ("assert total(np.arange(4)) == 6", True),
+    ("assert yes(2) == 2 and yes(2) + 1 == 3", True),
+    ("assert colour() == 1 and colour() == Colour.RED", True),
+    ("assert words() == ['a', 'b']", True),
+]
+
+
+async def test_same_verdict_isolated_and_in_process(pool: SandboxPool) -> None:
+    cases = [{"type": "assert", "code": test} for test, _ in VALUE_TESTS]
+    want = ["passed" if passes else "error" for _, passes in VALUE_TESTS]
+    for isolate in (True, False):
+        verdict = await grade(pool, SOLUTION, cases, isolate_asserts=isolate, shaping="pass_rate", timeout_s=5.0)
+        got = [c.status for c in verdict.cases]
+        assert got == want, (
+            isolate,
+            [(t, c.status, c.message) for (t, _), c in zip(VALUE_TESTS, verdict.cases, strict=True)],
+        )
+
+
+async def test_a_subclass_cannot_forge_equality_under_isolation(pool: SandboxPool) -> None:
+    # In-process, Yes(3) == 2 is the subclass's call; isolated, it is int 3 against 2.
+    tests = ["assert yes(3) == 2", "assert 2 == yes(3)", "assert [yes(3)] == [2]", "assert words() == ['z']"]
+    cases = [{"type": "assert", "code": t} for t in tests]
+    plain = await grade(pool, SOLUTION, cases, shaping="pass_rate", timeout_s=5.0)
+    assert [c.status for c in plain.cases] == ["passed"] * 4  # the hole
+    isolated = await grade(pool, SOLUTION, cases, isolate_asserts=True, shaping="pass_rate", timeout_s=5.0)
+    assert [c.status for c in isolated.cases] == ["error"] * 4, isolated.cases
+    assert isolated.reward == 0.0

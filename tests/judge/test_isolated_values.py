@@ -241,6 +241,19 @@ def words():
 
 def total(a):
     return int(a.sum())
+
+def sort_it(a):
+    a.sort()
+
+def scale(a, by=2):
+    a *= by
+    return a
+
+def negate(a):
+    a[:] = -a
+
+def fill(boxes):
+    boxes[0][0] = 7
 """
 
 #: (test, passes): ``passes`` is what both modes must agree on.
@@ -263,6 +276,12 @@ VALUE_TESTS = [
     ("assert empty().shape == (0, 3) and empty().dtype == np.int16", True),
     ("o = objects()\nassert o.dtype == object and o[1, 1] == (2,) and o[0, 1] == 'a' and o[1, 0] is None", True),
     ("assert total(np.arange(4)) == 6", True),
+    ("a = np.array([3, 1, 2])\nassert sort_it(a) is None and a.tolist() == [1, 2, 3]", True),
+    ("b = np.arange(3)\nr = scale(b, by=3)\nassert r is b and b.tolist() == [0, 3, 6]", True),
+    ("x = np.arange(4)\nnegate(x[::2])\nassert x.tolist() == [0, 1, -2, 3]", True),
+    ("ro = np.arange(3)\nro.flags.writeable = False\nassert total(ro) == 3 and total(ro[::-1]) == 3", True),
+    ("o = np.empty(1, dtype=object)\ninner = [0]\no[0] = inner\nfill(o)\nassert o[0] == [7] and inner == [7]", True),
+    ("a = np.array([3, 1])\nsort_it(a)\nassert a.tolist() == [3, 1]", False),
     ("assert yes(2) == 2 and yes(2) + 1 == 3", True),
     ("assert colour() == 1 and colour() == Colour.RED", True),
     ("assert words() == ['a', 'b']", True),

@@ -67,12 +67,17 @@ def _pairs(o, other):
 # in place and uses it. So an argument changed in place changes in the test, identities and aliases
 # included (``xs[0] is first`` after ``xs.sort()``), and a returned argument ``is`` the test's object.
 _REF = {"sent": None, "ids": None, "made": None}
-_MUTABLE_TAGS = {"l", "d", "s", "B", "q", "O", "dd", "C"}
+_MUTABLE_TAGS = {"l", "d", "s", "B", "q", "O", "dd", "C", "na", "nO"}
+
+
+def _mutable(o):
+    # The containers an argument changed in place is mirrored back for: numpy arrays too (a.sort()).
+    t = type(o)
+    return t in _MUTABLE or (t.__name__ == "ndarray" and t is getattr(sys.modules.get("numpy"), "ndarray", None))
 
 
 def _enc(o, other):
-    t = type(o)
-    if t in _MUTABLE:
+    if _mutable(o):
         if _REF["sent"] is not None:
             _REF["sent"].append(o)
         ids = _REF["ids"]
@@ -131,7 +136,7 @@ def _enc_value(o, other):
     np = sys.modules.get("numpy")
     if np is not None and (t is np.ndarray or issubclass(t, np.generic)):
         return _np_enc(o, np, other)
-    for base in t.__mro__[1:]:
+    for base in t.__mro__[1:] if t not in _MUTABLE else ():  # (a defaultdict of a lambda stays a handle)
         plain = _PLAIN.get(base)
         if plain is not None:
             # A subclass of a builtin data type travels as its base value, read with the base type's
@@ -258,7 +263,11 @@ def _adopt(old, new):
     t = type(old)
     if type(new) is not t:
         raise ValueError("an argument changed type")
-    if t is list or t is bytearray:
+    if t.__name__ == "ndarray":
+        # Written only where it changed: a read-only array the solution left alone stays as it is.
+        if old.dtype != new.dtype or old.shape != new.shape or old.tobytes() != new.tobytes():
+            old[...] = new
+    elif t is list or t is bytearray:
         old[:] = new
     elif t is set:
         old.clear()

@@ -98,11 +98,11 @@ def _serve(base, test):
                 kwargs = _dec(arg[1], _solution_dec_handle)
                 _REF["made"] = None
                 value = obj(*args, **kwargs)
-                given = [a for a in list(args) + list(kwargs.values()) if type(a) in _MUTABLE]
+                given = [a for a in list(args) + list(kwargs.values()) if _mutable(a)]
             else:
                 arg = _dec(arg, _solution_dec_handle)
                 _REF["made"] = None
-                given = [arg] if type(arg) in _MUTABLE else []
+                given = [arg] if _mutable(arg) else []
                 if op == "attr":
                     value = getattr(obj, arg)
                 elif op == "setattr":

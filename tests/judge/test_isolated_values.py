@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from sandboxkit import SandboxPool
 from sandboxkit.judge import grade
 from sandboxkit.judge._harness_isolated import CODEC, IMPORTS
-from support.marks import requires
+from support.marks import missing, requires
 
 pytestmark = requires(importlib.util.find_spec("numpy") is not None, "numpy is not installed")
 
@@ -309,3 +309,30 @@ async def test_a_subclass_cannot_forge_equality_under_isolation(pool: SandboxPoo
     isolated = await grade(pool, SOLUTION, cases, isolate_asserts=True, shaping="pass_rate", timeout_s=5.0)
     assert [c.status for c in isolated.cases] == ["error"] * 4, isolated.cases
     assert isolated.reward == 0.0
+
+
+async def test_a_checker_without_numpy_cannot_isolate(pool: SandboxPool) -> None:
+    # The test hides numpy from its own process: the value it gets back cannot be rebuilt as data.
+    test = "import sys\nsys.modules['numpy'] = None\nassert i64(1) == 2"
+    verdict = await grade(pool, SOLUTION, [{"type": "assert", "code": test}], isolate_asserts=True, timeout_s=5.0)
+    assert verdict.status == "infra_error" and verdict.reward is None, verdict
+    assert verdict.error is not None and verdict.error.startswith("cannot_isolate:") and "numpy" in verdict.error
+
+
+@pytest.mark.docker
+async def test_on_docker_too() -> None:
+    import uuid
+
+    from sandboxkit.backends.docker import DockerBackend
+    from support.judge import FAST
+
+    if not DockerBackend.availability().usable:
+        missing("the docker backend is not usable here")  # skip locally, fail under CI=true
+    backend = DockerBackend(labels={"sandboxkit.test": uuid.uuid4().hex})
+    cases = [{"type": "assert", "code": test} for test, _ in VALUE_TESTS]
+    try:
+        async with SandboxPool(backend, max_concurrency=1, limits=FAST) as pool:
+            verdict = await grade(pool, SOLUTION, cases, isolate_asserts=True, shaping="pass_rate", timeout_s=5.0)
+    finally:
+        await backend.aclose()
+    assert [c.status for c in verdict.cases] == ["passed" if passes else "error" for _, passes in VALUE_TESTS]

@@ -339,9 +339,10 @@ def test_both_harnesses_agree_on_how_a_case_ends(tmp_path: Path) -> None:
         got = []
         for isolated in (True, False):
             build = build_isolated_harness if isolated else build_python_harness
-            script = build(source, [AssertCase(code=test)], timeout_s=cpu)
+            script = tmp_path / "harness.py"  # a file, as the backends run it (over 128 KiB: too long for -c)
+            script.write_text(build(source, [AssertCase(code=test)], timeout_s=cpu))
             done = subprocess.run(
-                [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path
+                [sys.executable, str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path
             )
             item = (parse_isolated_output(done.stdout)[1] if isolated else parse_harness_output(done.stdout).results)[0]
             got.append((item["status"], item.get("error")))

@@ -123,7 +123,7 @@ def test_what_is_not_carried_stays_a_handle(codec: dict[str, Any]) -> None:
         ["na", "[('a', '<i4')]", [1], "AAAA"],
         ["na", "<i8", [2], "AAAAAAAAAAA="],  # 8 bytes for 2 items
         ["na", "<i8", [-1], ""],
-        ["na", "<i8", [1] * 40, "AAAAAAAAAAA="],
+        ["na", "<i8", [1] * 70, "AAAAAAAAAAA="],
         ["na", "|b1", [1], "Ag=="],  # a bool byte that is neither 0 nor 1
         ["na", "<U1", [1], "AAAR/w=="],  # a code point past U+10FFFF
         ["ns", "<U0", ""],
@@ -192,9 +192,29 @@ def test_builtin_subclasses_travel_as_their_base_value(codec: dict[str, Any]) ->
     assert _roundtrip(codec, Yes(3)) != 2  # its own __eq__ is gone
 
 
+def test_from_the_solution_a_subclass_keeps_its_name_and_attributes(codec: dict[str, Any]) -> None:
+    # In the solution's process, the node also names the object's handle: the checker reads the
+    # attributes the class added through it (here the handle is the object itself).
+    codec["_SUB"]["on"] = True
+    try:
+        red, tally, again = _roundtrip(codec, [Colour.RED, Tally("aab"), Colour.RED])
+    finally:
+        codec["_SUB"]["on"] = False
+    assert type(red) is not Colour and type(red).__name__ == "Colour" and type(red).__bases__ == (int,)
+    assert red == 1 and red.name == "RED" and red.value == 1 and again is red and hash(red) == hash(1)
+    assert type(tally).__bases__ == (Counter,) and tally == Counter("aab") and tally.most_common(1) == [("a", 2)]
+    with pytest.raises(AttributeError):
+        red.__secret__  # noqa: B018  (dunders are never forwarded)
+    assert codec["_enc"](red, lambda o: ["h", o]) == ["h", Colour.RED]  # sent back as the solution's object
+    for bad in (["sub", 3, "X", 1], ["sub", ["h", 0], "X", True], ["sub", ["h", 0], 5, 1]):
+        with pytest.raises(ValueError):
+            codec["_dec"](bad, lambda n: ("handle", n))
+
+
 #: One solution, many functions: each test below gets the same verdict in both modes.
 SOLUTION = """
 import enum
+from typing import NamedTuple
 import numpy as np
 
 class Yes(int):
@@ -254,6 +274,25 @@ def negate(a):
 
 def fill(boxes):
     boxes[0][0] = 7
+
+class Pair(NamedTuple):
+    x: int
+    y: int
+    def norm(self):
+        return abs(self.x) + abs(self.y)
+
+class Bag(list):
+    def total(self):
+        return sum(self)
+
+def pair():
+    return Pair(1, -2)
+
+def bag():
+    return Bag([1, 2])
+
+def ident(x):
+    return x
 """
 
 #: (test, passes): ``passes`` is what both modes must agree on.
@@ -285,6 +324,16 @@ VALUE_TESTS = [
     ("assert yes(2) == 2 and yes(2) + 1 == 3", True),
     ("assert colour() == 1 and colour() == Colour.RED", True),
     ("assert words() == ['a', 'b']", True),
+    ("c = colour()\nassert c.name == 'RED' and c is Colour.RED and isinstance(c, Colour) and ident(c) is c", True),
+    ("assert {colour(): 'r'}[1] == 'r' and str(colour() + 1) == '2' and type(colour()).__name__ == 'Colour'", True),
+    (
+        "import copy\np = pair()\nassert p == (1, -2) and p.x == 1 and p.norm() == 3 and isinstance(p, Pair)\n"
+        "assert copy.deepcopy(p) == (1, -2) and copy.copy(p).y == -2",
+        True,
+    ),
+    ("b = bag()\nassert b == [1, 2] and b.total() == 3 and isinstance(b, list)", True),
+    ("assert pair().norm() == 4", False),
+    ("assert colour().name == 'BLUE'", False),
 ]
 
 

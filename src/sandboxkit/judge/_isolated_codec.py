@@ -139,10 +139,76 @@ def _enc_value(o, other):
     for base in t.__mro__[1:] if t not in _MUTABLE else ():  # (a defaultdict of a lambda stays a handle)
         plain = _PLAIN.get(base)
         if plain is not None:
+            if t.__dict__.get("_sk_carried") is True:
+                return other(o.__dict__["_sk_remote"])  # back to the solution as its own object
             # A subclass of a builtin data type travels as its base value, read with the base type's
             # own methods: its __eq__ (or __iter__, __str__...) never decides what the test sees.
-            return _enc(plain(o), other)
+            value = _enc(plain(o), other)
+            return ["sub", other(o), t.__name__, value] if _SUB["on"] else value
     return other(o)
+
+
+# On in the solution's process: a subclass instance travels as ["sub", its handle, its class's name,
+# its base value]. The checker makes it an instance of a local subclass of the base type (same name,
+# no methods of its own), so ``==``, hashing and arithmetic are the base type's, while an attribute the
+# class added (an enum member's ``name``, a NamedTuple's field or method) is read from the solution's
+# object through the handle, as for any handle; passed back to the solution, it is that object.
+_SUB = {"on": False}
+_CARRIED_TYPES = {}
+_CARRIED_SAME = {}
+_IMMUTABLE = (int, float, complex, str, bytes, tuple, frozenset)
+
+
+def _carried_getattr(self, name):
+    if name[:2] == "__":
+        raise AttributeError(name)
+    remote = self.__dict__.get("_sk_remote")
+    if remote is None:
+        raise AttributeError(name)
+    return getattr(remote, name)
+
+
+def _carried_copy(self, memo=None):
+    value = _PLAIN[type(self).__bases__[0]](self)
+    if memo is not None:
+        import copy
+        value = copy.deepcopy(value, memo)
+    return _carried_new(type(self), value, self.__dict__.get("_sk_remote"))
+
+
+def _carried_new(cls, value, remote):
+    base = cls.__bases__[0]
+    if base is defaultdict:
+        obj = cls(value.default_factory, value)
+    elif base is deque:
+        obj = cls(value, value.maxlen)
+    else:
+        obj = cls(value)
+    obj.__dict__["_sk_remote"] = remote
+    return obj
+
+
+def _carried(node, name, value, handle):
+    if type(node) is not list or node[:1] != ["h"]:
+        raise ValueError("not a handle")
+    base = type(value)
+    if base not in _PLAIN:
+        raise ValueError("not a base value")
+    remote = _dec(node, handle)
+    if base in _IMMUTABLE:
+        same = _CARRIED_SAME.get(id(remote))  # the same object of the solution's is the same here
+        if same is not None and type(same).__bases__[0] is base:
+            return same
+    cls = _CARRIED_TYPES.get((name, base))
+    if cls is None:
+        attrs = {"__getattr__": _carried_getattr, "__copy__": _carried_copy, "__deepcopy__": _carried_copy,
+                 "_sk_carried": True, "__module__": "solution", "__qualname__": name}
+        cls = _CARRIED_TYPES[(name, base)] = type(name, (base,), attrs)
+    obj = _carried_new(cls, value, remote)
+    if base in _IMMUTABLE:
+        _CARRIED_SAME[id(remote)] = obj
+    return obj
+
 
 
 # The nearest builtin base of a subclass's instance, as an exact builtin (the base type's own methods,
@@ -171,7 +237,7 @@ _PLAIN = {
 # carried array is a few times this, in each process); object arrays carry their elements as values.
 _NP_CAP = 1 << 26
 _NP_DTYPE = r"[<>|](?:b1|[iu](?:1|2|4|8)|f(?:2|4|8|10|12|16)|c(?:8|16|20|24|32)|[SU][1-9][0-9]{0,8}|[Mm]8(?:\[[0-9]{0,4}[a-zA-Z]{1,2}\])?)"
-_NP_NDIM = 32
+_NP_NDIM = 64
 
 
 class _NoNumpy(Exception):
@@ -193,7 +259,7 @@ def _np_enc(o, np, other):
     dt = a.dtype
     if dt.kind == "O" and not scalar:
         return ["nO", list(a.shape)] + [_enc(x, other) for x in a.reshape(-1)]
-    if dt.fields is not None or dt.subdtype is not None or a.nbytes > _NP_CAP:
+    if dt.fields is not None or dt.subdtype is not None or a.nbytes > _NP_CAP or a.ndim > _NP_NDIM:
         return other(o)
     import binascii, re
     if re.fullmatch(_NP_DTYPE, dt.str) is None:
@@ -331,6 +397,8 @@ def _dec_value(n, handle):
         return _nt_class(_str(rest[0]), tuple(map(_str, rest[1])))(*[_dec(x, handle) for x in rest[2:]])
     if tag == "na" or tag == "ns" or tag == "nO":
         return _np_dec(tag, rest, handle)
+    if tag == "sub":
+        return _carried(rest[0], _str(rest[1]), _dec(rest[2], handle), handle)
     return handle(n)
 
 

@@ -70,6 +70,7 @@ def _serve(base, test):
     # Only names the test spells can be looked up by it: the others (a big precomputed table...) are
     # not encoded at all.
     spelled = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", test))
+    _SUB["on"] = True
     ns = dict(base)
     try:
         exec(_CODE, ns)

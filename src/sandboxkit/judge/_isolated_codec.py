@@ -197,8 +197,8 @@ def _carried(node, name, value, handle):
     remote = _dec(node, handle)
     if base in _IMMUTABLE:
         same = _CARRIED_SAME.get(id(remote))  # the same object of the solution's is the same here
-        if same is not None and type(same).__bases__[0] is base:
-            return same
+        if same is not None and same[0] is remote and type(same[1]).__bases__[0] is base:
+            return same[1]
     cls = _CARRIED_TYPES.get((name, base))
     if cls is None:
         attrs = {"__getattr__": _carried_getattr, "__copy__": _carried_copy, "__deepcopy__": _carried_copy,
@@ -206,7 +206,7 @@ def _carried(node, name, value, handle):
         cls = _CARRIED_TYPES[(name, base)] = type(name, (base,), attrs)
     obj = _carried_new(cls, value, remote)
     if base in _IMMUTABLE:
-        _CARRIED_SAME[id(remote)] = obj
+        _CARRIED_SAME[id(remote)] = (remote, obj)
     return obj
 
 

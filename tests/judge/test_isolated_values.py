@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import importlib.util
 import sys
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Any
 
 import pytest
@@ -206,6 +206,8 @@ def test_from_the_solution_a_subclass_keeps_its_name_and_attributes(codec: dict[
     with pytest.raises(AttributeError):
         red.__secret__  # noqa: B018  (dunders are never forwarded)
     assert codec["_enc"](red, lambda o: ["h", o]) == ["h", Colour.RED]  # sent back as the solution's object
+    lazy = type("Lazy", (defaultdict,), {})(lambda: 0, {"a": 1})  # no data even as its base: a handle
+    assert codec["_enc"](lazy, lambda o: ["h", type(o).__name__]) == ["h", "Lazy"]
     for bad in (["sub", 3, "X", 1], ["sub", ["h", 0], "X", True], ["sub", ["h", 0], 5, 1]):
         with pytest.raises(ValueError):
             codec["_dec"](bad, lambda n: ("handle", n))

@@ -355,7 +355,7 @@ async def test_a_subclass_cannot_forge_equality_under_isolation(pool: SandboxPoo
     # In-process, Yes(3) == 2 is the subclass's call; isolated, it is int 3 against 2.
     tests = ["assert yes(3) == 2", "assert 2 == yes(3)", "assert [yes(3)] == [2]", "assert words() == ['z']"]
     cases = [{"type": "assert", "code": t} for t in tests]
-    plain = await grade(pool, SOLUTION, cases, shaping="pass_rate", timeout_s=5.0)
+    plain = await grade(pool, SOLUTION, cases, isolate_asserts=False, shaping="pass_rate", timeout_s=5.0)
     assert [c.status for c in plain.cases] == ["passed"] * 4  # the hole
     isolated = await grade(pool, SOLUTION, cases, isolate_asserts=True, shaping="pass_rate", timeout_s=5.0)
     assert [c.status for c in isolated.cases] == ["error"] * 4, isolated.cases

@@ -192,6 +192,34 @@ def test_builtin_subclasses_travel_as_their_base_value(codec: dict[str, Any]) ->
     assert _roundtrip(codec, Yes(3)) != 2  # its own __eq__ is gone
 
 
+def _liar(base: type) -> type:
+    """A subclass of ``base`` whose ``__eq__`` says yes to anything (and that hashes as its base)."""
+    return type("Liar" + base.__name__, (base,), {"__eq__": lambda self, other: True, "__hash__": base.__hash__})
+
+
+BASE_VALUES = st.one_of(
+    st.integers().map(lambda v: (int, v)),
+    st.floats(allow_nan=False).map(lambda v: (float, v)),
+    st.complex_numbers(allow_nan=False).map(lambda v: (complex, v)),
+    st.text(max_size=6).map(lambda v: (str, v)),
+    st.binary(max_size=6).map(lambda v: (bytes, v)),
+    st.lists(st.integers(), max_size=4).map(lambda v: (list, v)),
+    st.lists(st.text(max_size=2), max_size=4).map(lambda v: (tuple, tuple(v))),
+    st.frozensets(st.integers(), max_size=4).map(lambda v: (frozenset, v)),
+    st.sets(st.integers(), max_size=4).map(lambda v: (set, v)),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=3).map(lambda v: (dict, v)),
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(BASE_VALUES)
+def test_any_liar_subclass_comes_back_as_its_exact_base_value(codec: dict[str, Any], item: tuple[type, Any]) -> None:
+    base, plain = item
+    back = _roundtrip(codec, [_liar(base)(plain)])[0]
+    assert type(back) is base and back == plain
+    assert back != (plain, "something else")  # the liar's __eq__ did not travel
+
+
 def test_from_the_solution_a_subclass_keeps_its_name_and_attributes(codec: dict[str, Any]) -> None:
     # In the solution's process, the node also names the object's handle: the checker reads the
     # attributes the class added through it (here the handle is the object itself).

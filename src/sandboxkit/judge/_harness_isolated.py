@@ -21,7 +21,9 @@ a numpy scalar/array (dtype name, shape, raw bytes in base64), ``nO`` an object-
 elements as values), ``h`` a handle (an object that stays in the solution process), ``X`` an exception
 class, ``M`` a module. Types are matched exactly (``type(v) is list``); an instance of a subclass of
 one of them (an ``int`` with its own ``__eq__``, an ``IntEnum`` member) is encoded as its base value,
-read with the base type's own methods, so the subclass's code never decides a comparison.
+read with the base type's own methods, so the subclass's code never decides a comparison: from the
+checker as that value alone, from the solution as ``sub`` (its handle, its class's name, the value),
+which the checker rebuilds as a local subclass of the base that reads added attributes via the handle.
 
 This string is standalone Python (stdlib only): the sandbox cannot see sandboxkit's installation.
 ``_D`` (the data) is prepended.

@@ -358,7 +358,7 @@ VALUE_TESTS = [
     ("assert {colour(): 'r'}[1] == 'r' and str(colour() + 1) == '2' and type(colour()).__name__ == 'Colour'", True),
     (
         "import copy\np = pair()\nassert p == (1, -2) and p.x == 1 and p.norm() == 3 and isinstance(p, Pair)\n"
-        "assert copy.deepcopy(p) == (1, -2) and copy.copy(p).y == -2",
+        "assert copy.deepcopy(p) == (1, -2) and copy.copy(p).y == -2 and copy.copy(colour()) is Colour.RED",
         True,
     ),
     ("b = bag()\nassert b == [1, 2] and b.total() == 3 and isinstance(b, list)", True),

@@ -171,7 +171,10 @@ def _carried_getattr(self, name):
 
 
 def _carried_copy(self, memo=None):
-    value = _PLAIN[type(self).__bases__[0]](self)
+    base = type(self).__bases__[0]
+    if base in _IMMUTABLE:
+        return self  # as copying an enum member (or an int) gives it back
+    value = _PLAIN[base](self)
     if memo is not None:
         import copy
         value = copy.deepcopy(value, memo)

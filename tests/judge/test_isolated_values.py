@@ -9,6 +9,7 @@ decoder refuses whatever is not one of those (object and structured dtypes by na
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 import importlib.util
 import sys
@@ -243,6 +244,7 @@ def test_from_the_solution_a_subclass_keeps_its_name_and_attributes(codec: dict[
 
 #: One solution, many functions: each test below gets the same verdict in both modes.
 SOLUTION = """
+import datetime as dt
 import enum
 from typing import NamedTuple
 import numpy as np
@@ -415,3 +417,61 @@ async def test_on_docker_too() -> None:
     finally:
         await backend.aclose()
     assert [c.status for c in verdict.cases] == ["passed" if passes else "error" for _, passes in VALUE_TESTS]
+
+
+FIXED_ZONES = st.none() | st.builds(
+    dt.timezone, st.timedeltas(min_value=-dt.timedelta(hours=23), max_value=dt.timedelta(hours=23))
+)
+DATETIMES = st.one_of(
+    st.dates(),
+    st.datetimes(timezones=FIXED_ZONES),
+    st.times(timezones=FIXED_ZONES),
+    st.timedeltas(),
+    st.builds(lambda d, f: d.replace(fold=f), st.datetimes(), st.integers(0, 1)),
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(DATETIMES)
+def test_datetime_values_come_back_exactly(codec: dict[str, Any], value: Any) -> None:
+    back = _roundtrip(codec, value)
+    assert type(back) is type(value) and back == value and repr(back) == repr(value)
+
+
+def test_a_zone_that_is_code_stays_a_handle(codec: dict[str, Any]) -> None:
+    zoneinfo = pytest.importorskip("zoneinfo")
+    try:
+        zone = zoneinfo.ZoneInfo("Europe/Paris")
+    except zoneinfo.ZoneInfoNotFoundError:
+        pytest.skip("no time zone data here")
+    value = dt.datetime(2020, 1, 1, tzinfo=zone)
+    seen: list[Any] = []
+    assert codec["_enc"](value, seen.append) is None and seen == [value]
+    for bad in (["da", 2020, 13, 1], ["dt", 1, 1, 1, 0, 0, 0, 0, 2, None], ["ti", 0, 0, 0, 0, 0, ["h", 1]]):
+        with pytest.raises(ValueError):
+            codec["_dec"](bad, lambda n: ("handle", n))
+
+
+DATES = """
+import datetime
+def gap(a, b):
+    return datetime.date.fromisoformat(b) - datetime.date.fromisoformat(a)
+def noon(day):
+    return datetime.datetime.combine(day, datetime.time(12), tzinfo=datetime.timezone.utc)
+"""
+
+
+async def test_datetime_values_get_the_in_process_verdict(pool: SandboxPool) -> None:
+    tests = [
+        ("import datetime\nassert gap('2020-01-01', '2020-03-01') == datetime.timedelta(days=60)", True),
+        ("assert gap('2020-01-01', '2020-03-01').days == 59", False),
+        (
+            "import datetime as d\nn = noon(d.date(2020, 2, 29))\n"
+            "assert n == d.datetime(2020, 2, 29, 12, tzinfo=d.timezone.utc) and n.tzinfo is d.timezone.utc",
+            True,
+        ),
+    ]
+    cases = [{"type": "assert", "code": t} for t, _ in tests]
+    for isolate in (True, False):
+        verdict = await grade(pool, DATES, cases, isolate_asserts=isolate, shaping="pass_rate", timeout_s=5.0)
+        assert [c.status for c in verdict.cases] == ["passed" if ok else "error" for _, ok in tests], verdict.cases

@@ -18,7 +18,8 @@ frozenset, ``d`` dict (keys and values alternating), ``I`` a big int in hex, ``b
 bytes/bytearray (latin-1), ``c`` complex, ``r`` range, ``E`` Ellipsis, ``D`` Decimal, ``Q`` Fraction,
 ``O`` OrderedDict, ``dd`` defaultdict, ``C`` Counter, ``q`` deque, ``nt`` namedtuple, ``ns``/``na``
 a numpy scalar/array (dtype name, shape, raw bytes in base64), ``nO`` an object-dtype array (its
-elements as values), ``h`` a handle (an object that stays in the solution process), ``X`` an exception
+elements as values), ``da``/``dt``/``ti``/``td``/``tz`` a datetime date/datetime/time/timedelta/
+fixed-offset timezone (their fields), ``h`` a handle (an object that stays in the solution process), ``X`` an exception
 class, ``M`` a module. Types are matched exactly (``type(v) is list``); an instance of a subclass of
 one of them (an ``int`` with its own ``__eq__``, an ``IntEnum`` member) is encoded as its base value,
 read with the base type's own methods, so the subclass's code never decides a comparison: from the

@@ -133,6 +133,9 @@ def _enc_value(o, other):
         fields = getattr(t, "_fields", None)
         if type(fields) is tuple and all(type(f) is str for f in fields) and len(fields) == len(o):
             return ["nt", t.__name__, list(fields)] + [_enc(x, other) for x in tuple.__iter__(o)]
+    mod = sys.modules.get("datetime")
+    if mod is not None and t in (mod.date, mod.datetime, mod.time, mod.timedelta, mod.timezone):
+        return _dt_enc(o, mod, other)
     np = sys.modules.get("numpy")
     if np is not None and (t is np.ndarray or issubclass(t, np.generic)):
         return _np_enc(o, np, other)
@@ -213,6 +216,50 @@ def _carried(node, name, value, handle):
     if base in _IMMUTABLE:
         _CARRIED_SAME[id(remote)] = (remote, obj)
     return obj
+
+
+# datetime values (exact types): their fields, rebuilt by the constructors, which check the ranges. A
+# tzinfo other than a fixed-offset ``timezone`` (a zoneinfo zone: code) keeps the value a handle.
+def _dt_enc(o, mod, other):
+    t = type(o)
+    if t is mod.timedelta:
+        return ["td", o.days, o.seconds, o.microseconds]
+    if t is mod.timezone:
+        offset = o.utcoffset(None)
+        name = o.tzname(None)
+        return ["tz", _dt_enc(offset, mod, other), None if name == mod.timezone(offset).tzname(None) else name]
+    if t is mod.date:
+        return ["da", o.year, o.month, o.day]
+    tz = o.tzinfo
+    if tz is not None and type(tz) is not mod.timezone:
+        return other(o)
+    tz = None if tz is None else _dt_enc(tz, mod, other)
+    if t is mod.time:
+        return ["ti", o.hour, o.minute, o.second, o.microsecond, o.fold, tz]
+    return ["dt", o.year, o.month, o.day, o.hour, o.minute, o.second, o.microsecond, o.fold, tz]
+
+
+def _dt_dec(tag, rest):
+    import datetime
+    if tag == "td":
+        return datetime.timedelta(_int(rest[0]), _int(rest[1]), _int(rest[2]))
+    if tag == "tz":
+        offset = _dt_dec(rest[0][0], rest[0][1:]) if type(rest[0]) is list and rest[0][:1] == ["td"] else None
+        if offset is None:
+            raise ValueError("bad timezone")
+        return datetime.timezone(offset) if rest[1] is None else datetime.timezone(offset, _str(rest[1]))
+    if tag == "da":
+        return datetime.date(*[_int(x) for x in rest[:3]])
+    tz = rest[-1]
+    if tz is not None:
+        if type(tz) is not list or tz[:1] != ["tz"]:
+            raise ValueError("bad tzinfo")
+        tz = _dt_dec("tz", tz[1:])
+    if tag == "ti":
+        h, mi, s, us, fold = [_int(x) for x in rest[:5]]
+        return datetime.time(h, mi, s, us, tz, fold=fold)
+    y, mo, d, h, mi, s, us, fold = [_int(x) for x in rest[:8]]
+    return datetime.datetime(y, mo, d, h, mi, s, us, tz, fold=fold)
 
 
 # The nearest builtin base of a subclass's instance, as an exact builtin (the base type's own methods,
@@ -401,6 +448,8 @@ def _dec_value(n, handle):
         return _nt_class(_str(rest[0]), tuple(map(_str, rest[1])))(*[_dec(x, handle) for x in rest[2:]])
     if tag == "na" or tag == "ns" or tag == "nO":
         return _np_dec(tag, rest, handle)
+    if tag in ("td", "tz", "da", "ti", "dt"):
+        return _dt_dec(tag, rest)
     if tag == "sub":
         return _carried(rest[0], _str(rest[1]), _dec(rest[2], handle), handle)
     return handle(n)

@@ -344,11 +344,13 @@ def test_both_harnesses_agree_on_how_a_case_ends(tmp_path: Path) -> None:
             # The plain harness with a forked child: run inline, a case's death is read from the sandbox
             # run's exit, which this direct run does not have (tests/judge/test_inline_harness.py).
             if isolated:
-                script = build_isolated_harness(source, [AssertCase(code=test)], timeout_s=cpu)
+                text = build_isolated_harness(source, [AssertCase(code=test)], timeout_s=cpu)
             else:
-                script = build_python_harness(source, [AssertCase(code=test)], timeout_s=cpu, inline=False)
+                text = build_python_harness(source, [AssertCase(code=test)], timeout_s=cpu, inline=False)
+            script = tmp_path / "harness.py"  # a file, as the backends run it (over 128 KiB: too long for -c)
+            script.write_text(text)
             done = subprocess.run(
-                [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path
+                [sys.executable, str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path
             )
             item = (parse_isolated_output(done.stdout)[1] if isolated else parse_harness_output(done.stdout).results)[0]
             got.append((item["status"], item.get("error")))

@@ -16,9 +16,15 @@ The value encoding, used both ways: a JSON scalar (``null``, ``true``/``false``,
 is itself; every JSON array is a tagged node ``[tag, ...]``: ``l`` list, ``t`` tuple, ``s`` set, ``f``
 frozenset, ``d`` dict (keys and values alternating), ``I`` a big int in hex, ``b``/``B``
 bytes/bytearray (latin-1), ``c`` complex, ``r`` range, ``E`` Ellipsis, ``D`` Decimal, ``Q`` Fraction,
-``O`` OrderedDict, ``dd`` defaultdict, ``C`` Counter, ``q`` deque, ``nt`` namedtuple, ``h`` a handle
-(an object that stays in the solution process), ``X`` an exception class, ``M`` a module. Types are
-matched exactly (``type(v) is list``), so a subclass with its own ``__eq__`` is a handle, not data.
+``O`` OrderedDict, ``dd`` defaultdict, ``C`` Counter, ``q`` deque, ``nt`` namedtuple, ``ns``/``na``
+a numpy scalar/array (dtype name, shape, raw bytes in base64), ``nO`` an object-dtype array (its
+elements as values), ``da``/``dt``/``ti``/``td``/``tz`` a datetime date/datetime/time/timedelta/
+fixed-offset timezone (their fields), ``h`` a handle (an object that stays in the solution process), ``X`` an exception
+class, ``M`` a module. Types are matched exactly (``type(v) is list``); an instance of a subclass of
+one of them (an ``int`` with its own ``__eq__``, an ``IntEnum`` member) is encoded as its base value,
+read with the base type's own methods, so the subclass's code never decides a comparison: from the
+checker as that value alone, from the solution as ``sub`` (its handle, its class's name, the value),
+which the checker rebuilds as a local subclass of the base that reads added attributes via the handle.
 
 This string is standalone Python (stdlib only): the sandbox cannot see sandboxkit's installation.
 ``_D`` (the data) is prepended.
@@ -278,7 +284,10 @@ if not _no_dump():
     _report({"cannot": "the harness cannot make itself non-dumpable (prctl is unavailable), so the test "
                        "could not be kept out of the solution's reach"})
     sys.exit(0)
-for _m in _D["imports"]:
+# numpy too when the solution names it: imported once here (from the directories the program cannot
+# write, before any of its code exists), not in each case's two processes (about 0.1 s of CPU each),
+# and the checker rebuilds the solution's numpy values with it.
+for _m in _D["imports"] + (["numpy"] if "numpy" in _D["source"] else []):
     try:
         __import__(_m)
     except BaseException:

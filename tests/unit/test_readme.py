@@ -22,10 +22,19 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert test_cmd in ci.splitlines(), "CI must call the README's test command verbatim"
 
 
+def _anchors(markdown: str) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation but ``-``/``_`` dropped, spaces to ``-``."""
+    headings = re.findall(r"^#+ (.+)$", markdown, re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
 def test_docs_pages_linked_from_readme_exist() -> None:
     readme = (ROOT / "README.md").read_text()
     for link in re.findall(r"\]\((docs/[^)]+)\)", readme):
-        assert (ROOT / link).exists(), f"README links to missing {link}"
+        path, _, anchor = link.partition("#")
+        assert (ROOT / path).exists(), f"README links to missing {path}"
+        if anchor:
+            assert anchor in _anchors((ROOT / path).read_text()), f"README links to a missing heading: {link}"
 
 
 def test_bootstrap_installs_no_test_plugin_for_users() -> None:

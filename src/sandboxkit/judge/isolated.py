@@ -23,6 +23,7 @@ compare, hash or compute (which would let the solution's code decide the outcome
 nor a forged 1. Out of scope: a solution that reads the test's source from its own memory (it is a
 fork of the harness, which holds every case) to compute the expected answers.
 
+A problem's only case needs no forked checker: the harness process is its checker (:func:`runs_inline`).
 Cases are scheduled as in the plain harness: in parallel when the shaping needs every case (a case
 killed for memory while others ran is run again alone), one at a time stopping at the first failure
 otherwise; each has the plain harness's CPU-time limit (the checker's and the solution's CPU summed)

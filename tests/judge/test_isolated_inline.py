@@ -8,6 +8,7 @@ must be the same both ways, for every way the solution or the test can end; the 
 
 from __future__ import annotations
 
+import marshal
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ from importlib.util import MAGIC_NUMBER
 from pathlib import Path
 
 import anyio
+import pytest
 
 from sandboxkit import SandboxPool
 from sandboxkit.judge import AssertCase, grade
@@ -122,7 +124,7 @@ def test_the_harness_runs_from_source_where_its_bytecode_does_not_fit(tmp_path: 
     cases = [AssertCase(code="assert f(-1) == 0"), AssertCase(code="assert f(1) == 2")]
     for group in (cases, cases[1:]):
         script = build_isolated_harness(source, group, timeout_s=1.0)
-        assert repr(MAGIC_NUMBER) in script
+        assert repr(MAGIC_NUMBER) in script and "'bc': '" in script  # the tests go compiled too
         other = script.replace(repr(MAGIC_NUMBER), repr(b"\x00\x00\r\n"))
         for text in (script, other):
             path = tmp_path / "harness.py"  # a file, as the backends run it (over 128 KiB: too long for -c)
@@ -134,3 +136,28 @@ def test_the_harness_runs_from_source_where_its_bytecode_does_not_fit(tmp_path: 
             assert statuses == (["error", "ok"] if len(group) == 2 else ["ok"]), results
             if len(group) == 2:
                 assert "ValueError: boom (main.py line 3)" in str(results[0]["error"])
+
+
+def test_the_host_compiles_the_test_as_the_sandbox_would() -> None:
+    from sandboxkit.judge.isolated import _test_bytecode
+
+    def run(test: str) -> None:
+        bytecode = _test_bytecode(test)
+        assert bytecode is not None
+        exec(marshal.loads(bytes.fromhex(bytecode)), {})
+
+    # Asserts kept whatever the host's -O; no ``from __future__ import annotations`` of the host's
+    # module (the annotation is evaluated, as in the sandbox); <test> as the file name.
+    with pytest.raises(AssertionError):
+        run("assert 1 == 2")
+    with pytest.raises(NameError):
+        run("x: not_defined_anywhere = 1")
+    with pytest.raises(ZeroDivisionError) as raised:
+        run("\n1 / 0")
+    assert raised.traceback[-1].frame.code.raw.co_filename == "<test>" and raised.traceback[-1].lineno == 1
+    assert _test_bytecode("def (") is None
+
+
+async def test_a_test_that_does_not_compile_is_reported_from_the_sandbox(pool: SandboxPool) -> None:
+    verdict = await grade(pool, "def f(x):\n    return x\n", [{"type": "assert", "code": "assert f(1) ==\n"}])
+    assert verdict.cases[0].status == "error" and "SyntaxError" in verdict.cases[0].message, verdict.cases

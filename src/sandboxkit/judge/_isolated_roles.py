@@ -394,7 +394,8 @@ def _checked(case):
                 ns[name] = _dec(node, _checker_handle)
             except _NoNumpy:
                 _no_numpy()
-        test = compile(code, "<test>", "exec")
+        # Compiled by the host when this interpreter reads its bytecode (the same for every completion).
+        test = marshal.loads(bytes.fromhex(case["bc"])) if "bc" in case else compile(code, "<test>", "exec")
         exec(test, ns)
         result = "ok"
     except (_Cannot, _Died):

@@ -35,11 +35,11 @@ from __future__ import annotations
 from sandboxkit.judge._isolated_codec import CODEC
 from sandboxkit.judge._isolated_roles import ROLES
 
-__all__ = ["CODEC", "IMPORTS", "SOURCE"]
+__all__ = ["CODEC", "IMPORTS", "INLINE_SOURCE", "SOURCE"]
 
 #: The modules every part below uses.
 IMPORTS = r"""
-import builtins, fcntl, json, os, resource, select, signal, sys, time
+import builtins, json, marshal, os, resource, select, signal, sys, time
 from collections import Counter, OrderedDict, defaultdict, deque, namedtuple
 """
 
@@ -51,8 +51,9 @@ _CPU = _D["cpu"]
 _WALL = _D["wall"]
 
 
-def _report(obj):
-    _write_all(_OUT, (_MARK + repr(obj) + "\n").encode("utf-8"))
+def _report(*objs):
+    # Several in one write: the host wakes once for them.
+    _write_all(_OUT, "".join(_MARK + repr(obj) + "\n" for obj in objs).encode("utf-8"))
 
 
 def _exc_line(e):
@@ -110,9 +111,19 @@ def _no_dump():
 
 """
 
-#: The parent: forks a solution and a checker per case, schedules and reports them.
-_PARENT = r'''
+#: The parent's tools: forking a process, reading how a case ended.
+_PARENT = r"""
 # ---------------------------------------------------------------- the parent
+
+
+def _place(keep):
+    # keep[k] becomes descriptor k; every other descriptor is closed. Copies above all of them first,
+    # so moving one into place never overwrites another still to move.
+    base = max(keep) + 1
+    high = [os.dup2(fd, base + k) for k, fd in enumerate(keep)]
+    for target, fd in enumerate(high):
+        os.dup2(fd, target)
+    os.closerange(len(keep), 1 << 16)
 
 
 def _enter(keep):
@@ -120,11 +131,7 @@ def _enter(keep):
         os.setpgid(0, 0)
     except OSError:
         pass
-    # Copies above every target first, so moving one into place never overwrites another still to move.
-    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, len(keep)) for fd in keep]
-    for target, fd in enumerate(high):
-        os.dup2(fd, target)
-    os.closerange(len(keep), 1 << 16)
+    _place(keep)
     soft = max(1, -int(-_CPU // 1))
     try:
         resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1))
@@ -163,6 +170,41 @@ def _fork(keep, body):
     return pid
 
 
+def _signal(status):
+    return os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+
+
+def _verdict(i, elapsed, cpu, killed, c_status, s_status, payload):
+    base = {"i": i, "t": elapsed, "cpu": cpu}
+    c_sig, s_sig = _signal(c_status), _signal(s_status)
+    c_code = os.WEXITSTATUS(c_status) if os.WIFEXITED(c_status) else None
+    if killed or cpu > _CPU or signal.SIGXCPU in (c_sig, s_sig):
+        return dict(base, status="timeout", why="wall" if killed and cpu <= _CPU else "cpu")
+    kind, _, body = payload.partition("\n")
+    if c_code == 0 and kind == "ok":
+        return dict(base, status="ok")
+    if c_code == 0 and kind == "cannot":
+        return dict(base, status="cannot_isolate", error=body[:500])
+    if c_code == 0 and kind == "died":
+        if s_sig == signal.SIGKILL:  # before the test ended, so not ours: the kernel's OOM killer
+            return dict(base, status="memory_exceeded", error="killed by SIGKILL (out of memory)")
+        if s_sig is not None:
+            return dict(base, status="error", error="the program was killed by signal %d before the case finished" % s_sig)
+        if os.WIFEXITED(s_status) and body.startswith("the solution's process ended"):
+            return dict(base, status="error", error="the program exited (code %d) before the case finished" % os.WEXITSTATUS(s_status))
+        return dict(base, status="error", error=body[:500])
+    if c_code == 0 and kind in ("err", "oom"):
+        return dict(base, status="memory_exceeded" if kind == "oom" else "error", error=body[:500])
+    if c_sig == signal.SIGKILL:
+        return dict(base, status="memory_exceeded", error="killed by SIGKILL (out of memory)")
+    why = "signal %d" % c_sig if c_sig is not None else "code %s" % c_code
+    return dict(base, status="error", error="the test's process ended (%s) before the case finished" % why)
+
+
+"""
+
+#: Many cases: a forked checker and a forked solution per case, scheduled (some at once).
+_SCHEDULER = r'''
 class _Run:
     """One case in flight: its two processes, the checker's report pipe, its deadline."""
 
@@ -176,7 +218,7 @@ def _start(i, case):
     null = os.open(os.devnull, os.O_RDWR)
     r.started = time.monotonic()
     r.deadline = r.started + _WALL
-    r.sol = _fork([null, null, null, req_r, resp_w], lambda: _serve(_BASE, case["code"]))
+    r.sol = _fork([null, null, null, req_r, resp_w], lambda: _serve(_BASE, set(case["names"])))
     r.chk = _fork([null, null, null, res_w, req_w, resp_r], lambda: _check(case))
     for fd in (req_r, req_w, resp_r, resp_w, res_w, null):
         os.close(fd)
@@ -238,38 +280,11 @@ def _schedule(cases, parallel, stop):
     return retry
 
 
-def _signal(status):
-    return os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+'''
 
-
-def _verdict(i, elapsed, cpu, killed, c_status, s_status, payload):
-    base = {"i": i, "t": elapsed, "cpu": cpu}
-    c_sig, s_sig = _signal(c_status), _signal(s_status)
-    c_code = os.WEXITSTATUS(c_status) if os.WIFEXITED(c_status) else None
-    if killed or cpu > _CPU or signal.SIGXCPU in (c_sig, s_sig):
-        return dict(base, status="timeout", why="wall" if killed and cpu <= _CPU else "cpu")
-    kind, _, body = payload.partition("\n")
-    if c_code == 0 and kind == "ok":
-        return dict(base, status="ok")
-    if c_code == 0 and kind == "cannot":
-        return dict(base, status="cannot_isolate", error=body[:500])
-    if c_code == 0 and kind == "died":
-        if s_sig == signal.SIGKILL:  # before the test ended, so not ours: the kernel's OOM killer
-            return dict(base, status="memory_exceeded", error="killed by SIGKILL (out of memory)")
-        if s_sig is not None:
-            return dict(base, status="error", error="the program was killed by signal %d before the case finished" % s_sig)
-        if os.WIFEXITED(s_status) and body.startswith("the solution's process ended"):
-            return dict(base, status="error", error="the program exited (code %d) before the case finished" % os.WEXITSTATUS(s_status))
-        return dict(base, status="error", error=body[:500])
-    if c_code == 0 and kind in ("err", "oom"):
-        return dict(base, status="memory_exceeded" if kind == "oom" else "error", error=body[:500])
-    if c_sig == signal.SIGKILL:
-        return dict(base, status="memory_exceeded", error="killed by SIGKILL (out of memory)")
-    why = "signal %d" % c_sig if c_sig is not None else "code %s" % c_code
-    return dict(base, status="error", error="the test's process ended (%s) before the case finished" % why)
-
-
-# ---------------------------------------------------------------- set-up and main
+#: Set-up, before any model code exists: import path, non-dumpable, the test's imports, the prelude.
+_SETUP = r"""
+# ---------------------------------------------------------------- set-up
 
 
 # Only directories the program cannot write stay importable: the checker imports modules after the
@@ -300,6 +315,11 @@ try:
 except (SyntaxError, ValueError) as _e:
     _report({"syntax_error": _exc_line(_e)})
     sys.exit(0)
+"""
+
+#: Runs the cases with the scheduler and says it is done.
+_MAIN = r"""
+# ---------------------------------------------------------------- main
 _cases = list(enumerate(_D["cases"]))
 _stop = _D["stop_on_error"]
 try:
@@ -310,6 +330,83 @@ _parallel = 1 if _stop else max(1, min(len(_cases), _D["parallel"], _cpus))
 for _item in _schedule(_cases, _parallel, _stop):
     _schedule([_item], 1, False)
 _report({"done": True})
-'''
+os._exit(0)
+"""
 
-SOURCE = IMPORTS + _HEAD + CODEC + ROLES + _PARENT
+#: A problem's only case: this process is its checker (see :func:`sandboxkit.judge.isolated.runs_inline`).
+_INLINE = r"""
+# ---------------------------------------------------------------- a problem's only case, checked here
+
+
+def _cpu_now():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _inline_end(payload, killed=False, c_status=0):
+    # Ends the run: stops the timers, ends and reaps the solution, reports the verdict (as _finish does
+    # for a forked checker, whose exit status here is c_status: 0, or SIGXCPU's for its CPU limit).
+    if _ENDED:
+        return
+    _ENDED.append(True)
+    signal.setitimer(signal.ITIMER_PROF, 0)
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    elapsed = time.monotonic() - _T0
+    cpu = _cpu_now() - _USED
+    for fd in (4, 5):
+        os.close(fd)  # the solution reads the end of its requests, as when a forked checker exits
+    _kill(_SOL)
+    _, s_status, s_usage = os.wait4(_SOL, 0)
+    cpu += s_usage.ru_utime + s_usage.ru_stime
+    _report(_verdict(0, elapsed, cpu, killed, c_status, s_status, payload), {"done": True})
+    os._exit(0)
+
+
+def _inline_alarm(signum, frame):
+    # The wall limit, stretched by the time spent waiting for a CPU (as for a forked case).
+    if _ENDED:
+        return
+    now = time.monotonic()
+    limit = min(_T0 + _WALL + _queued_s(os.getpid()) + _queued_s(_SOL), _T0 + _WALL * _D["stretch"])
+    if now < limit:
+        signal.setitimer(signal.ITIMER_REAL, limit - now)
+        return
+    _inline_end("", killed=True)
+
+
+def _inline_cpu(signum, frame):
+    # The test's own CPU time reached the limit: as a forked checker stopped by RLIMIT_CPU.
+    _inline_end("", c_status=signal.SIGXCPU)
+
+
+# Straight-line code, not functions: every code object the harness carries costs each run its
+# unmarshalling and the pages it touches.
+_ENDED = []
+_req_r, _req_w = os.pipe()
+_resp_r, _resp_w = os.pipe()
+_null = os.open(os.devnull, os.O_RDWR)
+_T0 = time.monotonic()
+_SOL = _fork([_null, _null, _null, _req_r, _resp_w], lambda: _serve(_BASE, set(_D["cases"][0]["names"])))
+# Here, as in a forked checker: stdio on /dev/null (what the test prints cannot pose as a report), the
+# report channel on 3, requests to the solution on 4, its replies on 5, nothing else.
+_place([_null, _null, _null, _OUT, _req_w, _resp_r])
+_OUT = 3
+_USED = _cpu_now()
+signal.signal(signal.SIGALRM, _inline_alarm)
+signal.signal(signal.SIGPROF, _inline_cpu)
+signal.setitimer(signal.ITIMER_REAL, _WALL)
+signal.setitimer(signal.ITIMER_PROF, _CPU)
+_soft = max(1, -int(-(_USED + _CPU) // 1))  # a backstop, should the test sit in one long C call
+try:
+    resource.setrlimit(resource.RLIMIT_CPU, (_soft, _soft + 1))
+except (ValueError, OSError):
+    pass  # a stricter inherited hard limit stays in force
+_inline_end(_checked(_D["cases"][0]))
+"""
+
+#: The harness for many cases (forked checkers), as one text (:mod:`sandboxkit.judge.isolated` ships it
+#: compiled).
+SOURCE = IMPORTS + _HEAD + CODEC + ROLES + _PARENT + _SCHEDULER + _SETUP + _MAIN
+
+#: The harness for a problem's only case (its checker is the harness process itself, less ``_check``).
+INLINE_SOURCE = IMPORTS + _HEAD + CODEC + ROLES + _PARENT + _SETUP + _INLINE

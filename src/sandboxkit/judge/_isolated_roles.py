@@ -64,12 +64,11 @@ def _exception_node(e):
     return [_solution_other(type(e)), args, message]
 
 
-def _serve(base, test):
+def _serve(base, spelled):
     # fd 3: requests from the checker; fd 4: replies. The solution's own output goes to /dev/null.
-    import operator, re
-    # Only names the test spells can be looked up by it: the others (a big precomputed table...) are
-    # not encoded at all.
-    spelled = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", test))
+    # Only names the test spells (``spelled``, found by the host) can be looked up by it: the others
+    # (a big precomputed table...) are not encoded at all.
+    import operator
     _SUB["on"] = True
     ns = dict(base)
     try:
@@ -368,7 +367,13 @@ def _no_numpy():
 
 
 def _check(case):
-    # fd 3: the report to the parent; fd 4: requests to the solution; fd 5: its replies.
+    # A forked checker: fd 3 is the report to the parent.
+    _write_all(3, _checked(case).encode("utf-8", "backslashreplace"))
+    os._exit(0)
+
+
+def _checked(case):
+    # Runs the test; fd 4: requests to the solution, fd 5: its replies. Returns the payload for _verdict.
     code = case["code"]
     result = None
     try:
@@ -389,7 +394,8 @@ def _check(case):
                 ns[name] = _dec(node, _checker_handle)
             except _NoNumpy:
                 _no_numpy()
-        test = compile(code, "<test>", "exec")
+        # Compiled by the host when this interpreter reads its bytecode (the same for every completion).
+        test = marshal.loads(bytes.fromhex(case["bc"])) if "bc" in case else compile(code, "<test>", "exec")
         exec(test, ns)
         result = "ok"
     except (_Cannot, _Died):
@@ -402,6 +408,5 @@ def _check(case):
         result = "cannot\n" + _STATE["cannot"]
     elif result is None:
         result = "died\nthe solution's process stopped answering"
-    _write_all(3, result.encode("utf-8", "backslashreplace"))
-    os._exit(0)
+    return result
 '''

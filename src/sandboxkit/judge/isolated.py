@@ -23,6 +23,7 @@ compare, hash or compute (which would let the solution's code decide the outcome
 nor a forged 1. Out of scope: a solution that reads the test's source from its own memory (it is a
 fork of the harness, which holds every case) to compute the expected answers.
 
+A problem's only case needs no forked checker: the harness process is its checker (:func:`runs_inline`).
 Cases are scheduled as in the plain harness: in parallel when the shaping needs every case (a case
 killed for memory while others ran is run again alone), one at a time stopping at the first failure
 otherwise; each has the plain harness's CPU-time limit (the checker's and the solution's CPU summed)
@@ -32,23 +33,33 @@ and its stretched wall limit.
 from __future__ import annotations
 
 import ast
-import binascii
+import base64
 import functools
 import json
 import marshal
+import re
+import warnings
+import zlib
 from collections.abc import Sequence
 from importlib.util import MAGIC_NUMBER
 from typing import Any
 
 from sandboxkit.errors import SandboxError
-from sandboxkit.judge._harness_isolated import SOURCE
+from sandboxkit.judge._harness_isolated import INLINE_SOURCE, SOURCE
 from sandboxkit.judge._job import Job, Outcome, all_compile_error, timed_run
+from sandboxkit.judge._python import inline_lost
 from sandboxkit.judge.cases import AssertCase
 from sandboxkit.judge.harness import DEFAULT_PARALLEL, MARK, WALL_STRETCH, prelude_for, python_literal, wall_limit
 from sandboxkit.judge.verdict import CaseResult, trim_message
 from sandboxkit.models import RunResult, Status
 
-__all__ = ["CannotIsolate", "build_isolated_harness", "parse_isolated_output", "run_isolated_asserts"]
+__all__ = [
+    "CannotIsolate",
+    "build_isolated_harness",
+    "imports_of",
+    "parse_isolated_output",
+    "run_isolated_asserts",
+]
 
 #: The isolated harness's own file name in tracebacks (never shown: its frames are cut from reports).
 HARNESS_FILE = "<sandboxkit-isolated-harness>"
@@ -72,17 +83,61 @@ class CannotIsolate(SandboxError):
 
 def imports_of(code: str) -> list[str]:
     """Modules the test code imports, so the harness imports them before any solution code exists."""
+    return list(_imports_of(code))
+
+
+@functools.lru_cache(maxsize=1024)
+def _imports_of(code: str) -> tuple[str, ...]:
+    # Cached: parsing a HumanEval test costs ~0.3 ms, and RL grades many completions against one test.
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError):
-        return []
+        return ()
     names: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.extend(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names.append(node.module)
-    return sorted(set(names))
+    return tuple(sorted(set(names)))
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@functools.lru_cache(maxsize=1024)
+def spelled(code: str) -> tuple[str, ...]:
+    """The identifiers the test code spells: only those of the solution's names cross to the checker.
+
+    Found here, not in the sandbox: ``re`` compiling the pattern there cost every run ~0.3 ms.
+    """
+    return tuple(sorted(set(_IDENTIFIER.findall(code))))
+
+
+def _case_data(code: str) -> dict[str, Any]:
+    data: dict[str, Any] = {"code": code, "names": spelled(code)}
+    bytecode = _test_bytecode(code)
+    if bytecode is not None:
+        data["bc"] = bytecode
+    return data
+
+
+@functools.lru_cache(maxsize=1024)
+def _test_bytecode(code: str) -> str | None:
+    """The test code compiled here, in hex, for a sandbox interpreter that reads this bytecode.
+
+    Compiling a HumanEval test in the sandbox cost every run ~0.3 ms; RL grades many completions
+    against one test, so here it is compiled once. As the sandbox would: ``<test>`` as its file name
+    (case messages quote its lines), asserts kept whatever this interpreter's ``-O``, no ``__future__``
+    flag of this module. ``None`` when it does not compile: the sandbox compiles it and reports why.
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a SyntaxWarning is the sandbox's to print, not the host's
+            compiled = compile(code, "<test>", "exec", dont_inherit=True, optimize=0)
+    except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError):
+        return None
+    return marshal.dumps(compiled).hex()
 
 
 def build_isolated_harness(
@@ -108,8 +163,8 @@ def build_isolated_harness(
     codes = [case.code for case in cases]
     data = {
         "source": source,
-        "cases": [{"code": code} for code in codes],
-        "imports": sorted({name for code in codes for name in imports_of(code)}),
+        "cases": [_case_data(code) for code in codes],
+        "imports": sorted({name for code in codes for name in _imports_of(code)}),
         "cpu": float(timeout_s),
         "wall": wall_limit(float(timeout_s)),
         "stretch": WALL_STRETCH,
@@ -123,22 +178,70 @@ def build_isolated_harness(
         literal = repr(data)
     except ValueError:
         literal = python_literal(data)
-    bytecode = _compiled()
+    return "_D = " + literal + "\n" + _loader(runs_inline(cases))
+
+
+@functools.lru_cache(maxsize=2)
+def _loader(inline: bool) -> str:
+    """The script's constant tail (built once: repr of its ~100 KB costs ~0.3 ms).
+
+    The harness goes compiled when the sandbox's interpreter reads this bytecode (the magic number test
+    the import system uses for ``.pyc`` files), in hex as the plain harness's: base64 would import
+    ``binascii``, a shared library in some builds, and ``bytes.fromhex`` is built in. Any other
+    interpreter compiles the source, shipped zlib-compressed: every character of the script costs the
+    compiler's tokenizer (and the transfer into the sandbox) time in every run, even in the branch
+    that does not run, and the source would add ~30 KB to the ~110 KB of hex.
+    """
+    source, bytecode = _compiled(inline)
+    packed = base64.b64encode(zlib.compress(source.encode("utf-8"), 9)).decode("ascii")
     return (
-        "_D = " + literal + "\n"
         "import sys as _sys\n"
         f"if getattr(_sys.modules.get('_frozen_importlib_external'), 'MAGIC_NUMBER', None) == {MAGIC_NUMBER!r}:\n"
-        f"    exec(__import__('marshal').loads(__import__('binascii').a2b_base64({bytecode!r})))\n"
+        f"    exec(__import__('marshal').loads(bytes.fromhex({bytecode!r})))\n"
         "else:\n"
-        f"    exec(compile({SOURCE!r}, {HARNESS_FILE!r}, 'exec'))\n"
+        "    for _c in _D['cases']:\n"
+        "        _c.pop('bc', None)\n"
+        f"    _z = __import__('zlib').decompress(__import__('binascii').a2b_base64({packed!r}))\n"
+        f"    exec(compile(_z.decode('utf-8'), {HARNESS_FILE!r}, 'exec'))\n"
     )
 
 
-@functools.lru_cache(maxsize=1)
-def _compiled() -> str:
-    """The harness's bytecode for this interpreter, base64 (compiling ~20 KB costs every run ~5 ms)."""
-    code = compile(SOURCE, HARNESS_FILE, "exec")
-    return binascii.b2a_base64(marshal.dumps(code), newline=False).decode("ascii")
+def runs_inline(cases: Sequence[AssertCase]) -> bool:
+    """Whether the harness process itself is the checker of the problem's only case.
+
+    A forked checker per case keeps the cases apart (one case's crash or loop cannot hide another's
+    result). With one case there is nothing to keep apart: the harness process, which runs no model
+    code, is non-dumpable and alone holds the report channel, runs the test itself and forks only the
+    solution. One fork and one process less per run (most of an isolated HumanEval problem's cost),
+    with the same verdicts, limits and security: the solution is still a process of its own that can
+    neither trace the checker nor reach its descriptors. A death of the harness process itself (its
+    CPU backstop, the OOM killer, a kill by the solution) is read from the run's exit, as for the
+    plain harness's inline case (:func:`sandboxkit.judge._python.inline_lost`).
+    """
+    return len(cases) == 1
+
+
+#: The functions only forked checkers use, left out of the inline harness (every code object costs each
+#: run its unmarshalling and the pages it touches).
+_FORKED_ONLY = frozenset({"_check"})
+
+
+@functools.lru_cache(maxsize=2)
+def _compiled(inline: bool) -> tuple[str, str]:
+    """The harness's source for this shape and its bytecode for this interpreter in hex (computed once).
+
+    Compiled with ``optimize=2``: the harness's own docstrings are not shipped (it has no ``assert`` and
+    reads no ``__debug__``; the test code is compiled in the sandbox with the interpreter's own flags).
+    """
+    source = INLINE_SOURCE if inline else SOURCE
+    if inline:
+        lines = source.splitlines(keepends=True)
+        cut: set[int] = set()
+        for node in ast.parse(source).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in _FORKED_ONLY:
+                cut.update(range(node.lineno - 1, node.end_lineno or node.lineno))
+        source = "".join(line for i, line in enumerate(lines) if i not in cut)
+    return source, marshal.dumps(compile(source, HARNESS_FILE, "exec", optimize=2)).hex()
 
 
 def parse_isolated_output(stdout: str) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
@@ -183,7 +286,9 @@ async def run_isolated_asserts(job: Job, group: list[tuple[int, AssertCase]]) ->
     for k, (index, case) in enumerate(group):
         item = results.get(k)
         if item is None:
-            if not stopped:
+            if len(group) == 1:  # its checker was the harness process: read the run's own exit
+                outcome.cases[index] = inline_lost(index, case, result, job.limits.timeout_s)
+            elif not stopped:
                 outcome.cases[index] = _lost(index, case, result)
             continue
         if item.get("status") == "cannot_isolate":

@@ -262,3 +262,13 @@ async def test_on_docker_right_passes_and_peeking_or_forging_does_not(docker_poo
     for cheat in (PEEK, FORGE, LINEAR):
         verdict = await grade(docker_pool, cheat, {"cases": CASES[1:2], "checker": checker})
         assert verdict.reward == 0.0 and verdict.status != "infra_error", (cheat, verdict)
+
+
+async def test_an_interactor_that_stays_readable_never_lets_the_solution_start(pool: SandboxPool) -> None:
+    # The launcher starts the solution only once the interactor is non-dumpable; one that makes itself
+    # dumpable again (as a slow start on a loaded machine would leave it) is the judge's failure: no
+    # reward, and the peeking solution never runs (before, it started after 2 s anyway and could pass).
+    readable = "__import__('ctypes').CDLL(None).prctl(4, 1, 0, 0, 0)\nimport time\ntime.sleep(30)\n" + PY_INTERACTOR
+    verdict = await grade(pool, PEEK, {"cases": CASES[1:2], "checker": suite("python", readable)["checker"]})
+    assert verdict.status == "infra_error" and verdict.reward is None, verdict
+    assert "did not hide its files" in (verdict.error or ""), verdict.error

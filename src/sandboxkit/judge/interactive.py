@@ -7,8 +7,10 @@ solution's stdout feeds its stdin. Its exit code is the verdict: 0 accepts, 1 (w
 (presentation error) rejects, 3 means the interactor itself failed.
 
 Both programs run in **one** sandbox session (the solution and the interactor compiled once, every case
-run there), joined by two FIFOs. The order in which the launcher opens them (each side opens the
-solution-to-interactor FIFO first) is what keeps the two blocking ``open`` calls from deadlocking.
+run there), joined by two FIFOs. The launcher holds both FIFOs open read-write while the interactor
+starts, so the interactor's ``open`` calls never block and it can hide itself (below) before the
+solution exists; the solution's opens then find the interactor's ends (it waits until the solution has opened both, then drops its own), so each side
+still sees end-of-file when the other exits.
 
 The solution must not be able to read what the interactor hides (the secret number of a guessing game):
 
@@ -18,7 +20,10 @@ The solution must not be able to read what the interactor hides (the secret numb
 * the interactor is made non-dumpable before the solution starts (a compiled one is executed from an
   execute-only file, which the kernel marks non-dumpable; a Python one calls ``prctl(PR_SET_DUMPABLE, 0)``
   first), so the solution cannot open ``/proc/<pid>/fd/3`` or read its memory. The launcher waits for
-  that (``/proc/<pid>/exe`` turns unreadable) before it starts the solution.
+  that (``/proc/<pid>/exe`` turns unreadable, polled with a timed ``read`` so the wait does not take the
+  CPU the interactor needs) before it starts the solution; if it has not happened within
+  ``_HIDE_WAIT_S`` the solution is never started and the case is ``infra_error`` (an overloaded machine
+  must not turn into a peek that passes).
 
 Who is to blame, which decides between a 0 and "no reward":
 
@@ -60,8 +65,13 @@ INTERACTIVE_LANGUAGES = frozenset({"c", "cpp", "rust", "python"})
 #: Where the compiled interactor lives in the workspace (away from the solution's ``main``).
 _DIR = ".interactor"
 _MARK = "@@sandboxkit-interact@@"
-#: How long the launcher waits for the interactor to turn non-dumpable before starting the solution anyway.
-_HIDE_WAIT_S = 2
+#: How long the launcher waits for the interactor to turn non-dumpable. Past it the solution never starts
+#: (its secret would be readable): the case is an infrastructure failure, never a run that could peek.
+_HIDE_WAIT_S = 5
+#: The launcher's exit code when the interactor did not turn non-dumpable in time.
+_NOT_HIDDEN = 96
+#: The launcher's exit code when the interactor ended before the solution could start.
+_DIED_EARLY = 95
 #: A compiled program's probing run (to compile it once): only a compile error matters, so it is cut short.
 _PROBE = 0.2
 #: Prepended to a Python interactor: non-dumpable, so the solution cannot read its descriptors or memory.
@@ -159,16 +169,27 @@ async def _prepare_solution(session: Session, job: Job, group: list[tuple[int, S
 def _launcher(solution: list[str], interactor: list[str], inp: str, ans: str) -> str:
     """The bash program that joins the two processes (see the module docstring for each step's reason)."""
     return f"""
-rm -f .s2i .i2s .ierr; mkfifo .s2i .i2s || exit 97
-exec 3<{inp} 4<{ans} || exit 97
-rm -f {inp} {ans}
+rm -f .s2i .i2s .ierr .hold; mkfifo .s2i .i2s .hold || exit 97
+exec 3<{inp} 4<{ans} 5<>.hold 6<>.s2i 7<>.i2s || exit 97
+rm -f {inp} {ans} .hold
 trap '' PIPE
-(cd {_DIR} && exec {shlex.join(interactor)} /dev/fd/3 /dev/fd/4) <.s2i >.i2s 2>.ierr &
+(cd {_DIR} && exec {shlex.join(interactor)} /dev/fd/3 /dev/fd/4 5<&- 6<&- 7<&-) <.s2i >.i2s 2>.ierr &
 ipid=$!
 exec 3<&- 4<&-
 SECONDS=0
-while [ -e /proc/$ipid/exe ] && [ $SECONDS -lt {_HIDE_WAIT_S} ]; do :; done
-{shlex.join(solution)} >.s2i <.i2s 3<&- 4<&-
+while [ -e /proc/$ipid/exe ]; do
+  if [ $SECONDS -ge {_HIDE_WAIT_S} ]; then kill -9 $ipid; wait $ipid; exit {_NOT_HIDDEN}; fi
+  read -t 0.002 -u 5 _
+done
+read -r _ _ state _ < /proc/$ipid/stat
+if [ "$state" = Z ]; then wait $ipid; exit {_DIED_EARLY}; fi
+{shlex.join(solution)} >.s2i <.i2s 5<&- 6<&- 7<&- &
+spid=$!
+until [ /proc/$spid/fd/1 -ef .s2i ] && [ /proc/$spid/fd/0 -ef .i2s ] || [ ! -e /proc/$spid/exe ]; do
+  read -t 0.001 -u 5 _
+done
+exec 5<&- 6<&- 7<&-
+wait $spid
 src=$?
 wait $ipid
 irc=$?
@@ -185,6 +206,14 @@ async def _run_case(
     script = _launcher(job.lang.run_argv(job.code), interactor_argv, inp, ans)
     limits = job.limits.merged(timeout_s=max(job.limits.timeout_s, interactor.timeout_s))
     result = await timed_run(job, session.run(script, language="bash", limits=limits))
+    if result.exit_code in (_NOT_HIDDEN, _DIED_EARLY) and _MARK not in result.stdout:
+        # The solution never started (so it cannot have chosen this exit code): the judge's own failure.
+        raise CheckerFailed(
+            f"the interactor did not hide its files within {_HIDE_WAIT_S}s (not yet non-dumpable; the sandbox is"
+            " overloaded or the interactor cannot call prctl), so the solution was not started"
+            if result.exit_code == _NOT_HIDDEN
+            else "the interactor ended before the solution started; fix the interactor"
+        )
     if result.status is not Status.OK:
         return judge_run(index, case, result, job, Outcome())
     if result.exit_code == 97:

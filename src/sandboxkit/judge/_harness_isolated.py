@@ -39,7 +39,7 @@ __all__ = ["CODEC", "IMPORTS", "INLINE_SOURCE", "SOURCE"]
 
 #: The modules every part below uses.
 IMPORTS = r"""
-import builtins, json, marshal, os, resource, select, signal, sys, time
+import builtins, marshal, os, resource, select, signal, sys, time
 from collections import Counter, OrderedDict, defaultdict, deque, namedtuple
 """
 

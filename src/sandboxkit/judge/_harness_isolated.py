@@ -102,8 +102,10 @@ def _no_dump():
     # Non-dumpable: a process of the same uid cannot ptrace it, read its memory or open /proc/PID/fd.
     # Every checker and solution is forked from here, so the checker never is dumpable.
     # prctl through _ctypes alone: importing the ctypes package (struct, its Python layer) cost every
-    # run ~1.5 ms; the package is the fallback where _ctypes lacks what this needs.
+    # run ~1.5 ms; the package where it is loaded already (a warm fork server's) or _ctypes lacks this.
     try:
+        if "ctypes" in sys.modules:
+            raise ImportError("ctypes is loaded")
         import _ctypes
 
         class _Int(_ctypes._SimpleCData):

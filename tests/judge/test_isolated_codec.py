@@ -172,3 +172,45 @@ def test_any_json_decodes_to_data_or_raises(codec: dict[str, Any], garbage: Any)
                 check(x)
 
     check(back)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+        max_leaves=10,
+    )
+)
+def test_the_wire_is_exactly_the_json_packages(codec: dict[str, Any], value: Any) -> None:
+    # The harness uses json's C core directly (no json package to import): same bytes, same values.
+    wire = codec["_dumps"](value)
+    assert wire == json.dumps(value, separators=(",", ":")).encode("utf-8")
+    assert repr(codec["_loads"](wire)) == repr(json.loads(wire))
+
+
+@pytest.mark.parametrize("wire", [b"", b" 1", b"1 ", b"[1]x", b"[1", b"nul", b'{"a":}', b"\xff"])
+def test_a_message_that_is_not_one_json_value_is_refused(codec: dict[str, Any], wire: bytes) -> None:
+    # Stricter than json.loads (no surrounding whitespace): the peer's _dumps never writes any.
+    with pytest.raises(ValueError):
+        codec["_loads"](wire)
+
+
+def test_a_cold_harness_imports_neither_json_nor_ctypes(tmp_path: Any) -> None:
+    # Each costs a fresh interpreter ~1.5-2 ms a run; the checker must still be non-dumpable ('ok').
+    import subprocess
+    import sys
+
+    from sandboxkit.judge.cases import AssertCase
+    from sandboxkit.judge.isolated import build_isolated_harness
+
+    case = AssertCase(code="assert add(2, 3) == 5\n")
+    script = tmp_path / "harness.py"
+    script.write_text(build_isolated_harness("def add(a, b):\n    return a + b\n", [case], timeout_s=5, prelude=False))
+    run = subprocess.run(
+        [sys.executable, "-I", "-S", "-X", "importtime", str(script)], capture_output=True, text=True, timeout=60
+    )
+    assert "'status': 'ok'" in run.stdout, (run.stdout, run.stderr[-2000:])
+    imported = {line.rsplit("|", 1)[-1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
+    assert "_json" in imported and "_ctypes" in imported
+    assert not imported & {"json", "ctypes"}, sorted(imported)

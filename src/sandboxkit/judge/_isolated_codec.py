@@ -483,11 +483,58 @@ def _nt_class(name, fields):
     return _NT[key]
 
 
+def _json_default(o):
+    raise TypeError("Object of type %s is not JSON serializable" % type(o).__name__)
+
+
+def _json_codec():
+    # json's C core alone, set as json.dumps(separators=(",", ":")) and json.loads set theirs: importing
+    # the json package (and the re and enum it imports) cost every run ~2 ms. The package where the core
+    # is missing or takes other arguments (probed here, once).
+    try:
+        import _json
+
+        class _Context:
+            strict = True
+            object_hook = None
+            object_pairs_hook = None
+            parse_float = float
+            parse_int = int
+            parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}.__getitem__
+            memo = {}
+
+        scan = _json.make_scanner(_Context())
+        encode = _json.make_encoder(
+            {}, _json_default, _json.encode_basestring_ascii, None, ":", ",", False, False, True
+        )
+        probe = ["a\u00e9", 1, -2.5, None, True, [float("inf")]]
+        if "".join(encode(probe, 0)) != '["a\\u00e9",1,-2.5,null,true,[Infinity]]' or scan('[1,"x"]', 0) != ([1, "x"], 7):
+            raise ValueError("json core differs")
+    except Exception:
+        import json
+
+        return (lambda node: json.dumps(node, separators=(",", ":"))), json.loads
+
+    def loads(text):
+        try:
+            value, end = scan(text, 0)
+        except StopIteration:
+            raise ValueError("not JSON") from None
+        if end != len(text):
+            raise ValueError("extra data after the JSON value")
+        return value
+
+    return (lambda node: "".join(encode(node, 0))), loads
+
+
+_JSON_DUMPS, _JSON_LOADS = _json_codec()
+
+
 def _dumps(node):
-    return json.dumps(node, separators=(",", ":")).encode("utf-8")
+    return _JSON_DUMPS(node).encode("utf-8")
 
 
 def _loads(data):
-    return json.loads(data.decode("utf-8"))
+    return _JSON_LOADS(data.decode("utf-8"))
 
 """

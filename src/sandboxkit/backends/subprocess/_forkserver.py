@@ -254,33 +254,74 @@ class ForkServer:
             timer.cancel()
             loop.remove_reader(fd)
 
+    def take_report(self) -> bool:
+        """Take the server's state report on the last command if it is already here (no wait).
+
+        Returns whether no report is pending any more (``False``: the server is still checking).
+        A reset calls this rather than ``settle``, so that the pooled path does not wait for the
+        check; the sandbox then makes its next command ``settle`` before it sends anything.
+        """
+        if not self._report_pending:
+            return True
+        sock = self.sock
+        if sock is None or not self.alive:
+            self._report_pending = False
+            self.dirty = True
+            return True
+        try:
+            reply: bytes | None = sock.recv(256, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return False
+        except OSError:
+            reply = b""
+        self._report_pending = False
+        self._take_report(reply)
+        return True
+
+    def gone(self) -> bool:
+        """Whether the server is dead or closed its end, seen without waiting (no report pending).
+
+        Asked before the first command of a new tenant sends anything, so that a server that died
+        between tenants is never taken for one that died during that tenant's command. A message
+        nobody asked for counts as gone, too (the server is then killed).
+        """
+        sock = self.sock
+        if sock is None or not self.alive:
+            return True
+        try:
+            peek = sock.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK)
+        except BlockingIOError:
+            return False
+        except OSError:
+            peek = b""
+        if peek:
+            self.kill()
+        return True
+
     async def settle(self) -> None:
         """Collect the server's state report on the last command (``dirty``), if still unread.
 
         The server sends it right after the exit report, so it checks while the host is busy
         with the result and the report is usually waiting here already (one ``recv``). Called
-        before a reset and for a server found dead; the next command of a live server reads the
-        report itself, ahead of its own exit (see ``run``). A server that does not report in time is
-        killed (restarted by the next command: it was not the program's doing that we know of);
-        one that died is ``died``.
+        before a reset, for a server found dead, and before the first command after a reset that
+        did not wait (see ``take_report``); the next command of a live server of the same tenant
+        reads the report itself, ahead of its own exit (see ``run``). A server that does not
+        report in time is killed (restarted by the next command: it was not the program's doing
+        that we know of); one that died is ``died``.
         """
-        if not self._report_pending:
+        if self.take_report():
             return
         self._report_pending = False
         sock = self.sock
-        if sock is None or not self.alive:
-            self.dirty = True
-            return
+        assert sock is not None  # take_report returned False: alive, socket open
         try:
-            try:  # usually already here: no event-loop round
-                reply: bytes | None = sock.recv(256, socket.MSG_DONTWAIT)
-            except BlockingIOError:
-                reply = await self._reply(sock, START_TIMEOUT_S)
-            except OSError:
-                reply = b""
+            reply = await self._reply(sock, START_TIMEOUT_S)
         except BaseException:  # cancelled: a late report would be taken for the next command's
             self.kill()
             raise
+        self._take_report(reply)
+
+    def _take_report(self, reply: bytes | None) -> None:
         if reply is None or not reply.startswith(b"dirty "):
             self.dirty = True
             if reply == b"":

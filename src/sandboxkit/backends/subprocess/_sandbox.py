@@ -27,7 +27,7 @@ from sandboxkit.backends.subprocess._output import OutputLimits
 from sandboxkit.backends.subprocess._status import Outcome, classify, rlimits_for
 from sandboxkit.backends.subprocess._workspace import Workspace, program_env
 from sandboxkit.base import OutputCallback, Sandbox, Snapshot
-from sandboxkit.errors import BackendUnavailable, InvalidRequest, SandboxCrashed, ToolchainMissing
+from sandboxkit.errors import BackendUnavailable, InvalidRequest, SandboxCrashed, SandboxLost, ToolchainMissing
 from sandboxkit.kernel import Kernel, KernelLink
 from sandboxkit.languages import Language, resolve_language
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status
@@ -66,6 +66,9 @@ class SubprocessSandbox(Sandbox):
         self._closed = False
         self._lock = asyncio.Lock()
         self._server: ForkServer | None = None
+        #: The server's state report on the previous tenant's last command is still unread: a
+        #: reset did not wait for it. The next command settles it before it sends anything.
+        self._handover = False
         self._server_network: bool | None = None
         image = backend.rootfs
         #: Whether ``uid`` is this sandbox's alone (rootfs sandboxes share the image owner's; see ``_rootfs``).
@@ -222,6 +225,23 @@ class SubprocessSandbox(Sandbox):
         python = self._backend.server_python if self.view is None else await self._image_python()
         if python is None:
             return None
+        if self._server is not None and self._handover:
+            # The previous tenant's state report gates this tenant: dirty means a new server
+            # (fresh namespaces) before anything runs, and a server that died meanwhile (its
+            # killer controlled the workspace) means another sandbox, which a pool takes
+            # transparently: nothing of this call has run.
+            self._handover = False
+            await self._server.settle()
+            if self._server.died or self._server.gone():
+                self._discard()
+                raise SandboxLost(
+                    "the sandbox's fork server died between two tenants; nothing of this call ran: "
+                    "open a new sandbox (a pool does so by itself)",
+                    backend=NAME,
+                    sandbox_id=self.id,
+                )
+            if self._server.dirty:
+                self._server.kill()
         if self._server is not None:
             # A live server's report on the last command is read by the next command itself
             # (``ForkServer.run``): waiting for it here would put the server's state check on
@@ -266,7 +286,7 @@ class SubprocessSandbox(Sandbox):
                     backend=NAME,
                     sandbox_id=self.id,
                 ) from exc
-        self._server, self._server_network = server, network
+        self._server, self._server_network, self._handover = server, network, False
         return server
 
     async def _image_python(self) -> str | None:
@@ -659,13 +679,23 @@ class SubprocessSandbox(Sandbox):
         and SysV IPC objects, which also stay charged to the sandbox's memory. The server
         reports when a command left any; then it is stopped, and the next command starts one
         in fresh namespaces. A sandbox whose server died on its own is not reset (False).
+        The report is not waited for when the server is still checking: the next command takes
+        it before it sends anything, and a server that died meanwhile makes that command raise
+        ``SandboxLost`` (nothing ran; a pool runs the call on another sandbox).
         """
         if self._closed or self._broken is not None:
             return False
         self._stop_kernel()  # its variables belong to the last tenant
         async with self._lock:
             if self._server is not None:
-                await self._server.settle()
+                if self.view is not None:
+                    await self._server.settle()
+                else:
+                    # Not waited for when the server is still checking: the next command
+                    # settles the report, and sees that the server lives, before it sends
+                    # anything (``_server_for``), so the pooled path does not wait for it here.
+                    self._server.take_report()
+                    self._handover = True
             if self._server is not None and (self._server.dirty or self._server.died):
                 if self._server.died:
                     self._discard()

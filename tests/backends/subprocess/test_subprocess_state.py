@@ -16,7 +16,9 @@ import time
 import pytest
 
 from sandboxkit.backends.subprocess import SubprocessSandbox
+from sandboxkit.backends.subprocess._forkserver import ServerStale
 from sandboxkit.backends.subprocess._isolation import INNER_UID
+from sandboxkit.backends.subprocess._output import OutputLimits
 from sandboxkit.errors import SandboxLost
 from sandboxkit.models import RunRequest, Status
 from sandboxkit.pool import SandboxPool
@@ -215,3 +217,31 @@ async def test_pooled_run_after_server_died_between_tenants_succeeds(backend: Re
         assert not await sb.alive()
         again = await pool.run(LOOK)  # the replacement is reused as usual
         assert again.stdout == "False []\n" and len(backend.opened) == 2
+
+
+LEAVE_TMP = "open('/tmp/leak', 'w').write('x'); print('left')"
+
+
+async def test_next_tenant_never_runs_after_a_late_dirty_report(sandbox: SubprocessSandbox) -> None:
+    if not sandbox._iso.bwrap:
+        pytest.skip("no private /tmp without bwrap")
+    assert (await sandbox.run(_req(LEAVE_TMP))).stdout == "left\n"
+    first = sandbox._server
+    sandbox._handover = True  # as after a reset that found the server still checking
+    look = await sandbox.run(_req(LOOK))
+    assert look.stdout == "False []\n", look
+    assert sandbox._server is not first, "the dirty server was not replaced"
+
+
+async def test_fork_server_refuses_a_fresh_command_after_a_dirty_report(sandbox: SubprocessSandbox) -> None:
+    if not sandbox._iso.bwrap:
+        pytest.skip("no private /tmp without bwrap")
+    assert (await sandbox.run(_req(LEAVE_TMP))).stdout == "left\n"
+    server = sandbox._server
+    assert server is not None
+    await server.settle()
+    assert server.dirty
+    request: dict[str, object] = {"cwd": "/", "env": {}, "rlimits": [], "argv": ["/bin/true"]}
+    with pytest.raises(ServerStale):  # the server itself refuses: the host's view is not trusted alone
+        await server.run(request, stdin=b"", timeout_s=5.0, output=OutputLimits.of(FAST), fresh=True)
+    assert not server.alive

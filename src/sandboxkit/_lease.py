@@ -36,6 +36,7 @@ from sandboxkit.errors import (
     RateLimited,
     SandboxCrashed,
     SandboxError,
+    SandboxLost,
     Transient,
 )
 from sandboxkit.limiter import Limiter
@@ -414,6 +415,9 @@ class LeaseCore:
                     await (self._release_pooled(entry, exc) if release is None else release(entry, exc))
                     if isinstance(exc, SandboxCrashed) and self.closed:
                         raise PoolClosed(f"the pool was closed during the {what}", backend=self.backend.name) from exc
+                    if isinstance(exc, SandboxLost):  # dead on lease, found by the call: nothing ran
+                        self.metrics.error("dead_on_lease")
+                        continue
                     raise
                 record.run_time += time.perf_counter() - run_started
                 if self._waiting and self.capacity.refusals:

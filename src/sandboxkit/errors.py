@@ -134,6 +134,16 @@ class SandboxCrashed(SandboxError):
     kind = "sandbox_crashed"
 
 
+class SandboxLost(SandboxCrashed):
+    """The sandbox was found dead before the call sent it anything: nothing of the call ran.
+
+    It died between two tenants (say, during the state check after the last tenant's command,
+    which a reset does not wait for). A pool discards it and runs the call on another sandbox
+    without counting a retry, as it does for a sandbox found dead on lease; outside a pool it is
+    a ``SandboxCrashed`` like any other.
+    """
+
+
 class Transient(SandboxError):
     """A passing infrastructure fault (5xx, connection reset, a stall). The pool retries it."""
 

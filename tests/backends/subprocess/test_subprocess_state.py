@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
+import time
+
+import pytest
 
 from sandboxkit.backends.subprocess import SubprocessSandbox
+from sandboxkit.backends.subprocess._forkserver import ServerStale
 from sandboxkit.backends.subprocess._isolation import INNER_UID
+from sandboxkit.backends.subprocess._output import OutputLimits
+from sandboxkit.errors import SandboxLost
 from sandboxkit.models import RunRequest, Status
 from sandboxkit.pool import SandboxPool
 from support.subprocess_sandboxes import FAST, RecordingBackend
@@ -171,3 +178,70 @@ async def test_host_never_follows_symlinks_the_program_planted(sandbox: Subproce
     with open("/etc/hostname", "rb") as f:
         assert f.read() == hostname
     assert await sandbox.read_files(["top.txt"]) == {"top.txt": b"replaced"}
+
+
+def _kill_server(sb: SubprocessSandbox) -> None:
+    """SIGKILL the sandbox's fork server, as something between two tenants might, and wait until it is gone."""
+    server = sb._server
+    assert server is not None and server.server_pid is not None and server.proc is not None
+    os.kill(server.server_pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while server.proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+# Workspace state only: a server whose command left /tmp state is stopped by the reset anyway.
+LEAVE = "open('mine.txt', 'w').write('x'); print('left')"
+LOOK = "import os; print(os.path.exists('mine.txt'), os.listdir('/tmp'))"
+
+
+async def test_server_dead_after_reset_is_lost_not_a_failed_run(sandbox: SubprocessSandbox) -> None:
+    assert (await sandbox.run(_req(LEAVE))).stdout == "left\n"
+    assert await sandbox.reset()  # does not wait for the state report
+    _kill_server(sandbox)
+    with pytest.raises(SandboxLost):
+        await sandbox.run(_req(LOOK))
+    assert not await sandbox.alive()
+
+
+async def test_pooled_run_after_server_died_between_tenants_succeeds(backend: RecordingBackend) -> None:
+    async with SandboxPool(backend, max_concurrency=1, limits=FAST) as pool:
+        first = await pool.run(LEAVE)
+        assert first.stdout == "left\n", first
+        [sb] = backend.opened
+        _kill_server(sb)  # after the pool's reset: the next tenant's call finds it dead
+        second = await pool.run(LOOK)
+        assert second.status is Status.OK, second
+        assert second.stdout == "False []\n", "state of the previous tenant is visible"
+        assert len(backend.opened) == 2, "the dead sandbox was not replaced"
+        assert not await sb.alive()
+        again = await pool.run(LOOK)  # the replacement is reused as usual
+        assert again.stdout == "False []\n" and len(backend.opened) == 2
+
+
+LEAVE_TMP = "open('/tmp/leak', 'w').write('x'); print('left')"
+
+
+async def test_next_tenant_never_runs_after_a_late_dirty_report(sandbox: SubprocessSandbox) -> None:
+    if not sandbox._iso.bwrap:
+        pytest.skip("no private /tmp without bwrap")
+    assert (await sandbox.run(_req(LEAVE_TMP))).stdout == "left\n"
+    first = sandbox._server
+    sandbox._handover = True  # as after a reset that found the server still checking
+    look = await sandbox.run(_req(LOOK))
+    assert look.stdout == "False []\n", look
+    assert sandbox._server is not first, "the dirty server was not replaced"
+
+
+async def test_fork_server_refuses_a_fresh_command_after_a_dirty_report(sandbox: SubprocessSandbox) -> None:
+    if not sandbox._iso.bwrap:
+        pytest.skip("no private /tmp without bwrap")
+    assert (await sandbox.run(_req(LEAVE_TMP))).stdout == "left\n"
+    server = sandbox._server
+    assert server is not None
+    await server.settle()
+    assert server.dirty
+    request: dict[str, object] = {"cwd": "/", "env": {}, "rlimits": [], "argv": ["/bin/true"]}
+    with pytest.raises(ServerStale):  # the server itself refuses: the host's view is not trusted alone
+        await server.run(request, stdin=b"", timeout_s=5.0, output=OutputLimits.of(FAST), fresh=True)
+    assert not server.alive

@@ -45,6 +45,14 @@ class ServerStartError(RuntimeError):
     """The fork server did not come up (the message says why, from its stderr)."""
 
 
+class ServerLost(ConnectionError):
+    """A new tenant's first command found the server dead before the server took it: nothing ran."""
+
+
+class ServerStale(Exception):
+    """A new tenant's first command was refused: the last tenant left state (the server is killed)."""
+
+
 class ForkServer:
     """One sandbox's fork server process tree and its control socket.
 
@@ -254,33 +262,74 @@ class ForkServer:
             timer.cancel()
             loop.remove_reader(fd)
 
+    def take_report(self) -> bool:
+        """Take the server's state report on the last command if it is already here (no wait).
+
+        Returns whether no report is pending any more (``False``: the server is still checking).
+        A reset calls this rather than ``settle``, so that the pooled path does not wait for the
+        check; the sandbox then makes its next command ``settle`` before it sends anything.
+        """
+        if not self._report_pending:
+            return True
+        sock = self.sock
+        if sock is None or not self.alive:
+            self._report_pending = False
+            self.dirty = True
+            return True
+        try:
+            reply: bytes | None = sock.recv(256, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return False
+        except OSError:
+            reply = b""
+        self._report_pending = False
+        self._take_report(reply)
+        return True
+
+    def gone(self) -> bool:
+        """Whether the server is dead or closed its end, seen without waiting (no report pending).
+
+        Asked before the first command of a new tenant sends anything, so that a server that died
+        between tenants is never taken for one that died during that tenant's command. A message
+        nobody asked for counts as gone, too (the server is then killed).
+        """
+        sock = self.sock
+        if sock is None or not self.alive:
+            return True
+        try:
+            peek = sock.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK)
+        except BlockingIOError:
+            return False
+        except OSError:
+            peek = b""
+        if peek:
+            self.kill()
+        return True
+
     async def settle(self) -> None:
         """Collect the server's state report on the last command (``dirty``), if still unread.
 
         The server sends it right after the exit report, so it checks while the host is busy
         with the result and the report is usually waiting here already (one ``recv``). Called
-        before a reset and for a server found dead; the next command of a live server reads the
-        report itself, ahead of its own exit (see ``run``). A server that does not report in time is
-        killed (restarted by the next command: it was not the program's doing that we know of);
-        one that died is ``died``.
+        before a reset, for a server found dead, and before the first command after a reset that
+        did not wait (see ``take_report``); the next command of a live server of the same tenant
+        reads the report itself, ahead of its own exit (see ``run``). A server that does not
+        report in time is killed (restarted by the next command: it was not the program's doing
+        that we know of); one that died is ``died``.
         """
-        if not self._report_pending:
+        if self.take_report():
             return
         self._report_pending = False
         sock = self.sock
-        if sock is None or not self.alive:
-            self.dirty = True
-            return
+        assert sock is not None  # take_report returned False: alive, socket open
         try:
-            try:  # usually already here: no event-loop round
-                reply: bytes | None = sock.recv(256, socket.MSG_DONTWAIT)
-            except BlockingIOError:
-                reply = await self._reply(sock, START_TIMEOUT_S)
-            except OSError:
-                reply = b""
+            reply = await self._reply(sock, START_TIMEOUT_S)
         except BaseException:  # cancelled: a late report would be taken for the next command's
             self.kill()
             raise
+        self._take_report(reply)
+
+    def _take_report(self, reply: bytes | None) -> None:
         if reply is None or not reply.startswith(b"dirty "):
             self.dirty = True
             if reply == b"":
@@ -303,16 +352,28 @@ class ForkServer:
         stdin: bytes,
         timeout_s: float,
         output: OutputLimits,
+        fresh: bool = False,
     ) -> Outcome:
         """Run one command (``request``: the child's part of the protocol, see ``_server_main``).
 
+        ``fresh``: the first command of a new tenant, after a reset that did not wait for the
+        state report. The server refuses it after a dirty report (``ServerStale``), so the last
+        tenant's state never reaches it, and a server found dead before it took the command is
+        ``ServerLost`` (never this command's doing).
+
         Raises:
+            ServerLost: ``fresh``, and the server died before it took the command.
+            ServerStale: ``fresh``, and the last command left state; the server is killed.
             ConnectionError: the server is not running (``died`` says whether it died on its own).
             ValueError: the request is too large to send.
         """
         sock = self.sock
         if sock is None or not self.alive:
+            if fresh:
+                self.died = True
+                raise ServerLost("fork server is gone")
             raise ConnectionError("fork server is not running")
+        lost = ServerLost if fresh else ConnectionError
         # The server's state report on the last command, if unread, comes before this command's
         # exit: the server sends it, then takes this command (already waiting, no wake-up).
         report_first, self._report_pending = self._report_pending, False
@@ -326,15 +387,22 @@ class ForkServer:
             if early is not None and early.startswith(b"dirty "):
                 self.dirty = self.dirty or early == b"dirty 1"
                 report_first = False
+                if fresh and self.dirty:
+                    self.kill()
+                    raise ServerStale("the last command left state")
             elif early is not None:  # gone, or nonsense: not this command's doing
-                self.died = early == b""
+                self.died = early == b"" or fresh
                 self.kill()
-                raise ConnectionError("fork server is gone")
+                raise lost("fork server is gone")
+        elif fresh and self.gone():  # died since the last report: not this command's doing
+            self.died = True
+            self.kill()
+            raise ServerLost("fork server is gone")
         body = marshal.dumps(request)
         if len(body) > MAX_MESSAGE:
             raise ValueError(f"command, environment and arguments take {len(body)} bytes; the limit is {MAX_MESSAGE}")
         oom_before = self.cgroup.oom_kills() if self.cgroup is not None else 0
-        header = marshal.dumps({"timeout": timeout_s, "sweep": self.sweep_all})
+        header = marshal.dumps({"timeout": timeout_s, "sweep": self.sweep_all, "fresh": fresh})
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -370,12 +438,18 @@ class ForkServer:
             reply = await self._reply(sock, timeout_s + GRACE_S)
             if report_first and reply == b"":  # died before this command began: not the command's doing
                 self.died = True
-                raise ConnectionError("fork server is gone")
+                raise lost("fork server is gone")
+            if fresh and report_first and reply is None:  # no report, so it never took this command
+                raise ServerLost("fork server did not report in time")
             if report_first and reply is not None and reply.startswith(b"dirty "):
                 self.dirty = self.dirty or reply == b"dirty 1"
+                if fresh and self.dirty:  # the server refuses this command (b"stale"): not run
+                    raise ServerStale("the last command left state")
                 reply = await self._reply(sock, max(end - time.monotonic(), 0.0))
             elif report_first and reply is not None:  # not the report: nonsense
                 reply = b""
+            if reply == b"stale":
+                raise ServerStale("the server refused a fresh command")
         except BaseException:  # cancelled mid-command, or gone: a late reply would confuse the next one
             self.kill()
             drain.close()

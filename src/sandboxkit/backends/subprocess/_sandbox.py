@@ -22,12 +22,12 @@ from sandboxkit.backends.subprocess import _rootfs as rootfs
 from sandboxkit.backends.subprocess import _seccomp as seccomp
 from sandboxkit.backends.subprocess._cgroup import SandboxCgroup
 from sandboxkit.backends.subprocess._cold import Command, run_cold
-from sandboxkit.backends.subprocess._forkserver import ForkServer, ServerStartError
+from sandboxkit.backends.subprocess._forkserver import ForkServer, ServerLost, ServerStale, ServerStartError
 from sandboxkit.backends.subprocess._output import OutputLimits
 from sandboxkit.backends.subprocess._status import Outcome, classify, rlimits_for
 from sandboxkit.backends.subprocess._workspace import Workspace, program_env
 from sandboxkit.base import OutputCallback, Sandbox, Snapshot
-from sandboxkit.errors import BackendUnavailable, InvalidRequest, SandboxCrashed, ToolchainMissing
+from sandboxkit.errors import BackendUnavailable, InvalidRequest, SandboxCrashed, SandboxLost, ToolchainMissing
 from sandboxkit.kernel import Kernel, KernelLink
 from sandboxkit.languages import Language, resolve_language
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status
@@ -66,6 +66,8 @@ class SubprocessSandbox(Sandbox):
         self._closed = False
         self._lock = asyncio.Lock()
         self._server: ForkServer | None = None
+        #: A reset did not wait for the server's state report: the next command is ``fresh``.
+        self._handover = False
         self._server_network: bool | None = None
         image = backend.rootfs
         #: Whether ``uid`` is this sandbox's alone (rootfs sandboxes share the image owner's; see ``_rootfs``).
@@ -121,6 +123,17 @@ class SubprocessSandbox(Sandbox):
         )
         if self._server is not None:
             self._server.kill()
+
+    def _lost(self) -> SandboxLost:
+        """The server died between two tenants: discard the sandbox; the caller's call never ran."""
+        self._handover = False
+        self._discard()
+        return SandboxLost(
+            "the sandbox's fork server died between two tenants; nothing of this call ran: "
+            "open a new sandbox (a pool does so by itself)",
+            backend=NAME,
+            sandbox_id=self.id,
+        )
 
     def _cwd(self, cwd: str | None) -> str:
         """Host path of ``exec``'s working directory: the workspace, a directory in it, or (rootfs) any absolute one."""
@@ -222,6 +235,8 @@ class SubprocessSandbox(Sandbox):
         python = self._backend.server_python if self.view is None else await self._image_python()
         if python is None:
             return None
+        if self._server is not None and self._handover and not self._server.alive:
+            raise self._lost()  # died between two tenants (see ``reset``)
         if self._server is not None:
             # A live server's report on the last command is read by the next command itself
             # (``ForkServer.run``): waiting for it here would put the server's state check on
@@ -266,7 +281,7 @@ class SubprocessSandbox(Sandbox):
                     backend=NAME,
                     sandbox_id=self.id,
                 ) from exc
-        self._server, self._server_network = server, network
+        self._server, self._server_network, self._handover = server, network, False
         return server
 
     async def _image_python(self) -> str | None:
@@ -408,13 +423,23 @@ class SubprocessSandbox(Sandbox):
             request.update(python=self._inner(python_file), args=list(argv))
         else:
             request["argv"] = list(argv)
-        try:
-            outcome = await server.run(request, stdin=stdin, timeout_s=timeout_s, output=output)
-        except ConnectionError as exc:  # died between commands: its killer controlled this workspace
-            self._discard()
-            raise SandboxCrashed(self._broken or str(exc), backend=NAME, sandbox_id=self.id) from exc
-        except ValueError as exc:
-            raise InvalidRequest(str(exc), backend=NAME, sandbox_id=self.id) from exc
+        fresh, self._handover = self._handover, False
+        while True:
+            try:
+                outcome = await server.run(request, stdin=stdin, timeout_s=timeout_s, output=output, fresh=fresh)
+                break
+            except ServerStale:  # the last tenant left state: a server in fresh namespaces runs this
+                fresh = False
+                restarted = await self._server_for(limits.network)
+                assert restarted is not None
+                server = restarted
+            except ServerLost as exc:  # died between two tenants: nothing of this call ran
+                raise self._lost() from exc
+            except ConnectionError as exc:  # died between commands: its killer controlled this workspace
+                self._discard()
+                raise SandboxCrashed(self._broken or str(exc), backend=NAME, sandbox_id=self.id) from exc
+            except ValueError as exc:
+                raise InvalidRequest(str(exc), backend=NAME, sandbox_id=self.id) from exc
         if server.died:  # this command's program killed the server: its result stands, the sandbox goes
             self._discard()
         return outcome
@@ -659,13 +684,24 @@ class SubprocessSandbox(Sandbox):
         and SysV IPC objects, which also stay charged to the sandbox's memory. The server
         reports when a command left any; then it is stopped, and the next command starts one
         in fresh namespaces. A sandbox whose server died on its own is not reset (False).
+        The report is not waited for when the server is still checking: the next command goes
+        out ``fresh``, which the server refuses after a dirty report (the host then restarts it
+        and sends the command again), and a server that died meanwhile makes that command raise
+        ``SandboxLost`` (nothing ran; a pool runs the call on another sandbox).
         """
         if self._closed or self._broken is not None:
             return False
         self._stop_kernel()  # its variables belong to the last tenant
         async with self._lock:
             if self._server is not None:
-                await self._server.settle()
+                if self.view is not None:
+                    await self._server.settle()
+                else:
+                    # Not waited for when the server is still checking: the next command is
+                    # ``fresh``, which the server refuses after a dirty report and which finds a
+                    # server dead since then before it runs (``ForkServer.run``).
+                    self._server.take_report()
+                    self._handover = True
             if self._server is not None and (self._server.dirty or self._server.died):
                 if self._server.died:
                     self._discard()

@@ -23,7 +23,7 @@ modules to import before serving, and ``1`` when ``/tmp``, ``/dev/shm``, ``/dev/
 IPC namespace are the sandbox's own (then the server reports when a command left state there).
 
 Protocol on the control socket (``SOCK_SEQPACKET``, one message per datagram):
-    host -> server: ``marshal`` dict {"timeout", "sweep"} with three descriptors attached (stdin
+    host -> server: ``marshal`` dict {"timeout", "sweep", "fresh"} with three descriptors attached (stdin
                     read end, stdout and stderr write ends). The stdin pipe starts with the child's
                     part: an 8-byte little-endian length and the ``marshal`` request {"argv"|"python",
                     "cwd", "env", "rlimits"}; the program's own stdin follows. Only the forked
@@ -34,6 +34,9 @@ Protocol on the control socket (``SOCK_SEQPACKET``, one message per datagram):
                     outside the workspace (see ``_dirty``). Checked after the exit is reported, so
                     its six system calls run while the host collects the result, not before it;
                     the host reads it before a reset, or as the next command's first reply.
+                    A command with ``fresh`` set (the first of a new tenant: the host reset the
+                    sandbox without waiting for the report) is never run after a dirty report:
+                    the server answers ``b"stale"`` instead, and the host restarts it.
 """
 
 from __future__ import annotations
@@ -300,6 +303,14 @@ class _SysV:
 
 
 SYSV: _SysV | None = None
+#: What the last ``dirty`` report said: a ``fresh`` command after a dirty one is refused.
+LAST_DIRTY = False
+
+
+def _report(ctl: _socket.socket) -> None:
+    global LAST_DIRTY
+    LAST_DIRTY = _dirty()
+    ctl.send(b"dirty %d" % LAST_DIRTY)
 
 
 def _dirty() -> bool:
@@ -323,12 +334,17 @@ def _dirty() -> bool:
 
 def _serve_one(ctl: _socket.socket, req: dict[str, Any], fds: list[int]) -> None:
     """Run one command and report how it ended."""
+    if req.get("fresh") and LAST_DIRTY:  # the last tenant's state is still here: not for this one
+        for fd in fds:
+            os.close(fd)
+        ctl.send(b"stale")
+        return
     if len(fds) != 3:
         for fd in fds:
             os.close(fd)
         ctl.send(b"exit %d 0" % (127 << 8))
         if PRIVATE:
-            ctl.send(b"dirty %d" % _dirty())
+            _report(ctl)
         return
     pid = os.fork()
     if pid == 0:
@@ -362,7 +378,7 @@ def _serve_one(ctl: _socket.socket, req: dict[str, Any], fds: list[int]) -> None
     _sweep(req["sweep"], pid)
     ctl.send(b"exit %d %d" % (status, timed_out))
     if PRIVATE:
-        ctl.send(b"dirty %d" % _dirty())
+        _report(ctl)
 
 
 def _kill_group(pid: int) -> None:

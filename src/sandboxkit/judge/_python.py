@@ -109,6 +109,15 @@ def inline_lost(
     return CaseResult(index=index, type=kind, status="error", time_s=elapsed, message=message)
 
 
+def timeout_result(index: int, kind: str, item: Mapping[str, Any], time_limit: float) -> CaseResult:
+    """A harness's ``timeout`` report as a case result: which limit (CPU or wall) the case ran into."""
+    if item.get("why") == "wall":
+        message = f"wall-clock limit of {wall_limit(time_limit):g}s exceeded (the program slept or blocked)"
+    else:
+        message = f"time limit of {time_limit:g}s (CPU time) exceeded"
+    return CaseResult(index=index, type=kind, status="timeout", time_s=float(item.get("t", 0.0)), message=message)
+
+
 def judge_harness_item(
     index: int, case: StdioCase | AssertCase | CallCase, item: Mapping[str, Any], job: Job, outcome: Outcome
 ) -> CaseResult:
@@ -116,11 +125,7 @@ def judge_harness_item(
     elapsed = float(item.get("t", 0.0))
     status = item.get("status")
     if status == "timeout":
-        if item.get("why") == "wall":
-            message = f"wall-clock limit of {wall_limit(time_limit):g}s exceeded (the program slept or blocked)"
-        else:
-            message = f"time limit of {time_limit:g}s (CPU time) exceeded"
-        return CaseResult(index=index, type=case.type, status="timeout", time_s=elapsed, message=message)
+        return timeout_result(index, case.type, item, time_limit)
     if status == "output_limit":
         return CaseResult(index=index, type=case.type, status="output_limit", time_s=elapsed, message="output limit")
     if status == "memory_exceeded":

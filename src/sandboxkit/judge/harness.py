@@ -297,18 +297,24 @@ _FORK_ONLY = frozenset(
 _NOT_INLINE = _FORK_ONLY | {"_Case", "_cpu_s", "_verdict"}
 
 
+def without_definitions(source: str, names: frozenset[str]) -> str:
+    """``source`` less its top-level functions and classes called ``names`` (a harness ships only what
+    its shape runs: every code object costs each run its unmarshalling and the pages it touches)."""
+    if not names:
+        return source
+    lines = source.splitlines(keepends=True)
+    cut: set[int] = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in names:
+            cut.update(range(node.lineno - 1, node.end_lineno or node.lineno))
+    return "".join(line for i, line in enumerate(lines) if i not in cut)
+
+
 @functools.lru_cache(maxsize=16)
 def _compiled(parts: tuple[str, ...], drop: frozenset[str]) -> tuple[str, str]:
     """The harness made of ``parts`` less the top-level functions named in ``drop``, and its bytecode
     for this interpreter as hex (computed once)."""
-    source = "".join(parts)
-    if drop:
-        lines = source.splitlines(keepends=True)
-        cut: set[int] = set()
-        for node in ast.parse(source).body:
-            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in drop:
-                cut.update(range(node.lineno - 1, node.end_lineno or node.lineno))
-        source = "".join(line for i, line in enumerate(lines) if i not in cut)
+    source = without_definitions("".join(parts), drop)
     return source, marshal.dumps(compile(source, HARNESS_FILE, "exec")).hex()
 
 

@@ -49,9 +49,17 @@ from typing import Any
 from sandboxkit.errors import SandboxError
 from sandboxkit.judge._harness_isolated import INLINE_SOURCE, SOURCE
 from sandboxkit.judge._job import Job, Outcome, all_compile_error, timed_run
-from sandboxkit.judge._python import inline_lost
+from sandboxkit.judge._python import inline_lost, timeout_result
 from sandboxkit.judge.cases import AssertCase
-from sandboxkit.judge.harness import DEFAULT_PARALLEL, MARK, WALL_STRETCH, prelude_for, python_literal, wall_limit
+from sandboxkit.judge.harness import (
+    DEFAULT_PARALLEL,
+    MARK,
+    WALL_STRETCH,
+    prelude_for,
+    python_literal,
+    wall_limit,
+    without_definitions,
+)
 from sandboxkit.judge.verdict import CaseResult, trim_message
 from sandboxkit.models import RunResult, Status
 
@@ -235,14 +243,7 @@ def _compiled(inline: bool) -> tuple[str, str]:
     Compiled with ``optimize=2``: the harness's own docstrings are not shipped (it has no ``assert`` and
     reads no ``__debug__``; the test code is compiled in the sandbox with the interpreter's own flags).
     """
-    source = INLINE_SOURCE if inline else SOURCE
-    if inline:
-        lines = source.splitlines(keepends=True)
-        cut: set[int] = set()
-        for node in ast.parse(source).body:
-            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in _FORKED_ONLY:
-                cut.update(range(node.lineno - 1, node.end_lineno or node.lineno))
-        source = "".join(line for i, line in enumerate(lines) if i not in cut)
+    source = without_definitions(INLINE_SOURCE, _FORKED_ONLY) if inline else SOURCE
     return source, marshal.dumps(_lines_only(compile(source, HARNESS_FILE, "exec", optimize=2))).hex()
 
 
@@ -326,11 +327,7 @@ def _case_result(index: int, case: AssertCase, item: dict[str, Any], time_limit:
     if status == "ok":
         return CaseResult(index=index, type=case.type, status="passed", time_s=elapsed)
     if status == "timeout":
-        if item.get("why") == "wall":
-            message = f"wall-clock limit of {wall_limit(time_limit):g}s exceeded (the program slept or blocked)"
-        else:
-            message = f"time limit of {time_limit:g}s (CPU time) exceeded"
-        return CaseResult(index=index, type=case.type, status="timeout", time_s=elapsed, message=message)
+        return timeout_result(index, case.type, item, time_limit)
     message = trim_message(str(item.get("error") or "the case failed"))
     kind = "memory_exceeded" if status == "memory_exceeded" else "error"
     return CaseResult(index=index, type=case.type, status=kind, time_s=elapsed, message=message)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import functools
+import os
+import subprocess
+import sys
 from typing import Any
 
 from sandboxkit.models import Limits
@@ -65,3 +68,17 @@ def require_static_runner() -> None:
         if os.environ.get("CI") == "true":
             pytest.fail(why)
         pytest.skip(f"{why} (CI=true turns this skip into a failure)")
+
+
+def run_cleanup_cli(labels: dict[str, str], **extra_env: str) -> str:
+    """``sandboxkit cleanup --backend docker`` in a child process scoped to ``labels``; its stdout."""
+    env = {**os.environ, **extra_env, "SANDBOXKIT_DOCKER_LABELS": ",".join(f"{k}={v}" for k, v in labels.items())}
+    done = subprocess.run(
+        [sys.executable, "-m", "sandboxkit.cli", "cleanup", "--backend", "docker"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done
+    return done.stdout

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from fakes._common import interrupt_when_ready, wait_until
-from support.docker_engine import containers_of, leftovers
+from support.docker_engine import containers_of, leftovers, run_cleanup_cli
 
 _SCRIPT = textwrap.dedent(
     """
@@ -46,18 +46,6 @@ _SCRIPT = textwrap.dedent(
     asyncio.run(main())
     """
 )
-
-
-def _cleanup_cli(env: dict[str, str]) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "sandboxkit.cli", "cleanup", "--backend", "docker"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done
-    return done.stdout
 
 
 @pytest.mark.parametrize("cold", [False, True], ids=["warm", "cold"])
@@ -86,7 +74,7 @@ def test_sigint_mid_fork_leaves_nothing_for_cleanup(
     assert "KeyboardInterrupt" in err, err  # it was interrupted mid-loop, not crashed
     assert leftovers(docker_client, test_labels) == (0, 0), "containers or volumes left behind after Ctrl-C"
     assert list(tmpdir.iterdir()) == [], "the checkpoint's archive outlived the process"
-    assert "removed 0 sandbox(es)" in _cleanup_cli(env)
+    assert "removed 0 sandbox(es)" in run_cleanup_cli(test_labels, TMPDIR=str(tmpdir))
     assert docker_client.api.images(filters={"label": [f"{k}={v}" for k, v in test_labels.items()]}) == []
 
 
@@ -112,5 +100,5 @@ def test_cleanup_after_a_kill_mid_fork_removes_everything(
     # (Waiting for that keeps cleanup from racing the engine's own removals on a loaded machine.)
     wait_until(lambda: leftovers(docker_client, test_labels)[0] == 0, 30)
     assert sum(leftovers(docker_client, test_labels)) > 0, "a kill left nothing: the test is void"
-    assert "removed 0 sandbox(es)" not in _cleanup_cli(env)
+    assert "removed 0 sandbox(es)" not in run_cleanup_cli(test_labels)
     assert leftovers(docker_client, test_labels) == (0, 0)

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from sandboxkit.backends.docker import DockerBackend
-from support.docker_engine import TEST_LABEL, containers_of, leftovers
+from support.docker_engine import TEST_LABEL, containers_of, leftovers, run_cleanup_cli
 
 CHILD = Path(__file__).with_name("leak_child.py")
 RUNNING = 3  # the child's max_concurrency
@@ -41,19 +41,6 @@ def wait_for_running(client: Any, labels: dict[str, str], child: subprocess.Pope
         assert time.monotonic() < deadline, "the child's containers never started"
         time.sleep(0.2)
     time.sleep(0.5)  # let the runs get going inside them
-
-
-def run_cleanup_cli(labels: dict[str, str]) -> str:
-    env = {**os.environ, "SANDBOXKIT_DOCKER_LABELS": ",".join(f"{k}={v}" for k, v in labels.items())}
-    done = subprocess.run(
-        [sys.executable, "-m", "sandboxkit.cli", "cleanup", "--backend", "docker"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done
-    return done.stdout
 
 
 def test_sigkill_then_cleanup_removes_everything(docker_client: Any, test_labels: dict[str, str]) -> None:

@@ -319,6 +319,23 @@ class Backend(abc.ABC):
             backend=self.name,
         )
 
+    def preload_python_module(self, name: str, source: str) -> bool:
+        """Keep sandboxkit's own module ``name`` (its ``source``) loaded in this backend's warm interpreters.
+
+        For harnesses that sandboxkit ships (the judge's), never for a program's code: a backend with
+        warm interpreters (the subprocess backend's fork servers) runs ``source`` once per interpreter,
+        before any program exists, so a program finds the module in ``sys.modules`` and pays neither
+        its compilation nor its definitions. Interpreters started before the call get it at their next
+        start (the subprocess backend restarts an idle server that lacks it before its next command).
+
+        Returns whether the backend will offer the module. ``False`` (the default: no warm interpreter)
+        means programs must carry the code themselves. ``True`` is a promise about loading, not about
+        success: an interpreter that cannot run ``source`` (an older Python in an image) leaves the
+        module out, so a program must check ``sys.modules`` and have a way back.
+        """
+        del name, source
+        return False
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook with a no-op default
         """Release backend-wide resources (HTTP clients, engine connections). Idempotent."""
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 from sandboxkit.judge._isolated_codec import CODEC
 from sandboxkit.judge._isolated_roles import ROLES
 
-__all__ = ["CODEC", "IMPORTS", "INLINE_SOURCE", "SOURCE"]
+__all__ = ["CODEC", "IMPORTS", "INLINE_SOURCE", "LIBRARY", "RUN_INLINE", "RUN_MANY", "SOURCE"]
 
 #: The modules every part below uses.
 IMPORTS = r"""
@@ -44,11 +44,7 @@ from collections import Counter, OrderedDict, defaultdict, deque, namedtuple
 """
 
 _HEAD = r"""
-_OUT = os.dup(1)
-_MARK = _D["mark"]
 _SRC = "main.py"
-_CPU = _D["cpu"]
-_WALL = _D["wall"]
 
 
 def _report(*objs):
@@ -98,11 +94,10 @@ def _failure(e, code):
     return "err\n" + lines[-1] + _where(e, code)
 
 
-def _no_dump():
-    # Non-dumpable: a process of the same uid cannot ptrace it, read its memory or open /proc/PID/fd.
-    # Every checker and solution is forked from here, so the checker never is dumpable.
+def _prctl():
     # prctl through _ctypes alone: importing the ctypes package (struct, its Python layer) cost every
     # run ~1.5 ms; the package where it is loaded already (a warm fork server's) or _ctypes lacks this.
+    # Built once where the harness's definitions are loaded (a warm fork server holds them built).
     try:
         if "ctypes" in sys.modules:
             raise ImportError("ctypes is loaded")
@@ -115,19 +110,39 @@ def _no_dump():
             _flags_ = _ctypes.FUNCFLAG_CDECL
             _restype_ = _Int
 
-        prctl = _Fn(_ctypes.dlsym(_ctypes.dlopen(None, 0), "prctl"))
+        return _Fn(_ctypes.dlsym(_ctypes.dlopen(None, 0), "prctl"))
     except BaseException:
         try:
             import ctypes
-            prctl = ctypes.CDLL(None).prctl
+            return ctypes.CDLL(None).prctl
         except BaseException:
-            return False
+            return None
+
+
+_PRCTL = _prctl()
+
+
+def _no_dump():
+    # Non-dumpable: a process of the same uid cannot ptrace it, read its memory or open /proc/PID/fd.
+    # Every checker and solution is forked from here, so the checker never is dumpable.
+    if _PRCTL is None:
+        return False
     try:
-        prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
-        return prctl(3, 0, 0, 0, 0) == 0  # PR_GET_DUMPABLE
+        _PRCTL(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+        return _PRCTL(3, 0, 0, 0, 0) == 0  # PR_GET_DUMPABLE
     except BaseException:
         return False
 
+"""
+
+#: The import path the checker keeps: the directories of ``sys.path`` the program cannot write. Found
+#: where the definitions are loaded: a warm fork server (whose path never held the workspace), or the run.
+_PATHS = r"""
+_STDLIB = {os.path.dirname(os.__file__), os.path.dirname(getattr(select, "__file__", "") or os.__file__)}
+_SAFE_PATH = frozenset(
+    p for p in sys.path
+    if p in _STDLIB or (p and os.path.isabs(p) and not os.access(p if os.path.isdir(p) else os.path.dirname(p), os.W_OK))
+)
 """
 
 #: The parent's tools: forking a process, reading how a case ended.
@@ -301,19 +316,21 @@ def _schedule(cases, parallel, stop):
 
 '''
 
-#: Set-up, before any model code exists: import path, non-dumpable, the test's imports, the prelude.
+#: Set-up, before any model code exists: the run's own values, import path, non-dumpable, the test's
+#: imports, the prelude. Everything from here on is the run's; everything before it only defines (a fork
+#: server may hold it loaded: see ``LIBRARY``).
 _SETUP = r"""
 # ---------------------------------------------------------------- set-up
-
+_OUT = os.dup(1)
+_MARK = _D["mark"]
+_CPU = _D["cpu"]
+_WALL = _D["wall"]
 
 # Only directories the program cannot write stay importable: the checker imports modules after the
 # solution has run, and a module planted in the workspace must not load into it.
-_STDLIB = {os.path.dirname(os.__file__), os.path.dirname(getattr(select, "__file__", "") or os.__file__)}
-sys.path[:] = [
-    p for p in sys.path
-    if p in _STDLIB or (p and os.path.isabs(p) and not os.access(p if os.path.isdir(p) else os.path.dirname(p), os.W_OK))
-]
-sys.path_importer_cache.clear()
+sys.path[:] = [p for p in sys.path if p in _SAFE_PATH]
+for _p in [_p for _p in sys.path_importer_cache if _p not in _SAFE_PATH]:
+    del sys.path_importer_cache[_p]
 if not _no_dump():
     _report({"cannot": "the harness cannot make itself non-dumpable (prctl is unavailable), so the test "
                        "could not be kept out of the solution's reach"})
@@ -353,7 +370,7 @@ os._exit(0)
 """
 
 #: A problem's only case: this process is its checker (see :func:`sandboxkit.judge.isolated.runs_inline`).
-_INLINE = r"""
+_INLINE_DEFS = r"""
 # ---------------------------------------------------------------- a problem's only case, checked here
 
 
@@ -398,6 +415,10 @@ def _inline_cpu(signum, frame):
     _inline_end("", c_status=signal.SIGXCPU)
 
 
+"""
+
+#: Runs a problem's only case with the harness process as its checker.
+_INLINE_RUN = r"""
 # Straight-line code, not functions: every code object the harness carries costs each run its
 # unmarshalling and the pages it touches.
 _ENDED = []
@@ -425,7 +446,16 @@ _inline_end(_checked(_D["cases"][0]))
 
 #: The harness for many cases (forked checkers), as one text (:mod:`sandboxkit.judge.isolated` ships it
 #: compiled).
-SOURCE = IMPORTS + _HEAD + CODEC + ROLES + _PARENT + _SCHEDULER + _SETUP + _MAIN
+SOURCE = IMPORTS + _HEAD + _PATHS + CODEC + ROLES + _PARENT + _SCHEDULER + _SETUP + _MAIN
 
 #: The harness for a problem's only case (its checker is the harness process itself, less ``_check``).
-INLINE_SOURCE = IMPORTS + _HEAD + CODEC + ROLES + _PARENT + _SETUP + _INLINE
+INLINE_SOURCE = IMPORTS + _HEAD + _PATHS + CODEC + ROLES + _PARENT + _INLINE_DEFS + _SETUP + _INLINE_RUN
+
+#: Both harnesses' definitions, which read nothing of a run (no ``_D``): what a warm fork server can hold
+#: loaded (:meth:`sandboxkit.Backend.preload_python_module`), so that a run only executes ``RUN_MANY`` or
+#: ``RUN_INLINE`` in that module's namespace.
+LIBRARY = IMPORTS + _HEAD + _PATHS + CODEC + ROLES + _PARENT + _SCHEDULER + _INLINE_DEFS
+
+#: The run of many cases, and of a problem's only case, after ``LIBRARY`` (and ``_D``).
+RUN_MANY = _SETUP + _MAIN
+RUN_INLINE = _SETUP + _INLINE_RUN

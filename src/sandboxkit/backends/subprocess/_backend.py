@@ -9,6 +9,7 @@ forked child without ``exec``, which is what makes a warm run cost about a milli
 from __future__ import annotations
 
 import contextlib
+import marshal
 import os
 import shutil
 import tarfile
@@ -166,6 +167,33 @@ class SubprocessBackend(Backend):
         self._sandboxes: set[SubprocessSandbox] = set()
         self._snapshots: set[DirectorySnapshot] = set()  # checkpoints taken and not yet released
         self._caps: Capabilities | None = None
+        #: sandboxkit's own modules every fork server runs at start (``preload_python_module``):
+        #: name -> (source, this interpreter's bytecode of it).
+        self.python_modules: dict[str, tuple[str, bytes]] = {}
+
+    def preload_python_module(self, name: str, source: str) -> bool:
+        """Every fork server runs ``source`` as module ``name`` at start, before any program exists.
+
+        Sent compiled (as ``python -OO`` would: no docstrings, no asserts) when the sandbox's interpreter
+        reads this interpreter's bytecode, else as source. A server already running gets it at its
+        next start: a sandbox restarts a server started without it before its next command (once; the
+        module costs every warm slot its definitions, so backends that never grade never carry it).
+
+        Raises:
+            InvalidRequest: ``name`` is not an identifier.
+        """
+        if not isinstance(name, str) or not name.isidentifier():
+            raise InvalidRequest(f"a preloaded module's name must be an identifier, got {name!r}", backend=NAME)
+        if not self.warm_python:
+            return False
+        known = self.python_modules.get(name)
+        if known is None or known[0] != source:
+            try:
+                code = marshal.dumps(compile(source, f"<{name}>", "exec", dont_inherit=True, optimize=2))
+            except (SyntaxError, ValueError):
+                code = b""  # each server compiles it and leaves it out the same way; programs find no module
+            self.python_modules[name] = (source, code)
+        return True
 
     def has_toolchain(self, lang: Language) -> bool:
         """Whether ``lang``'s binaries are on the sandbox PATH (cached: checked once per backend)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import marshal
 import os
 import signal
@@ -69,6 +70,8 @@ class ForkServer:
         private_state: ``/tmp``, ``/dev/shm``, ``/dev/mqueue`` and SysV IPC are the sandbox's own,
             so the server reports when a command leaves something there (``dirty``).
         pass_fds: descriptors ``prefix`` refers to (bwrap's ``--seccomp FD``); closed here after start.
+        modules: sandboxkit's own modules the server runs at start, name -> (source, bytecode of
+            this interpreter or ``b""``) (see ``SubprocessBackend.preload_python_module``).
     """
 
     def __init__(
@@ -84,8 +87,11 @@ class ForkServer:
         preload: Sequence[str] = (),
         private_state: bool = False,
         pass_fds: Sequence[int] = (),
+        modules: Mapping[str, tuple[str, bytes]] | None = None,
     ) -> None:
         self.python = python
+        #: The modules this server was started with (a sandbox restarts it when the backend has more).
+        self.modules = dict(modules or {})
         self.preload = ",".join(preload)
         self.private_state = private_state
         self.pass_fds = list(pass_fds)
@@ -123,6 +129,10 @@ class ForkServer:
         # -I: no current directory (the workspace) or user site on sys.path, no PYTHON* variables.
         argv = [self.python, "-I", "-u", "-c", SERVER_SOURCE, str(child.fileno()), self.preload]
         argv.append("1" if self.private_state else "0")
+        modules_fd = self._modules_fd()
+        argv.append(str(modules_fd) if modules_fd is not None else "-")
+        if modules_fd is not None:
+            self.pass_fds.append(modules_fd)
         try:
             self.proc = subprocess.Popen(
                 [*self.prefix, *argv],
@@ -169,6 +179,27 @@ class ForkServer:
                 tree.insert(1, init)
             for p in dict.fromkeys(tree):
                 self.cgroup.add(p)
+
+    def _modules_fd(self) -> int | None:
+        """A memory file holding the modules for the server to run at start, or None when there are none.
+
+        A file, not argv (a module is ~100 KB: ``MAX_ARG_STRLEN`` is 128 KiB) nor a pipe (it would fill
+        before the server reads it). The server reads it to the end and closes it before serving.
+        """
+        if not self.modules:
+            return None
+        magic = importlib.util.MAGIC_NUMBER
+        payload = marshal.dumps([(name, source, magic, code) for name, (source, code) in self.modules.items()])
+        fd = os.memfd_create("sandboxkit-modules", 0)
+        try:
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.lseek(fd, 0, os.SEEK_SET)
+        except OSError:
+            os.close(fd)
+            return None
+        return fd
 
     def _stderr_text(self) -> str:
         if self.proc is None or self.proc.stderr is None or self.proc.stderr.closed:

@@ -246,10 +246,14 @@ class SubprocessSandbox(Sandbox):
             if self._server.died:
                 self._discard()
                 self._check_open()
-            if self._server.alive and self._server_network == network:
+            # sandboxkit modules registered since it started (the judge's harness) are loaded by a
+            # new server, between two tenants only: a tenant's /tmp lives as long as its server.
+            stale = self._handover and self._server.modules != self._backend.python_modules
+            if self._server.alive and self._server_network == network and not stale:
                 return self._server
-            # Killed by the host (a late reply, a cancelled call, state left for reset) or on the
-            # other network: a new server is safe, it imports nothing the program could have planted.
+            # Killed by the host (a late reply, a cancelled call, state left for reset), on the
+            # other network, or without the backend's modules: a new server is safe, it imports
+            # nothing the program could have planted.
             self._server.kill()
         iso = self._iso
         for attempt in range(START_ATTEMPTS):
@@ -263,6 +267,7 @@ class SubprocessSandbox(Sandbox):
                 cgroup=self.cgroup,
                 sweep_all=iso.bwrap is not None or self.uid is not None,
                 preload=self._backend.preload_modules,
+                modules=self._backend.python_modules,
                 private_state=iso.bwrap is not None,
                 pass_fds=fds,
             )

@@ -18,9 +18,12 @@ reads, so no earlier run's secrets sit in the heap that later runs inherit.
 This file must stay standalone (stdlib only, no sandboxkit import): the host passes its
 source text to the sandbox's own ``python3``, which cannot see sandboxkit's installation.
 
-Command line: ``CTL_FD PRELOAD PRIVATE``: the control socket's descriptor, the comma-separated
-modules to import before serving, and ``1`` when ``/tmp``, ``/dev/shm``, ``/dev/mqueue`` and the
-IPC namespace are the sandbox's own (then the server reports when a command left state there).
+Command line: ``CTL_FD PRELOAD PRIVATE MODULES_FD``: the control socket's descriptor, the
+comma-separated modules to import before serving, ``1`` when ``/tmp``, ``/dev/shm``, ``/dev/mqueue``
+and the IPC namespace are the sandbox's own (then the server reports when a command left state
+there), and a file holding sandboxkit's own modules to run before serving (``-``: none): a
+``marshal`` list of ``(name, source, magic, bytecode)``, run from the bytecode when ``magic`` is this
+interpreter's, else compiled; one that fails is left out (a program then finds no such module).
 
 Protocol on the control socket (``SOCK_SEQPACKET``, one message per datagram):
     host -> server: ``marshal`` dict {"timeout", "sweep", "fresh"} with three descriptors attached (stdin
@@ -50,7 +53,6 @@ _STARTUP = frozenset(sys.modules)
 import _socket  # noqa: E402  # not ``socket``: that module pulls in enum/selectors, ~1 MB per sandbox
 import atexit  # noqa: E402
 import builtins  # noqa: E402
-import ctypes  # noqa: E402
 import gc  # noqa: E402
 import marshal  # noqa: E402
 import os  # noqa: E402
@@ -63,9 +65,12 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing would cost e
 if TYPE_CHECKING:
     from typing import Any
 
+#: Not ``ctypes``: its Python layer is ~0.2 MB more in every sandbox, copied by every fork.
+_ctypes: Any = __import__("_ctypes")
 CTL_FD = int(sys.argv[1])
 PRELOAD = [name for name in (sys.argv[2] if len(sys.argv) > 2 else "").split(",") if name]
 PRIVATE = len(sys.argv) > 3 and sys.argv[3] == "1"
+MODULES_FD = int(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[4].isdigit() else -1
 os.environ.pop("PWD", None)  # set by bwrap --chdir; programs get exactly the environment the host sent
 BASE_ENV = dict(os.environ)
 MAX_MSG = 4096
@@ -77,11 +82,36 @@ _SHM_INFO, _MSG_INFO, _SEM_INFO = 14, 12, 19
 SHADOWABLE: frozenset[str] = frozenset()
 
 
+class _Int(_ctypes._SimpleCData):  # type: ignore[misc]
+    _type_ = "i"
+
+
+class _Char(_ctypes._SimpleCData):  # type: ignore[misc]
+    _type_ = "c"
+
+
+class _Buffer(_ctypes.Array):  # type: ignore[misc]
+    """256 bytes, passed by address: larger than shm_info, msginfo and seminfo."""
+
+    _type_ = _Char
+    _length_ = 256
+
+
+class _Function(_ctypes.CFuncPtr):  # type: ignore[misc]
+    _flags_ = _ctypes.FUNCFLAG_CDECL
+    _restype_ = _Int
+
+
+def _libc(name: str) -> Any:
+    """A libc function returning ``int``, called with ints and buffers (what ``ctypes.CDLL`` gives)."""
+    return _Function(_ctypes.dlsym(_ctypes.dlopen(None, 0), name))
+
+
 def _no_ptrace() -> None:
     # Children run as the same uid; without this they could ptrace the server or write its
     # /proc/PID/mem and forge results. A non-dumpable process needs CAP_SYS_PTRACE to trace.
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+        _libc("prctl")(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
     except Exception:
         pass
 
@@ -94,7 +124,36 @@ def _preload() -> None:
             __import__(name)
         except Exception:  # not installed here: the child imports it (or fails) as python3 would
             pass
+    _load_modules()
     SHADOWABLE = frozenset(n.partition(".")[0] for n in sys.modules) - {n.partition(".")[0] for n in _STARTUP}
+
+
+def _load_modules() -> None:
+    """Run sandboxkit's own modules (the judge's harness) from ``MODULES_FD``: trusted code from the host.
+
+    Run here, like the preload list, before any program exists; a program finds each in
+    ``sys.modules`` without compiling or defining anything.
+    """
+    if MODULES_FD < 0:
+        return
+    try:
+        with open(MODULES_FD, "rb") as f:
+            entries = marshal.loads(f.read())
+    except Exception:
+        return
+    magic = getattr(sys.modules.get("_frozen_importlib_external"), "MAGIC_NUMBER", None)
+    for name, source, code_magic, bytecode in entries:
+        try:
+            if bytecode and code_magic == magic:
+                code = marshal.loads(bytecode)
+            else:
+                code = compile(source, "<" + name + ">", "exec", dont_inherit=True, optimize=2)
+            module = type(sys)(name)
+            module.__dict__["__builtins__"] = builtins
+            exec(code, module.__dict__)
+            sys.modules[name] = module
+        except BaseException:  # an older interpreter, say: programs find no module and carry the code
+            sys.modules.pop(name, None)
 
 
 def _unshadow(directory: str) -> None:
@@ -288,18 +347,20 @@ class _SysV:
     """Counts SysV IPC objects with three system calls (reading /proc/sysvipc costs ~5x more)."""
 
     def __init__(self) -> None:
-        self.libc = ctypes.CDLL(None, use_errno=True)
-        self.buf = ctypes.create_string_buffer(256)  # larger than shm_info, msginfo and seminfo
-        self.ints = ctypes.cast(self.buf, ctypes.POINTER(ctypes.c_int))
+        self.shmctl, self.msgctl, self.semctl = _libc("shmctl"), _libc("msgctl"), _libc("semctl")
+        self.buf = _Buffer()
+
+    def _int(self, index: int) -> int:
+        return int.from_bytes(self.buf.raw[4 * index : 4 * index + 4], sys.byteorder, signed=True)
 
     def any(self) -> bool:
-        libc, buf, ints = self.libc, self.buf, self.ints
+        buf = self.buf
         # shm_info.used_ids, msginfo.msgpool (queues in use, for MSG_INFO), seminfo.semusz (sets in use)
-        if libc.shmctl(0, _SHM_INFO, buf) >= 0 and ints[0] > 0:
+        if self.shmctl(0, _SHM_INFO, buf) >= 0 and self._int(0) > 0:
             return True
-        if libc.msgctl(0, _MSG_INFO, buf) >= 0 and ints[0] > 0:
+        if self.msgctl(0, _MSG_INFO, buf) >= 0 and self._int(0) > 0:
             return True
-        return bool(libc.semctl(0, 0, _SEM_INFO, buf) >= 0 and ints[7] > 0)
+        return bool(self.semctl(0, 0, _SEM_INFO, buf) >= 0 and self._int(7) > 0)
 
 
 SYSV: _SysV | None = None
@@ -410,7 +471,7 @@ def _trim() -> None:
     free, it would make every fork, and every child's exit, dearer for nothing.
     """
     try:
-        ctypes.CDLL(None).malloc_trim(0)
+        _libc("malloc_trim")(0)
     except Exception:
         pass
 

@@ -14,7 +14,7 @@ import pytest
 
 from sandboxkit import SandboxPool
 from sandboxkit.judge import grade, grade_many
-from sandboxkit.judge.isolated import build_isolated_harness, imports_of
+from sandboxkit.judge.isolated import build_isolated_harness, imports_of, spelled
 
 FD_FORGE = """
 import os
@@ -99,6 +99,74 @@ async def test_forged_passes_work_in_process_and_fail_isolated(pool: SandboxPool
     assert "Bad file descriptor" in str(isolated[0].error)
     assert isolated[1].cases[0].message.startswith("AssertionError")
     assert isolated[2].cases[0].message.startswith("AssertionError")
+
+
+#: Returns the number the test expects, found in the solution's own memory: Python's objects first
+#: (the harness's data), then every readable mapping byte by byte.
+MEMORY_PEEK = r"""
+import ctypes, gc, re
+
+def _find():
+    pattern = re.compile(rb"f\(1\) == (\d{9})")
+    for o in gc.get_objects():
+        if isinstance(o, dict):
+            for v in list(o.values()):
+                found = pattern.search(str(v).encode("utf-8", "replace"))
+                if found:
+                    return int(found.group(1))
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            parts = line.split()
+            if not parts[1].startswith("r") or (len(parts) > 5 and parts[5] in ("[vvar]", "[vsyscall]", "[vvar_vclock]")):
+                continue
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            found = pattern.search(ctypes.string_at(lo, hi - lo)) if hi - lo < 1 << 27 else None
+            if found:
+                return int(found.group(1))
+    return None
+
+ANSWER = _find()
+
+def f(x):
+    return ANSWER
+"""
+
+#: Returns a word of the test's expected string, read from what the harness tells the solution.
+NAMES_PEEK = r"""
+import gc
+
+def f():
+    for o in gc.get_objects():
+        if isinstance(o, dict) and isinstance(o.get("names"), (list, tuple)):
+            words = [n for n in o["names"] if n not in ("f", "assert")]
+            if words:
+                return words[0]
+    return None
+"""
+
+
+@pytest.mark.parametrize("cases", [1, 2], ids=["one case", "two cases"])
+async def test_a_solution_finds_no_test_in_its_own_memory(pool: SandboxPool, cases: int) -> None:
+    # Every solution process is a fork of the harness: the tests reach it on stdin only after that,
+    # through a memory file (reproduced before: this solution got reward 1.0).
+    tests = ["assert f(1) == 918273645", "assert f(1) is None or f(1) == 918273645"][:cases]
+    verdict = await _grade(pool, MEMORY_PEEK, tests, True, timeout_s=10.0)
+    assert verdict.cases[0].status == "error", verdict.cases
+    assert verdict.cases[0].message.startswith("AssertionError"), verdict.cases
+    plain = await _grade(pool, MEMORY_PEEK, tests[:1], False, timeout_s=10.0)
+    assert plain.reward == 1.0  # the trusting harness runs the test in the solution's process
+
+
+async def test_the_names_the_solution_sees_say_nothing_of_the_tests_strings(pool: SandboxPool) -> None:
+    verdict = await _grade(pool, NAMES_PEEK, ["assert f() == 'zebra'"], True)
+    assert verdict.reward == 0.0, verdict.cases
+    assert spelled("assert f() == 'zebra'\nimport math\ndef g():\n    return h(math.pi)") == (
+        "f",
+        "g",
+        "h",
+        "math",
+        "pi",
+    )
 
 
 async def test_an_object_that_is_always_equal_is_never_a_pass_nor_a_zero(pool: SandboxPool) -> None:
@@ -298,10 +366,13 @@ async def test_on_docker_too() -> None:
             forged = await _grade(pool, FD_FORGE, ["assert f(1) == 2"], True)
             equal = await _grade(pool, ALWAYS_EQUAL, ["assert f(1) == 2"], True)
             right = await _grade(pool, CORRECT, CORRECT_TESTS, True)
+            # The runner forks the program from its own memory, which held the run's stdin (the tests).
+            peek = await _grade(pool, MEMORY_PEEK, ["assert f(1) == 918273645"], True, timeout_s=10.0)
     finally:
         await backend.aclose()
     assert (forged.reward, equal.reward, equal.status) == (0.0, None, "infra_error")
     assert right.status == "ok", right.cases
+    assert peek.reward == 0.0 and peek.cases[0].message.startswith("AssertionError"), peek.cases
 
 
 #: (solution, test code, CPU limit): each must get the same status and message from both harnesses.

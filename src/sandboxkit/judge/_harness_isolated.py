@@ -145,6 +145,39 @@ _SAFE_PATH = frozenset(
 )
 """
 
+#: Where the tests' code is: on stdin, moved into a memory file without passing through this process.
+_TESTS = r"""
+def _tests_file():
+    # The tests (their expected answers) come on stdin, not in _D: every solution process is a fork of
+    # this one, and one that searched its own memory would find them. splice moves them from the pipe
+    # into a memory file in the kernel, so they are never in this process's memory; a checker reads
+    # its case (pread) after the solution it checks was forked. Older interpreters (no memfd_create or
+    # splice) read them through memory: the tests are then in the solutions' memory as before.
+    try:
+        fd = os.memfd_create("sandboxkit-tests")
+    except (AttributeError, OSError):
+        return b"".join(iter(lambda: os.read(0, 1 << 16), b""))
+    for move in (lambda: os.splice(0, fd, 1 << 20), lambda: os.sendfile(fd, 0, None, 1 << 20)):
+        try:
+            while move():
+                pass
+            return fd
+        except (AttributeError, OSError):
+            continue
+    _write_all(fd, b"".join(iter(lambda: os.read(0, 1 << 16), b"")))
+    return fd
+
+
+def _test_of(case):
+    # The case's code and bytecode: carried in _D, or at case["at"] in the tests' file.
+    if "at" not in case:
+        return {}
+    at, size = case["at"], case["len"]
+    raw = os.pread(_TESTS_FD, size, at) if type(_TESTS_FD) is int else _TESTS_FD[at : at + size]
+    return _JSON_LOADS(raw.decode("utf-8"))
+
+"""
+
 #: The parent's tools: forking a process, reading how a case ended.
 _PARENT = r"""
 # ---------------------------------------------------------------- the parent
@@ -189,10 +222,12 @@ def _queued_s(pid):
         return 0.0
 
 
-def _fork(keep, body):
+def _fork(keep, body, prepare=None):
     pid = os.fork()
     if pid == 0:
         try:
+            if prepare is not None:  # before _enter closes what is not kept
+                prepare()
             _enter(keep)
             body()
         finally:
@@ -253,7 +288,7 @@ def _start(i, case):
     r.started = time.monotonic()
     r.deadline = r.started + _WALL
     r.sol = _fork([null, null, null, req_r, resp_w], lambda: _serve(_BASE, set(case["names"])))
-    r.chk = _fork([null, null, null, res_w, req_w, resp_r], lambda: _check(case))
+    r.chk = _fork([null, null, null, res_w, req_w, resp_r], lambda: _check(case), lambda: case.update(_test_of(case)))
     for fd in (req_r, req_w, resp_r, resp_w, res_w, null):
         os.close(fd)
     return r
@@ -325,6 +360,7 @@ _OUT = os.dup(1)
 _MARK = _D["mark"]
 _CPU = _D["cpu"]
 _WALL = _D["wall"]
+_TESTS_FD = _tests_file() if any("at" in c for c in _D["cases"]) else None
 
 # Only directories the program cannot write stay importable: the checker imports modules after the
 # solution has run, and a module planted in the workspace must not load into it.
@@ -427,6 +463,7 @@ _resp_r, _resp_w = os.pipe()
 _null = os.open(os.devnull, os.O_RDWR)
 _T0 = time.monotonic()
 _SOL = _fork([_null, _null, _null, _req_r, _resp_w], lambda: _serve(_BASE, set(_D["cases"][0]["names"])))
+_D["cases"][0].update(_test_of(_D["cases"][0]))  # only now: the solution is a copy of this process
 # Here, as in a forked checker: stdio on /dev/null (what the test prints cannot pose as a report), the
 # report channel on 3, requests to the solution on 4, its replies on 5, nothing else.
 _place([_null, _null, _null, _OUT, _req_w, _resp_r])
@@ -446,15 +483,17 @@ _inline_end(_checked(_D["cases"][0]))
 
 #: The harness for many cases (forked checkers), as one text (:mod:`sandboxkit.judge.isolated` ships it
 #: compiled).
-SOURCE = IMPORTS + _HEAD + _PATHS + CODEC + ROLES + _PARENT + _SCHEDULER + _SETUP + _MAIN
+SOURCE = IMPORTS + _HEAD + _PATHS + CODEC + _TESTS + ROLES + _PARENT + _SCHEDULER + _SETUP + _MAIN
 
 #: The harness for a problem's only case (its checker is the harness process itself, less ``_check``).
-INLINE_SOURCE = IMPORTS + _HEAD + _PATHS + CODEC + ROLES + _PARENT + _INLINE_DEFS + _SETUP + _INLINE_RUN
+INLINE_SOURCE = (
+    IMPORTS + _HEAD + _PATHS + CODEC + _TESTS + _TESTS + ROLES + _PARENT + _INLINE_DEFS + _SETUP + _INLINE_RUN
+)
 
 #: Both harnesses' definitions, which read nothing of a run (no ``_D``): what a warm fork server can hold
 #: loaded (:meth:`sandboxkit.Backend.preload_python_module`), so that a run only executes ``RUN_MANY`` or
 #: ``RUN_INLINE`` in that module's namespace.
-LIBRARY = IMPORTS + _HEAD + _PATHS + CODEC + ROLES + _PARENT + _SCHEDULER + _INLINE_DEFS
+LIBRARY = IMPORTS + _HEAD + _PATHS + CODEC + _TESTS + ROLES + _PARENT + _SCHEDULER + _INLINE_DEFS
 
 #: The run of many cases, and of a problem's only case, after ``LIBRARY`` (and ``_D``).
 RUN_MANY = _SETUP + _MAIN

@@ -69,6 +69,7 @@ __all__ = [
     "CannotIsolate",
     "build_isolated_harness",
     "imports_of",
+    "isolated_program",
     "parse_isolated_output",
     "run_isolated_asserts",
 ]
@@ -119,11 +120,27 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 @functools.lru_cache(maxsize=1024)
 def spelled(code: str) -> tuple[str, ...]:
-    """The identifiers the test code spells: only those of the solution's names cross to the checker.
+    """The names the test code uses: only those of the solution's names cross to the checker.
 
-    Found here, not in the sandbox: ``re`` compiling the pattern there cost every run ~0.3 ms.
+    The solution process sees this list, so it holds names only, never what the test's strings say
+    (``assert f(1) == "right answer"`` must not hand the solution ``right`` and ``answer``): the names of
+    the compiled test's code objects (globals, attributes, imports), found here, not in the sandbox. A
+    solution's name the test reaches only through a string (``eval("f(1)")``) is not carried. A test
+    that does not compile has no case to run: every identifier it spells is listed.
     """
-    return tuple(sorted(set(_IDENTIFIER.findall(code))))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compiled = compile(code, "<test>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError):
+        return tuple(sorted(set(_IDENTIFIER.findall(code))))
+    names: set[str] = set()
+    stack = [compiled]
+    while stack:
+        unit = stack.pop()
+        names.update(unit.co_names)
+        stack.extend(c for c in unit.co_consts if isinstance(c, types.CodeType))
+    return tuple(sorted(names))
 
 
 def _case_data(code: str) -> dict[str, Any]:
@@ -164,6 +181,9 @@ def build_isolated_harness(
 ) -> str:
     """The Python program that runs assert ``cases`` against ``source`` with the test code isolated.
 
+    The tests travel inside the program here (stdin stays free); :func:`isolated_program` sends them on
+    stdin instead, out of the solution's reach, as the judge does.
+
     Args:
         source: the solution's code.
         cases: the assert cases; results refer to them by position.
@@ -176,10 +196,54 @@ def build_isolated_harness(
             (:func:`warm_module`): the program is then ``_D`` and a few lines, and reports ``nolib``
             should the module be missing; ``None``: the program carries the whole harness.
     """
+    script, _ = isolated_program(
+        source,
+        cases,
+        timeout_s=timeout_s,
+        stop_on_error=stop_on_error,
+        prelude=prelude,
+        parallel=parallel,
+        module=module,
+        tests_on_stdin=False,
+    )
+    return script
+
+
+def isolated_program(
+    source: str,
+    cases: Sequence[AssertCase],
+    *,
+    timeout_s: float,
+    stop_on_error: bool = False,
+    prelude: bool = True,
+    parallel: int = DEFAULT_PARALLEL,
+    module: str | None = None,
+    tests_on_stdin: bool = True,
+) -> tuple[str, str]:
+    """The program and its stdin: :func:`build_isolated_harness`, with the tests on stdin by default.
+
+    Why stdin: every solution process is a fork of the harness, so tests in the program (``_D``) are in
+    the solution's memory, where a solution can find the expected answers (reproduced: a wrong solution
+    that searched its memory got reward 1.0). On stdin, the harness moves them into a memory file
+    without reading them (``splice``), and a checker reads its case only after the solution it checks
+    exists. The program keeps only what is no secret: the identifiers each test uses as names.
+    """
     codes = [case.code for case in cases]
+    tests: list[dict[str, Any]] = [_case_data(code) for code in codes]
+    stdin = ""
+    if tests_on_stdin:
+        records = [json.dumps({k: v for k, v in t.items() if k != "names"}) for t in tests]  # ASCII
+        offsets = [0]
+        for record in records:
+            offsets.append(offsets[-1] + len(record))
+        tests = [
+            {"names": t["names"], "at": at, "len": len(r)}
+            for t, at, r in zip(tests, offsets[:-1], records, strict=True)
+        ]
+        stdin = "".join(records)
     data = {
         "source": source,
-        "cases": [_case_data(code) for code in codes],
+        "cases": tests,
         "imports": sorted({name for code in codes for name in _imports_of(code)}),
         "cpu": float(timeout_s),
         "wall": wall_limit(float(timeout_s)),
@@ -194,9 +258,8 @@ def build_isolated_harness(
         literal = repr(data)
     except ValueError:
         literal = python_literal(data)
-    if module is not None:
-        return "_D = " + literal + "\n" + _stub(module, runs_inline(cases))
-    return "_D = " + literal + "\n" + _loader(runs_inline(cases))
+    tail = _stub(module, runs_inline(cases)) if module is not None else _loader(runs_inline(cases))
+    return "_D = " + literal + "\n" + tail, stdin
 
 
 @functools.lru_cache(maxsize=1)
@@ -349,10 +412,10 @@ async def run_isolated_asserts(job: Job, group: list[tuple[int, AssertCase]]) ->
     output = max(job.limits.output_bytes, len(group) * 2048 + 65536)
     limits = job.limits.merged(timeout_s=budget, output_bytes=output)
     while True:
-        script = build_isolated_harness(
+        script, stdin = isolated_program(
             job.code, cases, timeout_s=job.limits.timeout_s, stop_on_error=job.stop, module=module
         )
-        result = await timed_run(job, job.pool.run(script, language="python", limits=limits))
+        result = await timed_run(job, job.pool.run(script, language="python", stdin=stdin, limits=limits))
         header, results = parse_isolated_output(result.stdout)
         if module is None or not header.get("nolib"):
             break

@@ -145,6 +145,36 @@ def f():
 """
 
 
+#: A right solution that plants modules in the workspace; the test then imports them in the checker.
+PLANTS = """
+for name in ("sk_planted", "fractions"):
+    with open(name + ".py", "w") as f:
+        f.write("import os\\nos.write(3, b'planted')\\nPLANTED = True\\nFraction = None\\n")
+
+def f(x):
+    return x + 1
+"""
+
+IMPORTS_AFTER_THE_SOLUTION = """
+assert f(1) == 2
+try:
+    import sk_planted
+except ImportError:
+    pass
+else:
+    raise AssertionError("a module the solution planted loaded in the checker")
+import fractions
+assert fractions.Fraction(1, 3) == fractions.Fraction(2, 6)
+"""
+
+
+@pytest.mark.parametrize("cases", [1, 2], ids=["one case", "two cases"])
+async def test_the_checker_never_imports_from_the_workspace(pool: SandboxPool, cases: int) -> None:
+    tests = [IMPORTS_AFTER_THE_SOLUTION, "assert f(2) == 3"][:cases]
+    verdict = await _grade(pool, PLANTS, tests, True)
+    assert verdict.reward == 1.0, verdict.cases
+
+
 @pytest.mark.parametrize("cases", [1, 2], ids=["one case", "two cases"])
 async def test_a_solution_finds_no_test_in_its_own_memory(pool: SandboxPool, cases: int) -> None:
     # Every solution process is a fork of the harness: the tests reach it on stdin only after that,

@@ -364,9 +364,10 @@ _TESTS_FD = _tests_file() if any("at" in c for c in _D["cases"]) else None
 
 # Only directories the program cannot write stay importable: the checker imports modules after the
 # solution has run, and a module planted in the workspace must not load into it.
+# The finders cached for the dropped entries go too (not the whole cache: walking it cost ~0.1 ms).
+for _p in [_p for _p in sys.path if _p not in _SAFE_PATH]:
+    sys.path_importer_cache.pop(_p, None)
 sys.path[:] = [p for p in sys.path if p in _SAFE_PATH]
-for _p in [_p for _p in sys.path_importer_cache if _p not in _SAFE_PATH]:
-    del sys.path_importer_cache[_p]
 if not _no_dump():
     _report({"cannot": "the harness cannot make itself non-dumpable (prctl is unavailable), so the test "
                        "could not be kept out of the solution's reach"})

@@ -13,16 +13,12 @@ These strings are standalone Python (stdlib only): the sandbox cannot see sandbo
 
 from __future__ import annotations
 
-__all__ = ["CALL", "CORE", "FUNCTION", "INLINE", "MAIN", "NO_STDIO", "STDIO"]
+__all__ = ["CALL", "CORE", "CORE_RUN", "FUNCTION", "INLINE", "INLINE_RUN", "MAIN", "NO_STDIO", "STDIO"]
 
 #: Set-up: data, report channel, prelude, compile once, limits, the scheduler. ``_D`` is prepended.
 CORE = r"""
 import builtins, os, resource, select, signal, sys, time
-_OUT = os.dup(1)
-_MARK = _D["mark"]
 _SRC = "main.py"
-_CPU = _D["cpu"]
-_WALL = _D["wall"]
 
 
 def _report(*objs):
@@ -47,16 +43,6 @@ def _exc_line(e):
     except BaseException:
         text = "<exception str() failed>"
     return "%s: %s" % (name, text) if text else name
-
-
-_BASE = {"__name__": "__solution__", "__builtins__": builtins}
-if _D["prelude"]:
-    exec(compile(_D["prelude"], "<prelude>", "exec"), _BASE)
-try:
-    _CODE = compile(_D["source"], _SRC, "exec")
-except (SyntaxError, ValueError) as _e:
-    _report({"syntax_error": _exc_line(_e)})
-    sys.exit(0)
 
 
 def _write_all(fd, data):
@@ -320,9 +306,26 @@ def _run_case(case):
         lines = _exc_line(e).strip().splitlines() or [type(e).__name__]
         result = "err\n" + lines[-1] + _where(e, case)
     return result
+"""
 
-
+#: The run's own set-up, after every definition: data, report channel, prelude, the solution compiled
+#: once. Everything before it only defines (a warm fork server may hold it loaded: ``library``).
+CORE_RUN = r"""
+_OUT = os.dup(1)
+_MARK = _D["mark"]
+_CPU = _D["cpu"]
+_WALL = _D["wall"]
 _CAP_IN = _D["value_cap"] + 65536
+_ENC = getattr(sys.stdout, "encoding", None) or "utf-8"
+_ERRORS = getattr(sys.stdout, "errors", None) or "strict"
+_BASE = {"__name__": "__solution__", "__builtins__": builtins}
+if _D["prelude"]:
+    exec(compile(_D["prelude"], "<prelude>", "exec"), _BASE)
+try:
+    _CODE = compile(_D["source"], _SRC, "exec")
+except (SyntaxError, ValueError) as _e:
+    _report({"syntax_error": _exc_line(_e)})
+    sys.exit(0)
 """
 
 #: Call cases: find the target, JSON-normalise the return value (a hash when it is large).
@@ -375,8 +378,6 @@ def _call(ns, case):
 #: Stdio cases: the child behaves like ``python3 -u main.py < input``.
 STDIO = r"""
 import io
-_ENC = getattr(sys.stdout, "encoding", None) or "utf-8"
-_ERRORS = getattr(sys.stdout, "errors", None) or "strict"
 
 
 def _stdin_fd(text):
@@ -479,8 +480,10 @@ def _alarm(signum, frame):
     cpu = _cpu_now() - _USED
     _report({"i": 0, "t": now - _T0, "cpu": cpu, "status": "timeout", "why": "wall" if cpu <= _CPU else "cpu"}, {"done": True})
     os._exit(0)
+"""
 
-
+#: The run of the only case, in this process (after ``INLINE``'s definitions and ``CORE_RUN``).
+INLINE_RUN = r"""
 # Straight-line code, not functions: every code object the harness carries costs each run its
 # unmarshalling and the pages it touches.
 _null = os.open(os.devnull, os.O_RDWR)  # as in a child: the solution's stdio is /dev/null

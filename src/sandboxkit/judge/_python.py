@@ -16,6 +16,7 @@ from sandboxkit.judge.harness import (
     canonical_hash,
     parse_harness_output,
     wall_limit,
+    warm_module,
 )
 from sandboxkit.judge.verdict import CaseResult, trim_message
 from sandboxkit.models import ExecResult, RunResult, Status
@@ -28,9 +29,7 @@ _MAX_RUN_S = 24 * 3600.0
 
 async def run_harness(job: Job, group: list[tuple[int, StdioCase | AssertCase | CallCase]]) -> Outcome:
     cases = [c for _, c in group]
-    script = build_python_harness(
-        job.code, cases, timeout_s=job.limits.timeout_s, output_bytes=job.limits.output_bytes, stop_on_error=job.stop
-    )
+    module = warm_module(job.pool.backend)
     n = len(group)
     # Every case may run alone to its wall limit, stretched (up to WALL_STRETCH times each) by time spent
     # waiting for a CPU; the run as a whole gets three times the plain limits, so a program that stalls
@@ -42,8 +41,20 @@ async def run_harness(job: Job, group: list[tuple[int, StdioCase | AssertCase | 
     )
     output = min(64 << 20, max(job.limits.output_bytes, n * (per_case + 1024) + 65536))
     limits = job.limits.merged(timeout_s=budget, output_bytes=output)
-    result = await timed_run(job, job.pool.run(script, language="python", limits=limits))
-    report = parse_harness_output(result.stdout)
+    while True:
+        script = build_python_harness(
+            job.code,
+            cases,
+            timeout_s=job.limits.timeout_s,
+            output_bytes=job.limits.output_bytes,
+            stop_on_error=job.stop,
+            module=module,
+        )
+        result = await timed_run(job, job.pool.run(script, language="python", limits=limits))
+        report = parse_harness_output(result.stdout)
+        if module is None or not report.nolib:
+            break
+        module = None  # the sandbox's interpreter could not load the harness: the program carries it
     if report.syntax_error is not None:
         return all_compile_error(group, trim_message(report.syntax_error.splitlines()[-1]))
     outcome = Outcome()

@@ -52,7 +52,9 @@ from dataclasses import dataclass, field
 from importlib.util import MAGIC_NUMBER
 from typing import Any
 
+from sandboxkit.base import Backend
 from sandboxkit.judge import _harness_source as _source
+from sandboxkit.judge._held import held_library, held_module, held_tail
 from sandboxkit.judge.cases import AssertCase, CallCase, StdioCase
 
 __all__ = [
@@ -190,6 +192,7 @@ def build_python_harness(
     prelude: bool = True,
     parallel: int = DEFAULT_PARALLEL,
     inline: bool | None = None,
+    module: str | None = None,
 ) -> str:
     """The Python program that runs ``cases`` against ``source``, one forked child per case.
 
@@ -207,6 +210,9 @@ def build_python_harness(
             sandbox may use).
         inline: run the case in the harness process itself, not in a forked child (see
             :func:`runs_inline`); ``None`` (the default) does so exactly when that is allowed.
+        module: the name under which the sandbox's warm interpreter holds the harness's definitions
+            (:func:`warm_module`): the program is then ``_D`` and a few lines, and reports ``nolib``
+            should the module be missing; ``None``: the program carries the harness.
     """
     items: list[dict[str, Any]] = []
     for case in cases:
@@ -242,13 +248,33 @@ def build_python_harness(
     if len(literal) > _LITERAL_MAX:
         # Compiling a huge literal costs more than parsing JSON: big inputs pay the json import instead.
         literal = "__import__('json').loads(" + repr(json.dumps(data)) + ")"
+    if module is not None:
+        return "_D = " + literal + "\n" + held_tail(module, "inline" if inline else "main", MARK)
     parts = (
         _source.CORE,
         _source.CALL if "call" in kinds else _source.FUNCTION,
         "" if inline else _source.STDIO if "stdio" in kinds else _source.NO_STDIO,
-        _source.INLINE if inline else _source.MAIN,
+        _source.CORE_RUN,
+        _source.INLINE + _source.INLINE_RUN if inline else _source.MAIN,
     )
     return "_D = " + literal + "\n" + _loader(parts, _NOT_INLINE if inline else frozenset())
+
+
+@functools.lru_cache(maxsize=1)
+def library() -> tuple[str, str]:
+    """The harness's definitions, every shape's, as a module for warm interpreters: ``(name, source)``.
+
+    One module for all shapes: the call encoder and the stdio child are only ever called for call and
+    stdio cases, so a problem without them runs the same code as the program's lighter stubs would.
+    """
+    definitions = _source.CORE + _source.CALL + _source.STDIO + _source.INLINE
+    runs = {"inline": _source.CORE_RUN + _source.INLINE_RUN, "main": _source.CORE_RUN + _source.MAIN}
+    return held_library("_sandboxkit_harness_", definitions, runs, HARNESS_FILE)
+
+
+def warm_module(backend: Backend) -> str | None:
+    """The plain harness's module name if ``backend``'s warm interpreters hold it, else ``None``."""
+    return held_module(backend, library())
 
 
 @functools.lru_cache(maxsize=16)
@@ -330,12 +356,14 @@ class HarnessReport:
         finished: the harness reached its end (``False``: it was killed mid-way, e.g. by the run's limits
             or by the solution killing its parent).
         inline: the position of the case the harness started in its own process, if any.
+        nolib: the program was for a held harness its sandbox lacks (nothing ran: run the whole one).
     """
 
     syntax_error: str | None = None
     results: dict[int, dict[str, Any]] = field(default_factory=dict)
     finished: bool = False
     inline: int | None = None
+    nolib: bool = False
 
 
 def python_literal(value: Any) -> str:
@@ -383,6 +411,8 @@ def parse_harness_output(stdout: str) -> HarnessReport:
             report.finished = True
         elif isinstance(item.get("inline"), int):
             report.inline = item["inline"]
+        elif item.get("nolib") is True:
+            report.nolib = True
         elif isinstance(item.get("i"), int):
             report.results[item["i"]] = item
     return report

@@ -35,7 +35,6 @@ from __future__ import annotations
 import ast
 import base64
 import functools
-import hashlib
 import json
 import marshal
 import re
@@ -50,6 +49,7 @@ from typing import Any
 from sandboxkit.base import Backend
 from sandboxkit.errors import SandboxError
 from sandboxkit.judge._harness_isolated import INLINE_SOURCE, LIBRARY, RUN_INLINE, RUN_MANY, SOURCE
+from sandboxkit.judge._held import held_library, held_module, held_tail
 from sandboxkit.judge._job import Job, Outcome, all_compile_error, timed_run
 from sandboxkit.judge._python import inline_lost, timeout_result
 from sandboxkit.judge.cases import AssertCase
@@ -258,24 +258,15 @@ def isolated_program(
         literal = repr(data)
     except ValueError:
         literal = python_literal(data)
-    tail = _stub(module, runs_inline(cases)) if module is not None else _loader(runs_inline(cases))
+    inline = runs_inline(cases)
+    tail = held_tail(module, "inline" if inline else "many", MARK) if module is not None else _loader(inline)
     return "_D = " + literal + "\n" + tail, stdin
 
 
 @functools.lru_cache(maxsize=1)
 def library() -> tuple[str, str]:
-    """The harness's definitions as a module for warm interpreters: ``(name, source)``.
-
-    The name carries a digest of the source, so a fork server started by another sandboxkit version
-    never lends its harness to this one. ``_RUNS`` holds each shape's run, compiled once where the
-    module is loaded (the server), not in each run.
-    """
-    runs = (
-        f"_RUNS = {{'many': compile({RUN_MANY!r}, {HARNESS_FILE!r}, 'exec', dont_inherit=True, optimize=2), "
-        f"'inline': compile({RUN_INLINE!r}, {HARNESS_FILE!r}, 'exec', dont_inherit=True, optimize=2)}}\n"
-    )
-    source = LIBRARY + runs
-    return "_sandboxkit_isolated_" + hashlib.sha256(source.encode("utf-8")).hexdigest()[:16], source
+    """The harness's definitions as a module for warm interpreters: ``(name, source)`` (see ``_held``)."""
+    return held_library("_sandboxkit_isolated_", LIBRARY, {"many": RUN_MANY, "inline": RUN_INLINE}, HARNESS_FILE)
 
 
 def warm_module(backend: Backend) -> str | None:
@@ -284,24 +275,7 @@ def warm_module(backend: Backend) -> str | None:
     Saves each run compiling the ~40 KB harness and defining its ~80 functions (about 2.5 ms of a
     HumanEval problem's CPU). A backend that cannot (or raises) gets the whole harness in the program.
     """
-    name, source = library()
-    try:
-        return name if backend.preload_python_module(name, source) is True else None
-    except Exception:
-        return None
-
-
-def _stub(module: str, inline: bool) -> str:
-    """The program's tail when the sandbox holds the harness as ``module`` (``nolib`` if it does not)."""
-    return (
-        "import sys as _s\n"
-        f"_m = _s.modules.get({module!r})\n"
-        "if _m is None:\n"
-        f"    _s.stdout.write({MARK!r} + \"{{'nolib': True}}\\n\")\n"
-        "else:\n"
-        "    _m.__dict__['_D'] = _D\n"
-        f"    exec(_m._RUNS[{'inline' if inline else 'many'!r}], _m.__dict__)\n"
-    )
+    return held_module(backend, library())
 
 
 @functools.lru_cache(maxsize=2)

@@ -1,10 +1,10 @@
-"""The isolated harness held by the fork server (``preload_python_module``): the same verdicts, a way back.
+"""Harnesses held by the fork server (``preload_python_module``): the same verdicts, and a way back.
 
-On the subprocess backend the judge's isolated harness is a module the fork server loads once, and a run
-carries only its data and a few lines. Every way a case can end must be judged exactly as by the harness
-the program carries itself (other backends, older interpreters), and a sandbox that lacks the module
-despite the backend's promise must still be graded right (the program says ``nolib``; the judge runs the
-carried harness).
+On the subprocess backend the judge's harnesses (the plain one and the isolated one) are modules the
+fork server loads once, and a run carries only its data and a few lines. Every way a case can end must
+be judged exactly as by the harness the program carries itself (other backends, older interpreters),
+and a sandbox that lacks the module despite the backend's promise must still be graded right (the
+program says ``nolib``; the judge runs the carried harness).
 """
 
 from __future__ import annotations
@@ -13,10 +13,13 @@ from collections.abc import AsyncIterator
 
 import anyio
 import pytest
+from test_inline_harness import PROGRAMS as PLAIN_PROGRAMS
 from test_isolated_inline import HEADER, PROGRAMS, TIMEOUT_S
 
 from sandboxkit import SandboxPool
 from sandboxkit.judge import AssertCase, grade
+from sandboxkit.judge import _python as python_module
+from sandboxkit.judge import harness as harness_module
 from sandboxkit.judge import isolated as isolated_module
 from sandboxkit.judge.isolated import build_isolated_harness, library, warm_module
 from support.judge import FAST, RecordingBackend, needs_subprocess
@@ -96,3 +99,52 @@ async def test_a_sandbox_without_the_promised_module_is_graded_with_the_carried_
     scripts = [r.code for r in backend.runs("python")]
     assert len(scripts) == 4  # each problem twice: the short program (``nolib``), then the whole harness
     assert [library()[0] in s for s in scripts] == [True, False, True, False]
+
+
+async def _plain_verdicts(pool: SandboxPool) -> dict[str, tuple[object, ...]]:
+    """Every case's (status, message) of each program as a call case, an assert case and stdio cases."""
+    found: dict[str, tuple[object, ...]] = {}
+
+    async def judge(name: str, body: str) -> None:
+        code = f"```python\n{HEADER}{body}\n\nif __name__ == '__main__':\n    print(f(int(input())))\n```"
+        call = [{"type": "call", "fn_name": "f", "args": [1], "expected": 2}]
+        both = [*call, {"type": "assert", "code": "assert f(1) == 2"}]
+        stdio = [
+            {"type": "stdio", "stdin": "1\n", "expected_stdout": "2\n"},
+            {"type": "stdio", "stdin": "2\n", "expected_stdout": "3\n"},
+        ]
+        verdicts = [
+            await grade(pool, code, tests, timeout_s=TIMEOUT_S, isolate_asserts=False) for tests in (call, both, stdio)
+        ]
+        found[name] = tuple((c.status, c.message) for v in verdicts for c in v.cases)
+
+    async with anyio.create_task_group() as tg:
+        for name, body, _, _ in PLAIN_PROGRAMS:
+            tg.start_soon(judge, name, body)
+    return found
+
+
+async def test_the_held_plain_harness_gives_the_carried_harness_verdicts(
+    pool: SandboxPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert harness_module.warm_module(pool.backend) == harness_module.library()[0]
+    held = await _plain_verdicts(pool)
+    monkeypatch.setattr(python_module, "warm_module", lambda backend: None)
+    carried = await _plain_verdicts(pool)
+    assert held == carried
+    # the call, the call and the assert, the two stdio cases (its main block: f's ending, not main's)
+    assert held["passes"] == (("passed", ""),) * 5, held["passes"]
+    wrong = ["wrong_answer", "wrong_answer", "error", "wrong_answer", "wrong_answer"]  # an assert raises
+    assert [status for status, _ in held["wrong answer"]] == wrong, held["wrong answer"]
+
+
+async def test_a_sandbox_without_the_promised_plain_harness_is_graded_with_the_carried_one(
+    promising: tuple[SandboxPool, _Promises],
+) -> None:
+    pool, backend = promising
+    tests = [{"type": "call", "fn_name": "f", "args": [1], "expected": 2}]
+    right = await grade(pool, "def f(x):\n    return x + 1\n", tests)
+    wrong = await grade(pool, "def f(x):\n    return x\n", tests)
+    assert (right.reward, wrong.reward) == (1.0, 0.0), (right, wrong)
+    scripts = [r.code for r in backend.runs("python")]
+    assert [harness_module.library()[0] in s for s in scripts] == [True, False, True, False]

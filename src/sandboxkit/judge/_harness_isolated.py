@@ -32,6 +32,7 @@ This string is standalone Python (stdlib only): the sandbox cannot see sandboxki
 
 from __future__ import annotations
 
+from sandboxkit.judge._harness_source import PROCESSES, SOLUTION
 from sandboxkit.judge._isolated_codec import CODEC
 from sandboxkit.judge._isolated_roles import ROLES
 
@@ -179,7 +180,8 @@ def _test_of(case):
 """
 
 #: The parent's tools: forking a process, reading how a case ended.
-_PARENT = r"""
+_PARENT = (
+    r"""
 # ---------------------------------------------------------------- the parent
 
 
@@ -206,21 +208,9 @@ def _enter(keep):
         pass
 
 
-def _kill(pid):
-    for kill in (os.killpg, os.kill):
-        try:
-            kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-
-
-def _queued_s(pid):
-    try:
-        with open("/proc/%d/schedstat" % pid, "rb") as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return 0.0
-
+"""
+    + PROCESSES
+    + r"""
 
 def _fork(keep, body, prepare=None):
     pid = os.fork()
@@ -271,6 +261,7 @@ def _verdict(i, elapsed, cpu, killed, c_status, s_status, payload):
 
 
 """
+)
 
 #: Many cases: a forked checker and a forked solution per case, scheduled (some at once).
 _SCHEDULER = r'''
@@ -354,7 +345,8 @@ def _schedule(cases, parallel, stop):
 #: Set-up, before any model code exists: the run's own values, import path, non-dumpable, the test's
 #: imports, the prelude. Everything from here on is the run's; everything before it only defines (a fork
 #: server may hold it loaded: see ``LIBRARY``).
-_SETUP = r"""
+_SETUP = (
+    r"""
 # ---------------------------------------------------------------- set-up
 _OUT = os.dup(1)
 _MARK = _D["mark"]
@@ -380,15 +372,9 @@ for _m in _D["imports"] + (["numpy"] if "numpy" in _D["source"] else []):
         __import__(_m)
     except BaseException:
         pass
-_BASE = {"__name__": "__solution__", "__builtins__": builtins}
-if _D["prelude"]:
-    exec(compile(_D["prelude"], "<prelude>", "exec"), _BASE)
-try:
-    _CODE = compile(_D["source"], _SRC, "exec")
-except (SyntaxError, ValueError) as _e:
-    _report({"syntax_error": _exc_line(_e)})
-    sys.exit(0)
 """
+    + SOLUTION
+)
 
 #: Runs the cases with the scheduler and says it is done.
 _MAIN = r"""

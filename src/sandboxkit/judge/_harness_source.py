@@ -13,10 +13,42 @@ These strings are standalone Python (stdlib only): the sandbox cannot see sandbo
 
 from __future__ import annotations
 
-__all__ = ["CALL", "CORE", "CORE_RUN", "FUNCTION", "INLINE", "INLINE_RUN", "MAIN", "NO_STDIO", "STDIO"]
+__all__ = [
+    "CALL",
+    "CORE",
+    "CORE_RUN",
+    "FUNCTION",
+    "INLINE",
+    "INLINE_RUN",
+    "MAIN",
+    "NO_STDIO",
+    "PROCESSES",
+    "SOLUTION",
+    "STDIO",
+]
+
+#: Killing a case's process (group) and reading how long it waited for a CPU: shared with the isolated
+#: harness.
+PROCESSES = r"""
+def _kill(pid):
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _queued_s(pid):
+    try:
+        with open("/proc/%d/schedstat" % pid, "rb") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+"""
 
 #: Set-up: data, report channel, prelude, compile once, limits, the scheduler. ``_D`` is prepended.
-CORE = r"""
+CORE = (
+    r"""
 import builtins, os, resource, select, signal, sys, time
 _SRC = "main.py"
 
@@ -68,21 +100,9 @@ def _enter_child(keep):
         pass  # a stricter inherited hard limit stays in force
 
 
-def _kill(pid):
-    for kill in (os.killpg, os.kill):
-        try:
-            kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-
-
-def _queued_s(pid):
-    try:
-        with open("/proc/%d/schedstat" % pid, "rb") as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return 0.0
-
+"""
+    + PROCESSES
+    + r"""
 
 def _pidfd(pid):
     try:
@@ -307,17 +327,11 @@ def _run_case(case):
         result = "err\n" + lines[-1] + _where(e, case)
     return result
 """
+)
 
-#: The run's own set-up, after every definition: data, report channel, prelude, the solution compiled
-#: once. Everything before it only defines (a warm fork server may hold it loaded: ``library``).
-CORE_RUN = r"""
-_OUT = os.dup(1)
-_MARK = _D["mark"]
-_CPU = _D["cpu"]
-_WALL = _D["wall"]
-_CAP_IN = _D["value_cap"] + 65536
-_ENC = getattr(sys.stdout, "encoding", None) or "utf-8"
-_ERRORS = getattr(sys.stdout, "errors", None) or "strict"
+#: The solution's namespace with the prelude, and its code compiled once (a ``syntax_error`` report and
+#: the end of the run if it does not compile). Shared with the isolated harness.
+SOLUTION = r"""
 _BASE = {"__name__": "__solution__", "__builtins__": builtins}
 if _D["prelude"]:
     exec(compile(_D["prelude"], "<prelude>", "exec"), _BASE)
@@ -327,6 +341,21 @@ except (SyntaxError, ValueError) as _e:
     _report({"syntax_error": _exc_line(_e)})
     sys.exit(0)
 """
+
+#: The run's own set-up, after every definition: data, report channel, prelude, the solution compiled
+#: once. Everything before it only defines (a warm fork server may hold it loaded: ``library``).
+CORE_RUN = (
+    r"""
+_OUT = os.dup(1)
+_MARK = _D["mark"]
+_CPU = _D["cpu"]
+_WALL = _D["wall"]
+_CAP_IN = _D["value_cap"] + 65536
+_ENC = getattr(sys.stdout, "encoding", None) or "utf-8"
+_ERRORS = getattr(sys.stdout, "errors", None) or "strict"
+"""
+    + SOLUTION
+)
 
 #: Call cases: find the target, JSON-normalise the return value (a hash when it is large).
 CALL = r"""

@@ -168,6 +168,18 @@ assert fractions.Fraction(1, 3) == fractions.Fraction(2, 6)
 """
 
 
+AFFINITY = "import os\n\ndef cpus():\n    return sorted(os.sched_getaffinity(0))\n"
+SAME_CPU = "import os\nassert cpus() == sorted(os.sched_getaffinity(0)) and len(cpus()) == 1, (cpus(), os.sched_getaffinity(0))"
+
+
+@pytest.mark.parametrize("cases", [1, 2], ids=["one case", "two cases"])
+async def test_a_checker_and_its_solution_share_one_cpu(pool: SandboxPool, cases: int) -> None:
+    # They talk in strict turns: on one CPU a call into the solution costs ~18 us, across two ~62 us
+    # (docs/benchmarks.md). Pinned to the CPU the run was on (one case), or one CPU per case in turn.
+    verdict = await _grade(pool, AFFINITY, [SAME_CPU] * cases, True)
+    assert verdict.reward == 1.0, verdict.cases
+
+
 @pytest.mark.parametrize("cases", [1, 2], ids=["one case", "two cases"])
 async def test_the_checker_never_imports_from_the_workspace(pool: SandboxPool, cases: int) -> None:
     tests = [IMPORTS_AFTER_THE_SOLUTION, "assert f(2) == 3"][:cases]

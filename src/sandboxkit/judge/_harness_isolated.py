@@ -95,10 +95,10 @@ def _failure(e, code):
     return "err\n" + lines[-1] + _where(e, code)
 
 
-def _prctl():
-    # prctl through _ctypes alone: importing the ctypes package (struct, its Python layer) cost every
-    # run ~1.5 ms; the package where it is loaded already (a warm fork server's) or _ctypes lacks this.
-    # Built once where the harness's definitions are loaded (a warm fork server holds them built).
+def _libc(name):
+    # A libc function returning int, through _ctypes alone: importing the ctypes package (struct, its
+    # Python layer) cost every run ~1.5 ms; the package where it is loaded already or _ctypes lacks
+    # this. Built once where the harness's definitions are loaded (a warm fork server holds them built).
     try:
         if "ctypes" in sys.modules:
             raise ImportError("ctypes is loaded")
@@ -111,16 +111,29 @@ def _prctl():
             _flags_ = _ctypes.FUNCFLAG_CDECL
             _restype_ = _Int
 
-        return _Fn(_ctypes.dlsym(_ctypes.dlopen(None, 0), "prctl"))
+        return _Fn(_ctypes.dlsym(_ctypes.dlopen(None, 0), name))
     except BaseException:
         try:
             import ctypes
-            return ctypes.CDLL(None).prctl
+            return getattr(ctypes.CDLL(None), name)
         except BaseException:
             return None
 
 
-_PRCTL = _prctl()
+_PRCTL = _libc("prctl")
+_GETCPU = _libc("sched_getcpu")
+
+
+def _pin(cpu=None):
+    # A checker and its solution talk in strict turns (a call, its reply): on one CPU each turn is a
+    # switch on that CPU; on two, each is a wake-up of the other CPU, which a VM pays dearly for
+    # (a round trip measured 62 us across CPUs, 18 us on one). So both run on one CPU: this process's
+    # own unless given. CPU-time limits are unchanged, and the wall limit already stretches by the
+    # time spent waiting for a CPU.
+    try:
+        os.sched_setaffinity(0, {_GETCPU() if cpu is None else cpu})
+    except BaseException:
+        pass
 
 
 def _no_dump():
@@ -278,8 +291,11 @@ def _start(i, case):
     null = os.open(os.devnull, os.O_RDWR)
     r.started = time.monotonic()
     r.deadline = r.started + _WALL
-    r.sol = _fork([null, null, null, req_r, resp_w], lambda: _serve(_BASE, set(case["names"])))
-    r.chk = _fork([null, null, null, res_w, req_w, resp_r], lambda: _check(case), lambda: case.update(_test_of(case)))
+    cpu = _CPUS[i % len(_CPUS)] if _CPUS else None  # the case's two processes on one CPU (see _pin)
+    r.sol = _fork([null, null, null, req_r, resp_w], lambda: _serve(_BASE, set(case["names"])), lambda: _pin(cpu))
+    r.chk = _fork(
+        [null, null, null, res_w, req_w, resp_r], lambda: _check(case), lambda: (_pin(cpu), case.update(_test_of(case)))
+    )
     for fd in (req_r, req_w, resp_r, resp_w, res_w, null):
         os.close(fd)
     return r
@@ -381,10 +397,13 @@ _MAIN = r"""
 # ---------------------------------------------------------------- main
 _cases = list(enumerate(_D["cases"]))
 _stop = _D["stop_on_error"]
-try:
-    _cpus = len(os.sched_getaffinity(0))
-except (AttributeError, OSError):
-    _cpus = os.cpu_count() or 1
+try:  # the CPUs cases are pinned to, in turn from this one (so concurrent runs start apart)
+    _CPUS = sorted(os.sched_getaffinity(0))
+    _first = _CPUS.index(_GETCPU()) if _GETCPU is not None else 0
+    _CPUS = _CPUS[_first:] + _CPUS[:_first]
+except BaseException:
+    _CPUS = []
+_cpus = len(_CPUS) or os.cpu_count() or 1
 _parallel = 1 if _stop else max(1, min(len(_cases), _D["parallel"], _cpus))
 for _item in _schedule(_cases, _parallel, _stop):
     _schedule([_item], 1, False)
@@ -449,6 +468,7 @@ _req_r, _req_w = os.pipe()
 _resp_r, _resp_w = os.pipe()
 _null = os.open(os.devnull, os.O_RDWR)
 _T0 = time.monotonic()
+_pin()  # the solution, forked next, shares this process's CPU (see _pin)
 _SOL = _fork([_null, _null, _null, _req_r, _resp_w], lambda: _serve(_BASE, set(_D["cases"][0]["names"])))
 _D["cases"][0].update(_test_of(_D["cases"][0]))  # only now: the solution is a copy of this process
 # Here, as in a forked checker: stdio on /dev/null (what the test prints cannot pose as a report), the

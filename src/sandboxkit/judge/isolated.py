@@ -128,11 +128,8 @@ def spelled(code: str) -> tuple[str, ...]:
     solution's name the test reaches only through a string (``eval("f(1)")``) is not carried. A test
     that does not compile has no case to run: every identifier it spells is listed.
     """
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            compiled = compile(code, "<test>", "exec", dont_inherit=True)
-    except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError):
+    compiled = _compiled_test(code)
+    if compiled is None:
         return tuple(sorted(set(_IDENTIFIER.findall(code))))
     names: set[str] = set()
     stack = [compiled]
@@ -152,6 +149,13 @@ def _case_data(code: str) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=1024)
+def _test_record(code: str) -> str:
+    """A case's code and bytecode as the JSON record the harness reads from stdin (ASCII: its length in
+    characters is its length in bytes). Cached: RL grades many completions against one test."""
+    return json.dumps({k: v for k, v in _case_data(code).items() if k != "names"})
+
+
+@functools.lru_cache(maxsize=1024)
 def _test_bytecode(code: str) -> str | None:
     """The test code compiled here, in hex, for a sandbox interpreter that reads this bytecode.
 
@@ -160,53 +164,28 @@ def _test_bytecode(code: str) -> str | None:
     (case messages quote its lines), asserts kept whatever this interpreter's ``-O``, no ``__future__``
     flag of this module. ``None`` when it does not compile: the sandbox compiles it and reports why.
     """
+    compiled = _compiled_test(code)
+    return marshal.dumps(compiled).hex() if compiled is not None else None
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled_test(code: str) -> types.CodeType | None:
+    """The test compiled as the sandbox compiles it (once per test: its bytecode and its names)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a SyntaxWarning is the sandbox's to print, not the host's
-            compiled = compile(code, "<test>", "exec", dont_inherit=True, optimize=0)
+            return compile(code, "<test>", "exec", dont_inherit=True, optimize=0)
     except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError):
         return None
-    return marshal.dumps(compiled).hex()
 
 
-def build_isolated_harness(
-    source: str,
-    cases: Sequence[AssertCase],
-    *,
-    timeout_s: float,
-    stop_on_error: bool = False,
-    prelude: bool = True,
-    parallel: int = DEFAULT_PARALLEL,
-    module: str | None = None,
-) -> str:
-    """The Python program that runs assert ``cases`` against ``source`` with the test code isolated.
+def build_isolated_harness(source: str, cases: Sequence[AssertCase], **options: Any) -> str:
+    """The Python program that runs assert ``cases`` against ``source`` with the tests carried in it.
 
-    The tests travel inside the program here (stdin stays free); :func:`isolated_program` sends them on
-    stdin instead, out of the solution's reach, as the judge does.
-
-    Args:
-        source: the solution's code.
-        cases: the assert cases; results refer to them by position.
-        timeout_s: each case's CPU-time limit (the checker's and the solution's, summed).
-        stop_on_error: stop after the first case that does not pass.
-        prelude: pre-import the names LeetCode-style solutions assume (as the plain harness does).
-        parallel: most cases run at once when ``stop_on_error`` is off (also capped by the CPUs the
-            sandbox may use); a case killed for memory while others ran is run again alone.
-        module: the name under which the sandbox's warm interpreter holds the harness's definitions
-            (:func:`warm_module`): the program is then ``_D`` and a few lines, and reports ``nolib``
-            should the module be missing; ``None``: the program carries the whole harness.
+    For running the program by hand (stdin stays free); the judge sends the tests on stdin instead,
+    out of the solution's reach (:func:`isolated_program`, which takes the same ``options``).
     """
-    script, _ = isolated_program(
-        source,
-        cases,
-        timeout_s=timeout_s,
-        stop_on_error=stop_on_error,
-        prelude=prelude,
-        parallel=parallel,
-        module=module,
-        tests_on_stdin=False,
-    )
-    return script
+    return isolated_program(source, cases, tests_on_stdin=False, **options)[0]
 
 
 def isolated_program(
@@ -220,27 +199,41 @@ def isolated_program(
     module: str | None = None,
     tests_on_stdin: bool = True,
 ) -> tuple[str, str]:
-    """The program and its stdin: :func:`build_isolated_harness`, with the tests on stdin by default.
+    """The program that runs assert ``cases`` against ``source`` with the test code isolated, and its stdin.
 
-    Why stdin: every solution process is a fork of the harness, so tests in the program (``_D``) are in
-    the solution's memory, where a solution can find the expected answers (reproduced: a wrong solution
-    that searched its memory got reward 1.0). On stdin, the harness moves them into a memory file
-    without reading them (``splice``), and a checker reads its case only after the solution it checks
-    exists. The program keeps only what is no secret: the identifiers each test uses as names.
+    Why the tests go on stdin (``tests_on_stdin``): every solution process is a fork of the harness, so
+    tests in the program (``_D``) are in the solution's memory, where a solution can find the expected
+    answers (reproduced: a wrong solution that searched its memory got reward 1.0). On stdin, the
+    harness moves them into a memory file without reading them (``splice``), and a checker reads its
+    case only after the solution it checks exists. The program keeps only what is no secret: the
+    identifiers each test uses as names.
+
+    Args:
+        source: the solution's code.
+        cases: the assert cases; results refer to them by position.
+        timeout_s: each case's CPU-time limit (the checker's and the solution's, summed).
+        stop_on_error: stop after the first case that does not pass.
+        prelude: pre-import the names LeetCode-style solutions assume (as the plain harness does).
+        parallel: most cases run at once when ``stop_on_error`` is off (also capped by the CPUs the
+            sandbox may use); a case killed for memory while others ran is run again alone.
+        module: the name under which the sandbox's warm interpreter holds the harness's definitions
+            (:func:`warm_module`): the program is then ``_D`` and a few lines, and reports ``nolib``
+            should the module be missing; ``None``: the program carries the whole harness.
+        tests_on_stdin: send the tests on stdin (``False``: in the program, stdin ``""``).
     """
     codes = [case.code for case in cases]
-    tests: list[dict[str, Any]] = [_case_data(code) for code in codes]
-    stdin = ""
-    if tests_on_stdin:
-        records = [json.dumps({k: v for k, v in t.items() if k != "names"}) for t in tests]  # ASCII
-        offsets = [0]
-        for record in records:
-            offsets.append(offsets[-1] + len(record))
-        tests = [
-            {"names": t["names"], "at": at, "len": len(r)}
-            for t, at, r in zip(tests, offsets[:-1], records, strict=True)
-        ]
-        stdin = "".join(records)
+    tests: list[dict[str, Any]] = []
+    records: list[str] = []
+    at = 0
+    for code in codes:
+        if tests_on_stdin:
+            record = _test_record(code)
+            tests.append({"names": spelled(code), "at": at, "len": len(record)})
+            records.append(record)
+            at += len(record)
+        else:
+            tests.append(_case_data(code))
+    stdin = "".join(records)
     data = {
         "source": source,
         "cases": tests,

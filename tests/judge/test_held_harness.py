@@ -4,7 +4,7 @@ On the subprocess backend the judge's harnesses (the plain one and the isolated 
 fork server loads once, and a run carries only its data and a few lines. Every way a case can end must
 be judged exactly as by the harness the program carries itself (other backends, older interpreters),
 and a sandbox that lacks the module despite the backend's promise must still be graded right (the
-program says ``nolib``; the judge runs the carried harness).
+program prints ``NOLIB``; the judge runs the carried harness).
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ async def test_a_sandbox_without_the_promised_module_is_graded_with_the_carried_
     assert (right.reward, wrong.reward) == (1.0, 0.0), (right, wrong)
     assert wrong.cases[0].message.startswith("AssertionError"), wrong.cases
     scripts = [r.code for r in backend.runs("python")]
-    assert len(scripts) == 4  # each problem twice: the short program (``nolib``), then the whole harness
+    assert len(scripts) == 4  # each problem twice: the short program (``NOLIB``), then the whole harness
     assert [library()[0] in s for s in scripts] == [True, False, True, False]
 
 

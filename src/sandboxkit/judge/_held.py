@@ -11,14 +11,16 @@ isolated one (:mod:`sandboxkit.judge.isolated`).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from sandboxkit.base import Backend
+from sandboxkit.judge._job import Job, timed_run
+from sandboxkit.models import Limits, RunResult
 
-__all__ = ["NOLIB", "held_library", "held_module", "held_tail"]
+__all__ = ["NOLIB", "held_library", "held_module", "held_tail", "run_held"]
 
-#: What a program reports (after the harness's mark) when its sandbox lacks the promised module.
-NOLIB = "{'nolib': True}"
+#: The line a program prints when its sandbox lacks the promised module (then nothing else ran).
+NOLIB = "@@sandboxkit-nolib@@"
 
 
 def held_library(prefix: str, definitions: str, runs: Mapping[str, str], filename: str) -> tuple[str, str]:
@@ -47,14 +49,32 @@ def held_module(backend: Backend, library: tuple[str, str]) -> str | None:
         return None
 
 
-def held_tail(module: str, run: str, mark: str) -> str:
-    """The program after ``_D``: run ``run`` of the held ``module``, or report ``nolib`` without it."""
+def held_tail(module: str, run: str) -> str:
+    """The program after ``_D``: run ``run`` of the held ``module``, or print :data:`NOLIB` without it."""
     return (
         "import sys as _s\n"
         f"_m = _s.modules.get({module!r})\n"
         "if _m is None:\n"
-        f"    _s.stdout.write({mark!r} + {NOLIB + chr(10)!r})\n"
+        f"    _s.stdout.write({NOLIB + chr(10)!r})\n"
         "else:\n"
         "    _m.__dict__['_D'] = _D\n"
         f"    exec(_m._RUNS[{run!r}], _m.__dict__)\n"
     )
+
+
+async def run_held(
+    job: Job, module: str | None, build: Callable[[str | None], tuple[str, str]], limits: Limits
+) -> RunResult:
+    """One sandbox run of the program ``build(module)`` makes (``(script, stdin)``), for either harness.
+
+    ``module`` is the harness's name where the backend holds it (:func:`held_module`), else ``None``
+    (the program carries the harness). A sandbox that lacks the promised module after all (an
+    interpreter that could not load it) prints :data:`NOLIB` and nothing else (the harness never ran):
+    the program is then run once more, carrying the harness.
+    """
+    while True:
+        script, stdin = build(module)
+        result = await timed_run(job, job.pool.run(script, language="python", stdin=stdin or None, limits=limits))
+        if module is None or result.stdout != NOLIB + "\n":
+            return result
+        module = None

@@ -7,7 +7,8 @@ import signal
 from collections.abc import Mapping
 from typing import Any
 
-from sandboxkit.judge._job import Job, Outcome, all_compile_error, judge_run, timed_run
+from sandboxkit.judge._held import run_held
+from sandboxkit.judge._job import Job, Outcome, all_compile_error, judge_run
 from sandboxkit.judge.cases import AssertCase, CallCase, CompareOptions, StdioCase
 from sandboxkit.judge.compare import compare_values
 from sandboxkit.judge.harness import (
@@ -29,7 +30,6 @@ _MAX_RUN_S = 24 * 3600.0
 
 async def run_harness(job: Job, group: list[tuple[int, StdioCase | AssertCase | CallCase]]) -> Outcome:
     cases = [c for _, c in group]
-    module = warm_module(job.pool.backend)
     n = len(group)
     # Every case may run alone to its wall limit, stretched (up to WALL_STRETCH times each) by time spent
     # waiting for a CPU; the run as a whole gets three times the plain limits, so a program that stalls
@@ -41,7 +41,8 @@ async def run_harness(job: Job, group: list[tuple[int, StdioCase | AssertCase | 
     )
     output = min(64 << 20, max(job.limits.output_bytes, n * (per_case + 1024) + 65536))
     limits = job.limits.merged(timeout_s=budget, output_bytes=output)
-    while True:
+
+    def build(module: str | None) -> tuple[str, str]:
         script = build_python_harness(
             job.code,
             cases,
@@ -50,11 +51,10 @@ async def run_harness(job: Job, group: list[tuple[int, StdioCase | AssertCase | 
             stop_on_error=job.stop,
             module=module,
         )
-        result = await timed_run(job, job.pool.run(script, language="python", limits=limits))
-        report = parse_harness_output(result.stdout)
-        if module is None or not report.nolib:
-            break
-        module = None  # the sandbox's interpreter could not load the harness: the program carries it
+        return script, ""
+
+    result = await run_held(job, warm_module(job.pool.backend), build, limits)
+    report = parse_harness_output(result.stdout)
     if report.syntax_error is not None:
         return all_compile_error(group, trim_message(report.syntax_error.splitlines()[-1]))
     outcome = Outcome()

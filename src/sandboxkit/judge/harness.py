@@ -211,7 +211,7 @@ def build_python_harness(
         inline: run the case in the harness process itself, not in a forked child (see
             :func:`runs_inline`); ``None`` (the default) does so exactly when that is allowed.
         module: the name under which the sandbox's warm interpreter holds the harness's definitions
-            (:func:`warm_module`): the program is then ``_D`` and a few lines, and reports ``nolib``
+            (:func:`warm_module`): the program is then ``_D`` and a few lines, and prints ``NOLIB``
             should the module be missing; ``None``: the program carries the harness.
     """
     items: list[dict[str, Any]] = []
@@ -249,7 +249,7 @@ def build_python_harness(
         # Compiling a huge literal costs more than parsing JSON: big inputs pay the json import instead.
         literal = "__import__('json').loads(" + repr(json.dumps(data)) + ")"
     if module is not None:
-        return "_D = " + literal + "\n" + held_tail(module, "inline" if inline else "main", MARK)
+        return "_D = " + literal + "\n" + held_tail(module, "inline" if inline else "main")
     parts = (
         _source.CORE,
         _source.CALL if "call" in kinds else _source.FUNCTION,
@@ -356,14 +356,12 @@ class HarnessReport:
         finished: the harness reached its end (``False``: it was killed mid-way, e.g. by the run's limits
             or by the solution killing its parent).
         inline: the position of the case the harness started in its own process, if any.
-        nolib: the program was for a held harness its sandbox lacks (nothing ran: run the whole one).
     """
 
     syntax_error: str | None = None
     results: dict[int, dict[str, Any]] = field(default_factory=dict)
     finished: bool = False
     inline: int | None = None
-    nolib: bool = False
 
 
 def python_literal(value: Any) -> str:
@@ -411,8 +409,6 @@ def parse_harness_output(stdout: str) -> HarnessReport:
             report.finished = True
         elif isinstance(item.get("inline"), int):
             report.inline = item["inline"]
-        elif item.get("nolib") is True:
-            report.nolib = True
         elif isinstance(item.get("i"), int):
             report.results[item["i"]] = item
     return report

@@ -49,8 +49,8 @@ from typing import Any
 from sandboxkit.base import Backend
 from sandboxkit.errors import SandboxError
 from sandboxkit.judge._harness_isolated import INLINE_SOURCE, LIBRARY, RUN_INLINE, RUN_MANY, SOURCE
-from sandboxkit.judge._held import held_library, held_module, held_tail
-from sandboxkit.judge._job import Job, Outcome, all_compile_error, timed_run
+from sandboxkit.judge._held import held_library, held_module, held_tail, run_held
+from sandboxkit.judge._job import Job, Outcome, all_compile_error
 from sandboxkit.judge._python import inline_lost, timeout_result
 from sandboxkit.judge.cases import AssertCase
 from sandboxkit.judge.harness import (
@@ -217,7 +217,7 @@ def isolated_program(
         parallel: most cases run at once when ``stop_on_error`` is off (also capped by the CPUs the
             sandbox may use); a case killed for memory while others ran is run again alone.
         module: the name under which the sandbox's warm interpreter holds the harness's definitions
-            (:func:`warm_module`): the program is then ``_D`` and a few lines, and reports ``nolib``
+            (:func:`warm_module`): the program is then ``_D`` and a few lines, and prints ``NOLIB``
             should the module be missing; ``None``: the program carries the whole harness.
         tests_on_stdin: send the tests on stdin (``False``: in the program, stdin ``""``).
     """
@@ -252,7 +252,7 @@ def isolated_program(
     except ValueError:
         literal = python_literal(data)
     inline = runs_inline(cases)
-    tail = held_tail(module, "inline" if inline else "many", MARK) if module is not None else _loader(inline)
+    tail = held_tail(module, "inline" if inline else "many") if module is not None else _loader(inline)
     return "_D = " + literal + "\n" + tail, stdin
 
 
@@ -374,19 +374,15 @@ async def run_isolated_asserts(job: Job, group: list[tuple[int, AssertCase]]) ->
         CannotIsolate: a case needed a value that cannot leave the solution's process (see the class).
     """
     cases = [case for _, case in group]
-    module = warm_module(job.pool.backend)
     budget = min(_MAX_RUN_S, len(group) * (3 * wall_limit(job.limits.timeout_s) + 0.5) + 5.0)
     output = max(job.limits.output_bytes, len(group) * 2048 + 65536)
     limits = job.limits.merged(timeout_s=budget, output_bytes=output)
-    while True:
-        script, stdin = isolated_program(
-            job.code, cases, timeout_s=job.limits.timeout_s, stop_on_error=job.stop, module=module
-        )
-        result = await timed_run(job, job.pool.run(script, language="python", stdin=stdin, limits=limits))
-        header, results = parse_isolated_output(result.stdout)
-        if module is None or not header.get("nolib"):
-            break
-        module = None  # the sandbox's interpreter could not load the harness: the program carries it
+
+    def build(module: str | None) -> tuple[str, str]:
+        return isolated_program(job.code, cases, timeout_s=job.limits.timeout_s, stop_on_error=job.stop, module=module)
+
+    result = await run_held(job, warm_module(job.pool.backend), build, limits)
+    header, results = parse_isolated_output(result.stdout)
     if "syntax_error" in header:
         return all_compile_error(group, trim_message(str(header["syntax_error"]).splitlines()[-1]))
     if "cannot" in header:

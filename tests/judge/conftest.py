@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
 from sandboxkit import SandboxPool
-from support.judge import FAST, BrokenBackend, RecordingBackend
+from support.judge import FAST, BrokenBackend, RecordingBackend, codec_namespace
 
 
 @pytest.fixture
@@ -30,3 +31,9 @@ async def recording() -> AsyncIterator[tuple[SandboxPool, RecordingBackend]]:
 async def broken_pool() -> AsyncIterator[SandboxPool]:
     async with SandboxPool(BrokenBackend(), max_concurrency=2, retries=0) as p:
         yield p
+
+
+@pytest.fixture(scope="module")
+def codec() -> dict[str, Any]:
+    """The isolated harness's value codec (``support.judge.codec_roundtrip`` sends values through it)."""
+    return codec_namespace()

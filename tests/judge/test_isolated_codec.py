@@ -18,29 +18,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandboxkit.judge._harness_isolated import CODEC, IMPORTS
-
-
-@pytest.fixture(scope="module")
-def codec() -> dict[str, Any]:
-    ns: dict[str, Any] = {"__name__": "codec"}
-    exec(compile(IMPORTS + CODEC, "<codec>", "exec"), ns)
-    return ns
+from support.judge import codec_roundtrip as _roundtrip
 
 
 class Opaque:
     """Not data: stays behind as a handle."""
-
-
-def _roundtrip(codec: dict[str, Any], value: Any) -> Any:
-    handles: list[Any] = []
-
-    def other(o: Any) -> list[Any]:
-        handles.append(o)
-        return ["h", len(handles) - 1]
-
-    wire = codec["_dumps"](codec["_enc"](value, other))
-    return codec["_dec"](codec["_loads"](wire), lambda n: handles[n[1]])
 
 
 def _same(a: Any, b: Any) -> bool:

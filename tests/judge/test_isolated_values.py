@@ -22,28 +22,10 @@ from hypothesis import strategies as st
 
 from sandboxkit import SandboxPool
 from sandboxkit.judge import grade
-from sandboxkit.judge._harness_isolated import CODEC, IMPORTS
+from support.judge import codec_roundtrip as _roundtrip
 from support.marks import missing, requires
 
 pytestmark = requires(importlib.util.find_spec("numpy") is not None, "numpy is not installed")
-
-
-@pytest.fixture(scope="module")
-def codec() -> dict[str, Any]:
-    ns: dict[str, Any] = {"__name__": "codec"}
-    exec(compile(IMPORTS + CODEC, "<codec>", "exec"), ns)
-    return ns
-
-
-def _roundtrip(codec: dict[str, Any], value: Any) -> Any:
-    handles: list[Any] = []
-
-    def other(o: Any) -> list[Any]:
-        handles.append(o)
-        return ["h", len(handles) - 1]
-
-    wire = codec["_dumps"](codec["_enc"](value, other))
-    return codec["_dec"](codec["_loads"](wire), lambda n: handles[n[1]])
 
 
 def _numpy_strategies() -> tuple[Any, Any]:

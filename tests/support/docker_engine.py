@@ -70,11 +70,11 @@ def require_static_runner() -> None:
         pytest.skip(f"{why} (CI=true turns this skip into a failure)")
 
 
-def run_cleanup_cli(labels: dict[str, str], **extra_env: str) -> str:
-    """``sandboxkit cleanup --backend docker`` in a child process scoped to ``labels``; its stdout."""
+def run_cleanup_cli(labels: dict[str, str], *args: str, **extra_env: str) -> str:
+    """``sandboxkit cleanup --backend docker [args]`` in a child process scoped to ``labels``; its stdout."""
     env = {**os.environ, **extra_env, "SANDBOXKIT_DOCKER_LABELS": ",".join(f"{k}={v}" for k, v in labels.items())}
     done = subprocess.run(
-        [sys.executable, "-m", "sandboxkit.cli", "cleanup", "--backend", "docker"],
+        [sys.executable, "-m", "sandboxkit.cli", "cleanup", "--backend", "docker", *args],
         env=env,
         capture_output=True,
         text=True,

@@ -5,9 +5,11 @@ from __future__ import annotations
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from sandboxkit import Backend, Capabilities, ExecResult, Limits, RunRequest, RunResult, Sandbox
 from sandboxkit.errors import BackendUnavailable
+from sandboxkit.judge._harness_isolated import CODEC, IMPORTS
 from sandboxkit.registry import available_backends
 from support.marks import requires
 
@@ -104,3 +106,25 @@ class BrokenBackend(Backend):
 
     async def open(self, limits: Limits | None = None) -> Sandbox:
         raise BackendUnavailable("the sandbox service is down (injected)", backend=self.name)
+
+
+def codec_namespace() -> dict[str, Any]:
+    """The isolated harness's value codec, run on its own (what the ``codec`` fixture holds)."""
+    ns: dict[str, Any] = {"__name__": "codec"}
+    exec(compile(IMPORTS + CODEC, "<codec>", "exec"), ns)
+    return ns
+
+
+def codec_roundtrip(codec: dict[str, Any], value: Any) -> Any:
+    """``value`` encoded, sent as the wire's JSON and decoded, as between the solution and the checker.
+
+    Objects that are not data become handles that come back as the object itself.
+    """
+    handles: list[Any] = []
+
+    def other(o: Any) -> list[Any]:
+        handles.append(o)
+        return ["h", len(handles) - 1]
+
+    wire = codec["_dumps"](codec["_enc"](value, other))
+    return codec["_dec"](codec["_loads"](wire), lambda n: handles[n[1]])

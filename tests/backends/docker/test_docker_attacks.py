@@ -13,8 +13,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,7 +22,7 @@ from sandboxkit.errors import InvalidRequest
 from sandboxkit.models import RunRequest, RunResult, Status
 from sandboxkit.output import cut_head_tail
 from sandboxkit.pool import SandboxPool
-from support.docker_engine import FAST, containers_of
+from support.docker_engine import FAST, containers_of, run_cleanup_cli
 
 ATTACK = FAST.merged(timeout_s=5.0)
 
@@ -314,27 +312,14 @@ async def test_bad_limits_on_open_are_invalid_requests(backend: Any) -> None:
 # ----------------------------------------------------------------------------- cleanup
 
 
-def _cleanup_cli(labels: dict[str, str], *extra: str) -> str:
-    env = {**os.environ, "SANDBOXKIT_DOCKER_LABELS": ",".join(f"{k}={v}" for k, v in labels.items())}
-    done = subprocess.run(
-        [sys.executable, "-m", "sandboxkit.cli", "cleanup", "--backend", "docker", *extra],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done
-    return done.stdout
-
-
 async def test_cleanup_spares_the_sandboxes_of_live_processes(
     sandbox: Any, docker_client: Any, test_labels: dict[str, str]
 ) -> None:
     # This process is alive and its sandbox in use: cleanup (another process) must leave it alone.
-    assert "removed 0 sandbox(es)" in _cleanup_cli(test_labels)
+    assert "removed 0 sandbox(es)" in run_cleanup_cli(test_labels)
     assert containers_of(docker_client, test_labels) == [sandbox.container_id]
     assert (await sandbox.run(RunRequest(code="print('in use')", limits=FAST))).stdout == "in use\n"
-    assert "removed 1 sandbox(es)" in _cleanup_cli(test_labels, "--force")
+    assert "removed 1 sandbox(es)" in run_cleanup_cli(test_labels, "--force")
     assert containers_of(docker_client, test_labels) == []
 
 

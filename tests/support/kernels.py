@@ -80,6 +80,41 @@ async def check_hostile_cells(sandbox: Sandbox, *, memory_status: tuple[CellStat
     assert again.value == "False" and again.restarted and not again.state_lost, again
 
 
+#: A cell that lists the kernel's zombies: processes that ended but whose pid is still held.
+_ZOMBIES = """import os
+held = []
+for entry in os.listdir('/proc'):
+    try:
+        with open(f'/proc/{entry}/stat') as f:
+            fields = f.read().rsplit(')', 1)[1].split()
+    except (OSError, IndexError):
+        continue
+    if fields[0] == 'Z' and int(fields[1]) in (os.getpid(), os.getppid()):
+        held.append(int(entry))
+held"""
+
+
+async def check_pids_come_back(sandbox: Sandbox, pids: int) -> None:
+    """What a cell started and the kernel killed gives its pid back: fork bombs never fill the limit.
+
+    A killed process stays a zombie, holding its pid, until its parent waits for it: the
+    supervisor for a fork bomb's orphans, the worker for its own children (a ``Popen`` the
+    namespace keeps learns how that child ended).
+    """
+    for _ in range(3):
+        bomb = await cell(sandbox, "import os\nwhile True:\n    os.fork()", timeout=1.0)
+        assert bomb.status in (CellStatus.TIMEOUT, CellStatus.ERROR), bomb
+        assert (await cell(sandbox, _ZOMBIES)).value == "[]"
+    left = await cell(sandbox, "import subprocess\nchild = subprocess.Popen(['sleep', '60'])")
+    assert left.ok, left
+    assert (await cell(sandbox, _ZOMBIES)).value == "[]"
+    assert (await cell(sandbox, "child.poll()")).value == "-9"  # killed when its cell ended
+    spawned = await cell(
+        sandbox, f"import os\nfor _ in range({pids // 2}):\n    if os.fork() == 0:\n        os._exit(0)"
+    )
+    assert spawned.ok, spawned
+
+
 async def check_output_limits(sandbox: Sandbox, output_bytes: int) -> None:
     """Long output keeps head and tail (marked); a flood is interrupted and the state survives."""
     await cell(sandbox, "state = 'here'")

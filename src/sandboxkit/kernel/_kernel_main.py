@@ -201,6 +201,34 @@ def run_cell(namespace: dict[str, Any], code: str, number: int) -> dict[str, Any
     return reply
 
 
+def collect_killed() -> None:
+    """Wait for the worker's children that the supervisor killed after an earlier cell.
+
+    What a cell starts is killed when it ends, but a direct child of the worker stays a zombie
+    until the worker waits for it, and a zombie keeps its pid: a fork bomb's would fill the pids
+    limit for good, and no later cell could fork. Every child of the worker is dead by now (the
+    supervisor kills them before it answers a cell). A ``subprocess.Popen`` the namespace still
+    holds for one gets the status it died with, not the 0 Python reports for a child it cannot
+    wait for.
+    """
+    statuses: dict[int, int] = {}
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+        statuses[pid] = status
+    subprocess = sys.modules.get("subprocess")
+    if statuses and subprocess is not None:
+        import gc
+
+        for obj in gc.get_objects():
+            if isinstance(obj, subprocess.Popen) and obj.returncode is None and obj.pid in statuses:
+                obj.returncode = os.waitstatus_to_exitcode(statuses[obj.pid])
+
+
 def worker(requests: int, replies: int) -> None:
     """The worker's loop: one cell per request, all in one ``__main__``. Never returns."""
     main = type(sys)("__main__")
@@ -213,6 +241,7 @@ def worker(requests: int, replies: int) -> None:
         req = read_frame(requests)
         if req is None:
             os._exit(0)
+        collect_killed()
         reply = run_cell(main.__dict__, req["code"], req["number"])
         if os.getpid() != me:  # a process the cell forked ran to the cell's end: it ends here, as after a script
             os._exit(0 if reply["status"] == "ok" else 1)
@@ -376,9 +405,13 @@ def leftovers(worker: int) -> bool:
 def kill_descendants(spare: int = 0) -> None:
     """SIGKILL the whole tree below the supervisor but ``spare`` until none is left (bounded in time)."""
     deadline = time.monotonic() + KILL_WAIT_S
-    while time.monotonic() < deadline:
+    while True:
         procs = [p for p in descendants() if p != spare]
-        if not procs:
+        if not procs or time.monotonic() >= deadline:
+            # Reap last too: the killed processes' orphans were re-parented here as zombies, which
+            # ``descendants`` skips but which keep their pids (a fork bomb's would fill the pids
+            # limit, and no later cell could fork).
+            reap()
             return
         for pid in procs:
             try:

@@ -44,6 +44,11 @@ async def test_hostile_cells(small: Any, docker_client: Any) -> None:
     assert len(names) == 2, names  # the supervisor and its worker, nothing a cell started
 
 
+async def test_pids_come_back(small: Any) -> None:
+    assert SMALL.pids is not None
+    await kernels.check_pids_come_back(small, SMALL.pids)
+
+
 async def test_output_limits_and_fresh(small: Any) -> None:
     await kernels.check_output_limits(small, SMALL.output_bytes)
     await kernels.check_fresh(small)

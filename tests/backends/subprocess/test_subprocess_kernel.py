@@ -36,6 +36,14 @@ async def test_hostile_cells(backend: RecordingBackend) -> None:
         await sb.close()
 
 
+async def test_pids_come_back(backend: RecordingBackend) -> None:
+    sb = await backend.open(SMALL)
+    try:
+        await kernels.check_pids_come_back(sb, 64)
+    finally:
+        await sb.close()
+
+
 async def test_output_limits_and_fresh(backend: RecordingBackend) -> None:
     sb = await backend.open(SMALL)
     try:

@@ -5,6 +5,7 @@ Shared by tests/server, tests/backends/sandbox_fusion and tests/conformance (``s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -80,12 +81,14 @@ class ServeProcess:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
-        try:  # anything left in its group (a leaked sandbox process) is ours to end, and a leak
-            os.killpg(proc.pid, 0)
+        # Anything still running in its group (a leaked sandbox process) is ours to end, and a leak.
+        # Zombies are not: bwrap's probes leave an orphan that ends at once and waits for the
+        # machine's init to collect it, which may take a moment.
+        live = _live_in_group(proc.pid)
+        if live:
             self.leftover = True
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
         self._log.close()
         return proc.returncode
 
@@ -95,6 +98,22 @@ class ServeProcess:
     def __exit__(self, *exc: object) -> None:
         self.stop()
         os.unlink(self._log.name)
+
+
+def _live_in_group(pgid: int) -> list[int]:
+    """Pids of the processes of group ``pgid`` that are not zombies."""
+    live = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            live.append(int(entry))
+    return live
 
 
 @contextmanager

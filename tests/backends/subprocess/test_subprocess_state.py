@@ -7,6 +7,8 @@ user code; processes never outlive the command that started them.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -22,7 +24,7 @@ from sandboxkit.backends.subprocess._output import OutputLimits
 from sandboxkit.errors import SandboxLost
 from sandboxkit.models import RunRequest, Status
 from sandboxkit.pool import SandboxPool
-from support.subprocess_sandboxes import FAST, RecordingBackend
+from support.subprocess_sandboxes import FAST, RecordingBackend, processes_of
 
 
 def _req(code: str, **kw: object) -> RunRequest:
@@ -245,3 +247,23 @@ async def test_fork_server_refuses_a_fresh_command_after_a_dirty_report(sandbox:
     with pytest.raises(ServerStale):  # the server itself refuses: the host's view is not trusted alone
         await server.run(request, stdin=b"", timeout_s=5.0, output=OutputLimits.of(FAST), fresh=True)
     assert not server.alive
+
+
+async def test_a_run_cancelled_while_its_server_starts_leaves_no_process(sandbox: SubprocessSandbox) -> None:
+    """A caller's timeout may cancel the very first run while bwrap and the server start: both go."""
+    if sandbox.uid is None:
+        pytest.skip("needs a sandbox uid (root) to find its processes")
+    uids = {sandbox.uid}
+    assert processes_of(uids) == {}
+    task = asyncio.create_task(sandbox.run(_req("print('first')")))
+    deadline = time.monotonic() + 10
+    while not processes_of(uids) and time.monotonic() < deadline:
+        await asyncio.sleep(0.001)
+    assert processes_of(uids), "the server never started"
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert task.cancelled()
+    assert processes_of(uids) == {}, "a half-started server was left running"
+    result = await sandbox.run(_req("print('next')"))  # the next run starts a server of its own
+    assert result.status is Status.OK and result.stdout == "next\n", result

@@ -163,6 +163,9 @@ class ForkServer:
             err = self._stderr_text()
             self.kill()
             raise ServerStartError(f"the fork server did not start: {err or exc}") from None
+        except BaseException:  # cancelled (a closing pool's warm-up): nothing half-started stays
+            self.kill()
+            raise
         assert self.proc.stderr is not None
         self.proc.stderr.close()  # from now on the server never writes to its own stderr
         if msg != b"ready" or pid is None:

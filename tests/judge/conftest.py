@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from sandboxkit import SandboxPool
-from support.judge import FAST, BrokenBackend, RecordingBackend, codec_namespace
+from support.judge import FAST, BrokenBackend, RecordingBackend, codec_namespace, pool_over
 
 
 @pytest.fixture
@@ -20,11 +20,8 @@ async def pool() -> AsyncIterator[SandboxPool]:
 @pytest.fixture
 async def recording() -> AsyncIterator[tuple[SandboxPool, RecordingBackend]]:
     backend = RecordingBackend()
-    try:
-        async with SandboxPool(backend, max_concurrency=4, limits=FAST) as p:
-            yield p, backend
-    finally:
-        await backend.aclose()
+    async with pool_over(backend, 4) as p:
+        yield p, backend
 
 
 @pytest.fixture

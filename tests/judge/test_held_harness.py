@@ -22,7 +22,7 @@ from sandboxkit.judge import _python as python_module
 from sandboxkit.judge import harness as harness_module
 from sandboxkit.judge import isolated as isolated_module
 from sandboxkit.judge.isolated import build_isolated_harness, library, warm_module
-from support.judge import FAST, RecordingBackend, needs_subprocess
+from support.judge import RecordingBackend, needs_subprocess, pool_over
 
 pytestmark = needs_subprocess
 
@@ -80,11 +80,8 @@ class _Promises(RecordingBackend):
 @pytest.fixture
 async def promising() -> AsyncIterator[tuple[SandboxPool, _Promises]]:
     backend = _Promises()
-    try:
-        async with SandboxPool(backend, max_concurrency=2, limits=FAST) as p:
-            yield p, backend
-    finally:
-        await backend.aclose()
+    async with pool_over(backend, 2) as p:
+        yield p, backend
 
 
 async def test_a_sandbox_without_the_promised_module_is_graded_with_the_carried_harness(

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 
 from sandboxkit import Backend, BackendUnavailable, Capabilities, Limits, Sandbox
+from support.procs import pids, proc_stat
 
 
 class DownBackend(Backend):
@@ -50,15 +51,10 @@ def docker_engine_up() -> bool:
 def descendant_processes() -> set[int]:
     """PIDs of every process descended from this one (sandbox servers, programs), to spot leaks."""
     children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(entry))
+    for pid in pids():
+        st = proc_stat(pid)
+        if st is not None:
+            children.setdefault(st.ppid, []).append(pid)
     found: set[int] = set()
     todo = [os.getpid()]
     while todo:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from sandboxkit import Backend, Capabilities, ExecResult, Limits, RunRequest, RunResult, Sandbox
+from sandboxkit import Backend, Capabilities, ExecResult, Limits, RunRequest, RunResult, Sandbox, SandboxPool
 from sandboxkit.errors import BackendUnavailable
 from sandboxkit.judge._harness_isolated import CODEC, IMPORTS
 from sandboxkit.registry import available_backends
@@ -28,6 +29,16 @@ needs_node = requires(shutil.which("node") is not None, "node is not installed")
 
 #: Short limits: grading tests should not wait on long timeouts.
 FAST = Limits(timeout_s=5.0, memory_mb=512)
+
+
+@asynccontextmanager
+async def pool_over(backend: Backend, max_concurrency: int) -> AsyncIterator[SandboxPool]:
+    """A pool on ``backend`` with :data:`FAST` limits; the backend is closed after it, whatever happened."""
+    try:
+        async with SandboxPool(backend, max_concurrency=max_concurrency, limits=FAST) as p:
+            yield p
+    finally:
+        await backend.aclose()
 
 
 class RecordingSandbox(Sandbox):

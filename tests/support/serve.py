@@ -23,6 +23,8 @@ from typing import Any
 import httpx
 import uvicorn
 
+from support.procs import pids, proc_stat
+
 #: The ``app_client`` fixture: ``async with app_client(backend, **create_app_kwargs) as client``.
 AppClient = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
 
@@ -102,18 +104,7 @@ class ServeProcess:
 
 def _live_in_group(pgid: int) -> list[int]:
     """Pids of the processes of group ``pgid`` that are not zombies."""
-    live = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != b"Z":
-            live.append(int(entry))
-    return live
+    return [pid for pid in pids() if (st := proc_stat(pid)) is not None and st.pgrp == pgid and st.state != "Z"]
 
 
 @contextmanager

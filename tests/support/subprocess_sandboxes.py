@@ -8,10 +8,9 @@ and none at all once it is closed.
 
 from __future__ import annotations
 
-import os
-
 from sandboxkit.backends.subprocess import SubprocessBackend, SubprocessSandbox
 from sandboxkit.models import Limits
+from support.procs import pids, proc_stat
 
 FAST = Limits(timeout_s=5.0, compile_timeout_s=60.0, output_bytes=1 << 20)
 
@@ -41,18 +40,16 @@ def _proc_uid_ppid(pid: int) -> tuple[int, int] | None:
 def processes_of(uids: set[int]) -> dict[int, str]:
     """pid -> command line of every live process running as one of ``uids`` (zombies excluded)."""
     out: dict[int, str] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        info = _proc_uid_ppid(int(entry))
+    for pid in pids():
+        info = _proc_uid_ppid(pid)
         if info is None or info[0] not in uids:
             continue
+        st = proc_stat(pid)
+        if st is None or st.state == "Z":
+            continue
         try:
-            with open(f"/proc/{entry}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                out[int(entry)] = f.read().replace(b"\0", b" ").decode(errors="replace")[:120]
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                out[pid] = f.read().replace(b"\0", b" ").decode(errors="replace")[:120]
         except OSError:
             continue
     return out

@@ -32,7 +32,7 @@ This string is standalone Python (stdlib only): the sandbox cannot see sandboxki
 
 from __future__ import annotations
 
-from sandboxkit.judge._harness_source import PROCESSES, SOLUTION
+from sandboxkit.judge._harness_source import PROCESSES, RUN_VALUES, SOLUTION
 from sandboxkit.judge._isolated_codec import CODEC
 from sandboxkit.judge._isolated_roles import ROLES
 
@@ -362,12 +362,9 @@ def _schedule(cases, parallel, stop):
 #: imports, the prelude. Everything from here on is the run's; everything before it only defines (a fork
 #: server may hold it loaded: see ``LIBRARY``).
 _SETUP = (
-    r"""
+    RUN_VALUES
+    + r"""
 # ---------------------------------------------------------------- set-up
-_OUT = os.dup(1)
-_MARK = _D["mark"]
-_CPU = _D["cpu"]
-_WALL = _D["wall"]
 _TESTS_FD = _tests_file() if any("at" in c for c in _D["cases"]) else None
 
 # Only directories the program cannot write stay importable: the checker imports modules after the
@@ -493,9 +490,7 @@ _inline_end(_checked(_D["cases"][0]))
 SOURCE = IMPORTS + _HEAD + _PATHS + CODEC + _TESTS + ROLES + _PARENT + _SCHEDULER + _SETUP + _MAIN
 
 #: The harness for a problem's only case (its checker is the harness process itself, less ``_check``).
-INLINE_SOURCE = (
-    IMPORTS + _HEAD + _PATHS + CODEC + _TESTS + _TESTS + ROLES + _PARENT + _INLINE_DEFS + _SETUP + _INLINE_RUN
-)
+INLINE_SOURCE = IMPORTS + _HEAD + _PATHS + CODEC + _TESTS + ROLES + _PARENT + _INLINE_DEFS + _SETUP + _INLINE_RUN
 
 #: Both harnesses' definitions, which read nothing of a run (no ``_D``): what a warm fork server can hold
 #: loaded (:meth:`sandboxkit.Backend.preload_python_module`), so that a run only executes ``RUN_MANY`` or

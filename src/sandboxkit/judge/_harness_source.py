@@ -23,6 +23,7 @@ __all__ = [
     "MAIN",
     "NO_STDIO",
     "PROCESSES",
+    "RUN_VALUES",
     "SOLUTION",
     "STDIO",
 ]
@@ -329,6 +330,15 @@ def _run_case(case):
 """
 )
 
+#: The run's report channel (a copy of stdout) and limits, first of every run. Shared with the isolated
+#: harness.
+RUN_VALUES = r"""
+_OUT = os.dup(1)
+_MARK = _D["mark"]
+_CPU = _D["cpu"]
+_WALL = _D["wall"]
+"""
+
 #: The solution's namespace with the prelude, and its code compiled once (a ``syntax_error`` report and
 #: the end of the run if it does not compile). Shared with the isolated harness.
 SOLUTION = r"""
@@ -345,11 +355,8 @@ except (SyntaxError, ValueError) as _e:
 #: The run's own set-up, after every definition: data, report channel, prelude, the solution compiled
 #: once. Everything before it only defines (a warm fork server may hold it loaded: ``library``).
 CORE_RUN = (
-    r"""
-_OUT = os.dup(1)
-_MARK = _D["mark"]
-_CPU = _D["cpu"]
-_WALL = _D["wall"]
+    RUN_VALUES
+    + r"""
 _CAP_IN = _D["value_cap"] + 65536
 _ENC = getattr(sys.stdout, "encoding", None) or "utf-8"
 _ERRORS = getattr(sys.stdout, "errors", None) or "strict"

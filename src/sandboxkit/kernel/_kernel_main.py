@@ -211,15 +211,7 @@ def collect_killed() -> None:
     holds for one gets the status it died with, not the 0 Python reports for a child it cannot
     wait for.
     """
-    statuses: dict[int, int] = {}
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            break
-        if pid == 0:
-            break
-        statuses[pid] = status
+    statuses = reap()
     subprocess = sys.modules.get("subprocess")
     if statuses and subprocess is not None:
         import gc
@@ -348,15 +340,20 @@ REAPED: dict[int, int] = {}
 WORKERS: set[int] = set()
 
 
-def reap() -> None:
-    """Collect every exited child (orphans of a cell are re-parented here: we are a subreaper)."""
+def reap() -> dict[int, int]:
+    """Collect every exited child (orphans of a cell are re-parented here: we are a subreaper).
+
+    Returns their wait statuses by pid; a worker's is also kept in ``REAPED``.
+    """
+    statuses: dict[int, int] = {}
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return statuses
         if pid == 0:
-            return
+            return statuses
+        statuses[pid] = status
         if pid in WORKERS:
             REAPED[pid] = status
 

@@ -17,6 +17,7 @@ from sandboxkit.errors import InvalidRequest, SandboxCrashed
 from sandboxkit.kernel import CellStatus, PipeLink
 from sandboxkit.models import Limits
 from support import kernels
+from support.procs import proc_stat
 from support.subprocess_sandboxes import FAST, RecordingBackend, leftovers, processes_of
 
 SMALL = FAST.merged(output_bytes=4096, output_stop_bytes=1 << 20, memory_mb=256, pids=64)
@@ -141,11 +142,10 @@ def _ancestor(pid: int, root: int) -> bool:
     while pid > 1:
         if pid == root:
             return True
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                pid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError):
+        st = proc_stat(pid)
+        if st is None:
             return False
+        pid = st.ppid
     return False
 
 

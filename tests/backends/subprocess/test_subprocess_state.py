@@ -24,6 +24,7 @@ from sandboxkit.backends.subprocess._output import OutputLimits
 from sandboxkit.errors import SandboxLost
 from sandboxkit.models import RunRequest, Status
 from sandboxkit.pool import SandboxPool
+from support.marks import missing
 from support.subprocess_sandboxes import FAST, RecordingBackend, processes_of
 
 
@@ -252,7 +253,7 @@ async def test_fork_server_refuses_a_fresh_command_after_a_dirty_report(sandbox:
 async def test_a_run_cancelled_while_its_server_starts_leaves_no_process(sandbox: SubprocessSandbox) -> None:
     """A caller's timeout may cancel the very first run while bwrap and the server start: both go."""
     if sandbox.uid is None:
-        pytest.skip("needs a sandbox uid (root) to find its processes")
+        missing("a sandbox uid (root) to find the sandbox's processes")
     uids = {sandbox.uid}
     assert processes_of(uids) == {}
     task = asyncio.create_task(sandbox.run(_req("print('first')")))

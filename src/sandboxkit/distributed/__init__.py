@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from sandboxkit.distributed._client import NAMESPACE, RayLimiter
@@ -38,6 +39,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("sandboxkit.distributed")
+
+#: How long `shutdown_limiter` waits for a killed actor's name to be released (Ray releases it once the actor is dead).
+_GONE_WAIT_S = 10.0
 
 _warned_local = False
 _warn_lock = threading.Lock()
@@ -105,6 +109,8 @@ def ray_limiter(
 def shutdown_limiter(name: str, namespace: str = NAMESPACE) -> bool:
     """Remove a limiter actor now (it also exits by itself when unused). Returns whether one existed.
 
+    Returns once the name is free (or after 10 s): a limiter opened after this call gets a fresh actor.
+
     Processes still using it reconnect to a fresh actor with their current holdings.
     """
     import ray
@@ -114,6 +120,15 @@ def shutdown_limiter(name: str, namespace: str = NAMESPACE) -> bool:
     except ValueError:
         return False
     ray.kill(actor, no_restart=True)
+    # ray.kill only asks: the name stays registered until the actor is dead, and a limiter opened
+    # under it meanwhile would join the dying actor (and lose its grants with it). Return once it is gone.
+    deadline = time.monotonic() + _GONE_WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(name, namespace=namespace)
+        except ValueError:
+            break
+        time.sleep(0.01)
     return True
 
 

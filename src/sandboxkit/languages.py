@@ -28,6 +28,7 @@ import json
 import os
 import re
 import shutil
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -136,8 +137,36 @@ _CSHARP_CONFIG = (
 )
 
 
+#: The device node of an NVIDIA driver with a GPU: cuda and python_gpu need it inside the sandbox.
+NVIDIA_DEVICE = "/dev/nvidiactl"
+
+#: The namespaces .NET 6+ imports implicitly in a console project (``ImplicitUsings``, on in the project that
+#: Sandbox Fusion's ``dotnet new console`` creates), so a completion that calls ``Console.WriteLine`` or LINQ
+#: without ``using System;`` compiles there. ``mcs`` has no such option; the runner writes them in.
+CSHARP_IMPLICIT_USINGS = (
+    "System",
+    "System.Collections.Generic",
+    "System.IO",
+    "System.Linq",
+    "System.Net.Http",
+    "System.Threading",
+    "System.Threading.Tasks",
+)
+_CSHARP_USINGS = "".join(f"using {name}; " for name in CSHARP_IMPLICIT_USINGS)
+#: Lines that must stay before any using directive: preprocessor lines (``#define`` must precede every
+#: token), ``extern alias``, blank lines and line comments.
+_CSHARP_HEADER_LINE = re.compile(r"\s*(#|extern\s+alias\b|//|$)")
+
+
 def _csharp_source(code: str) -> str:
-    return code.rstrip("\n") + "\n" + _CSHARP_ASSERT
+    # The usings go at the start of the first code line, not on a line of their own, so the line numbers in
+    # the compiler's messages stay the user's. A using the code repeats is a warning (CS0105), not an error;
+    # the code's own types win over imported ones, as with dotnet's global usings.
+    lines = code.rstrip("\n").split("\n")
+    first = next((i for i, line in enumerate(lines) if not _CSHARP_HEADER_LINE.match(line)), None)
+    if first is not None:
+        lines[first] = _CSHARP_USINGS + lines[first]
+    return "\n".join(lines) + "\n" + _CSHARP_ASSERT
 
 
 def _csharp_run(code: str) -> list[str]:
@@ -225,7 +254,16 @@ class Language:
 
     def missing_binaries(self) -> list[str]:
         """Binaries (and required files) of this language that are not on this machine."""
-        return [b for b in self.binaries if shutil.which(b) is None] + [f for f in self.files if not os.path.isfile(f)]
+        return [b for b in self.binaries if shutil.which(b) is None] + [f for f in self.files if not file_present(f)]
+
+
+def file_present(path: str) -> bool:
+    """Whether a toolchain's required file is here: a regular file (a jar) or a character device (a GPU)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISREG(mode) or stat.S_ISCHR(mode)
 
 
 LANGUAGES: dict[str, Language] = {
@@ -580,9 +618,14 @@ LANGUAGES: dict[str, Language] = {
             source="main.cu",
             compile=("nvcc", "-o", "{bin}", "{src}"),
             run=("./{bin}",),
-            binaries=("nvcc",),
+            # nvcc alone compiles, then every kernel launch fails ("CUDA driver version is insufficient"): a
+            # correct answer would score 0. Without the driver's nvidia-smi and the GPU's device node in the
+            # sandbox, the language is refused (ToolchainMissing) before anything runs.
+            binaries=("nvcc", "nvidia-smi"),
+            files=(NVIDIA_DEVICE,),
             package="nvidia-cuda-toolkit",
-            install="a machine with an NVIDIA GPU and the CUDA toolkit (nvidia-cuda-toolkit, Debian non-free)",
+            install="a machine with an NVIDIA GPU, its driver (nvidia-smi, /dev/nvidiactl) and the CUDA toolkit "
+            "(nvidia-cuda-toolkit, Debian non-free)",
             unavailable="needs an NVIDIA GPU: nvcc alone compiles, but no kernel can run without one",
             sandbox_fusion="cuda",
         ),
@@ -595,6 +638,7 @@ LANGUAGES: dict[str, Language] = {
             compile=("nvidia-smi", "-L"),
             run=("python3", "-u", "{src}"),
             binaries=("nvidia-smi", "python3"),
+            files=(NVIDIA_DEVICE,),
             package="nvidia-driver",
             install="a machine with an NVIDIA GPU, its driver (nvidia-smi) and a CUDA build of torch",
             unavailable="needs an NVIDIA GPU; these machines have none",

@@ -82,7 +82,7 @@ async def _need(sandbox: Sandbox, language: str) -> None:
         if sandbox.backend_name == "subprocess":
             _present[key] = not lang.missing_binaries()
         else:
-            checks = [f"command -v {b}" for b in lang.binaries] + [f"test -f {f}" for f in lang.files]
+            checks = [f"command -v {b}" for b in lang.binaries] + [f"{{ test -f {f} || test -c {f}; }}" for f in lang.files]
             _present[key] = (await sandbox.exec(" && ".join(checks))).exit_code == 0
     if not _present[key]:
         message = f"{language}: {LANGUAGES[language].install_hint} (missing on {sandbox.backend_name})"
@@ -175,6 +175,20 @@ async def test_d_unittests_run_and_a_failing_one_fails(sandbox: Sandbox) -> None
     assert (await _run(sandbox, "d", code % "")).status is Status.OK
     bad = await _run(sandbox, "d", code % " + 1")
     assert bad.status is Status.FAILED and bad.exit_code == 1, bad
+
+
+async def test_csharp_has_dotnets_implicit_usings(sandbox: Sandbox) -> None:
+    # Sandbox Fusion's test_csharp_stdin shape: `dotnet new console` turns ImplicitUsings on, so Console, List
+    # and LINQ need no using. A #define must stay first, and a using the code repeats is only a warning.
+    code = (
+        "#define SANDBOXKIT\nusing System;\nclass P { static void Main() {\n"
+        "  var xs = new List<int>(Console.ReadLine().Split(' ').Select(int.Parse));\n"
+        "  Console.WriteLine(xs.Sum()); } }"
+    )
+    result = await _run(sandbox, "csharp", code, stdin="1 2 3\n")
+    assert (result.status, result.stdout) == (Status.OK, "6\n"), result
+    bad = await _run(sandbox, "csharp", "class P { static void Main() {\n  Console.WriteLine(undefined); } }")
+    assert bad.status is Status.COMPILE_ERROR and "(2," in bad.compile.stdout + bad.compile.stderr, bad  # line 2 stays line 2
 
 
 async def test_scala_runs_the_object_it_finds(sandbox: Sandbox) -> None:

@@ -22,7 +22,7 @@ def presence_script() -> str:
     lines = []
     for lang in LANGUAGES.values():
         checks = [f"command -v {shlex.quote(b)} >/dev/null" for b in lang.binaries]
-        checks += [f"test -f {shlex.quote(f)}" for f in lang.files]
+        checks += [f"{{ test -f {shlex.quote(f)} || test -c {shlex.quote(f)}; }}" for f in lang.files]
         lines.append(f"{' && '.join(checks) or 'true'} && echo {shlex.quote(lang.name)}")
     return "\n".join(lines) + "\ntrue\n"
 

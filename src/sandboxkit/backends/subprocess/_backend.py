@@ -27,7 +27,7 @@ from sandboxkit.backends.subprocess._sandbox import (
 from sandboxkit.backends.subprocess._workspace import SANDBOX_PATH
 from sandboxkit.base import Availability, Backend, Capabilities, Snapshot
 from sandboxkit.errors import BackendUnavailable, InvalidRequest
-from sandboxkit.languages import LANGUAGES, Language
+from sandboxkit.languages import LANGUAGES, Language, file_present
 from sandboxkit.models import Limits, check_sandbox_path
 
 __all__ = ["SubprocessBackend", "SubprocessSandbox"]
@@ -54,7 +54,7 @@ def _seccomp_supported() -> bool:
 
 def _toolchain_present(lang: Language, path: str) -> bool:
     return all(shutil.which(b, path=path) is not None for b in lang.binaries) and all(
-        os.path.isfile(f) for f in lang.files
+        file_present(f) for f in lang.files
     )
 
 

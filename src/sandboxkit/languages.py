@@ -115,7 +115,26 @@ def _jest_run(code: str) -> list[str]:
             ]
         },
     }
-    return [NODE_BIN, f"{NODE_MODULES}/jest/bin/jest.js", "--ci", "--config", json.dumps(config)]
+    config["testResultsProcessor"] = f"<rootDir>/{_JEST_PROCESSOR}"
+    jest = [NODE_BIN, f"{NODE_MODULES}/jest/bin/jest.js", "--ci", "--config", json.dumps(config)]
+    # The processor is written next to the test first, as C#'s config is; the test's own arguments follow.
+    return ["bash", "-c", 'printf %s "$1" > "$2" && shift 2 && exec "$@"', "jest", _JEST_REPORT_JS, _JEST_PROCESSOR, *jest]
+
+
+#: Sandbox Fusion's jest project names ``jest-json-reporter`` as its ``testResultsProcessor`` with
+#: ``outputFile: jest-report.json``, and its clients fetch that file and read every case from it
+#: (``parse_jest_cases``: ``testResults[].testResults[]`` with status, fullName, ancestorTitles...). That is
+#: jest's raw aggregated result, which ``--json`` does not write (it renames the cases ``assertionResults``), so
+#: a processor of our own writes it as is. It is no boundary: the tests run in the same process and could
+#: write the file themselves, exactly as under Sandbox Fusion.
+_JEST_PROCESSOR = ".sandboxkit-jest-report.js"
+_JEST_REPORT_JS = (
+    'const fs = require("fs");\n'
+    "module.exports = (results) => {\n"
+    '  fs.writeFileSync("jest-report.json", JSON.stringify(results));\n'
+    "  return results;\n"
+    "};\n"
+)
 
 
 #: Sandbox Fusion builds C# with ``dotnet run`` (the Debug configuration: DEBUG and TRACE defined), where a failed

@@ -12,6 +12,7 @@ that says what to install.
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -175,6 +176,22 @@ async def test_d_unittests_run_and_a_failing_one_fails(sandbox: Sandbox) -> None
     assert (await _run(sandbox, "d", code % "")).status is Status.OK
     bad = await _run(sandbox, "d", code % " + 1")
     assert bad.status is Status.FAILED and bad.exit_code == 1, bad
+
+
+async def test_jest_writes_sandbox_fusions_report(sandbox: Sandbox) -> None:
+    # Sandbox Fusion's jest project writes jest-report.json (jest-json-reporter: jest's raw aggregated result),
+    # and its clients fetch it and read each case (parse_jest_cases in its test_utils_jest_report).
+    code = (
+        "describe('math', () => {\n  test('adds', () => { expect(1 + 2).toBe(3); });\n"
+        "  describe('inner', () => { test('wrong', () => { expect(2 * 2).toBe(5); }); });\n});\n"
+    )
+    await _need(sandbox, "jest")
+    result = await sandbox.run(RunRequest(code=code, language="jest", fetch_files=["jest-report.json"], limits=ROOMY))
+    assert result.status is Status.FAILED and result.exit_code == 1, result
+    report = json.loads(result.files["jest-report.json"])
+    cases = {c["fullName"]: c for suite in report["testResults"] for c in suite["testResults"]}
+    assert {name: c["status"] for name, c in cases.items()} == {"math adds": "passed", "math inner wrong": "failed"}
+    assert cases["math inner wrong"]["ancestorTitles"] == ["math", "inner"] and cases["math inner wrong"]["failureMessages"]
 
 
 async def test_csharp_has_dotnets_implicit_usings(sandbox: Sandbox) -> None:

@@ -1,9 +1,8 @@
-"""`import sandboxkit` stays light: no optional SDK, and at most 1.3x its core dependencies' import."""
+"""`import sandboxkit` stays light: no optional SDK, and a bounded number of modules over its core dependencies."""
 
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import sys
 
@@ -33,19 +32,20 @@ def test_import_pulls_in_no_optional_sdk() -> None:
     assert loaded == []
 
 
-def _import_time(modules: str) -> float:
-    code = f"import time; t = time.perf_counter(); import {modules}; print(time.perf_counter() - t)"
-    return float(subprocess.check_output([sys.executable, "-X", "frozen_modules=on", "-c", code], text=True))
+#: What ``import sandboxkit`` may add on top of its core dependencies (pydantic, httpx, pluggy): its own
+#: modules and the stdlib's asyncio, subprocess... A count, not a timing, so a loaded machine cannot make it
+#: flaky; the import-time ratio (<= 1.3x the core dependencies) is ``sandboxkit bench import``.
+MODULE_BUDGET = 130
 
 
-def test_import_cost_is_at_most_1_3x_core_dependencies() -> None:
-    # Side by side, interleaved, median of several fresh interpreters: a ratio, not a timing.
-    ours, base = [], []
-    for _ in range(7):
-        base.append(_import_time("pydantic, httpx, pluggy"))
-        ours.append(_import_time("sandboxkit"))
-    ratio = statistics.median(ours) / statistics.median(base)
-    assert ratio <= 1.3, f"import sandboxkit costs {ratio:.2f}x its core dependencies"
+def test_import_adds_a_bounded_number_of_modules_to_its_core_dependencies() -> None:
+    code = (
+        "import sys; import pydantic, httpx, pluggy; base = set(sys.modules); import sandboxkit; "
+        "print(__import__('json').dumps(sorted(set(sys.modules) - base)))"
+    )
+    added = json.loads(subprocess.check_output([sys.executable, "-c", code], text=True))
+    assert any(m.startswith("sandboxkit") for m in added)
+    assert len(added) <= MODULE_BUDGET, f"import sandboxkit adds {len(added)} modules: {added}"
 
 
 def test_testing_public_names() -> None:

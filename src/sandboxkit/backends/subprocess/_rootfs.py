@@ -42,6 +42,7 @@ import tarfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from sandboxkit.backends.subprocess._untar import unpack_tarball
 from sandboxkit.backends.subprocess._workspace import Workspace
 from sandboxkit.errors import InvalidRequest
 from sandboxkit.models import check_sandbox_path
@@ -229,36 +230,6 @@ def _sha256_tree(path: str) -> str:
     return digest.hexdigest()
 
 
-def _inside(dest: str, path: str) -> bool:
-    real = os.path.realpath(path)
-    return real == dest or real.startswith(dest + os.sep)
-
-
-def _member_filter(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
-    """What is extracted of an image: files, directories and links, owned by ROOTFS_UID, no set-id bits.
-
-    Device nodes and FIFOs are dropped (``/dev`` is the sandbox's own), and so is any member
-    whose path (or hard link target) would leave ``dest`` through ``..`` or an unpacked link.
-    Symlinks are kept as written: they are resolved inside the sandbox, never on the host.
-    """
-    name = member.name.lstrip("/")
-    if not name or name == "." or ".." in name.split("/"):
-        return None
-    if not (member.isreg() or member.isdir() or member.issym() or member.islnk()):
-        return None
-    if not _inside(dest, os.path.join(dest, os.path.dirname(name))):
-        return None
-    changes: dict[str, object] = {"name": name, "uid": ROOTFS_UID, "gid": ROOTFS_UID, "uname": "", "gname": ""}
-    if member.islnk():
-        target = member.linkname.lstrip("/")
-        if ".." in target.split("/") or not _inside(dest, os.path.join(dest, target)):
-            return None
-        changes["linkname"] = target
-    mode = member.mode & 0o777
-    changes["mode"] = mode | 0o700 if member.isdir() else mode
-    return member.replace(**changes, deep=False)  # type: ignore[arg-type]
-
-
 def _copy_tree(source: str, dest: str) -> None:
     """Copy a directory image into ``dest`` with the same rules as a tarball (owner, no set-id, no devices)."""
     for top, dirs, files in os.walk(source):
@@ -311,9 +282,7 @@ def load_image(source: str, cache_dir: str) -> RootImage:
             if is_dir:
                 _copy_tree(source, tmp)
             else:
-                with tarfile.open(source) as tar:
-                    tar.extractall(tmp, filter=_member_filter, numeric_owner=True)
-                os.chown(tmp, ROOTFS_UID, ROOTFS_UID)
+                unpack_tarball(source, tmp, ROOTFS_UID)  # never follows a link: see _untar
             with open(os.path.join(tmp, _MARKER), "w") as f:
                 f.write(source + "\n")
             try:

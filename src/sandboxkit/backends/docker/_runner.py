@@ -534,6 +534,34 @@ def write_files(entries: list[list[Any]], blobs: memoryview) -> None:
             os.close(fd)
 
 
+def make_links(blobs: memoryview) -> None:
+    """Make the symlinks a checkpoint carried as data (``path NUL target NUL`` pairs, paths relative).
+
+    The engine's unpack refuses a relative link whose target climbs out of the workspace, so the
+    host keeps those out of the archive and sends them here after it. Made with the program's
+    fsuid, like every file we touch; a directory the program made read-only is opened for the
+    moment it takes.
+    """
+    fields = bytes(blobs).split(b"\0")
+    for index in range(0, len(fields) - 1, 2):
+        rel, target = fields[index], fields[index + 1]
+        path = os.path.join(WORKDIR.encode(), rel)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        try:
+            os.symlink(target, path)
+        except PermissionError:
+            parent = os.path.dirname(path)
+            mode = stat.S_IMODE(os.lstat(parent).st_mode)
+            os.chmod(parent, mode | 0o300)
+            try:
+                os.symlink(target, path)
+            finally:
+                os.chmod(parent, mode)
+
+
 def wipe(top: str) -> None:
     """Remove everything under ``top`` (not ``top`` itself), even what the program made read-only."""
     for entry in os.scandir(top):
@@ -665,6 +693,9 @@ def handle(header: dict[str, Any], blobs: memoryview) -> tuple[dict[str, Any], l
         return reset(), []
     if op == "read":
         return read_files(header["paths"])
+    if op == "links":
+        make_links(blobs)
+        return {"ok": True}, []
     if op == "run":
         write_files(header.get("write", []), blobs)
         results: list[dict[str, Any]] = []

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -50,6 +51,39 @@ func writeFiles(raw any, blobs []byte) error {
 			data = data[n:]
 		}
 		syscall.Close(fd)
+	}
+	return nil
+}
+
+// makeLinks makes the symlinks a checkpoint carried as data ("path NUL target NUL" pairs, paths
+// relative): the engine's unpack refuses a relative link whose target climbs out of the workspace,
+// so the host keeps those out of the archive and sends them here after it. A directory the
+// program made read-only is opened for the moment it takes.
+func makeLinks(blobs []byte) error {
+	fields := bytes.Split(blobs, []byte{0})
+	for i := 0; i+2 < len(fields); i += 2 {
+		path := filepath.Join(workdir, string(fields[i]))
+		target := string(fields[i+1])
+		if err := syscall.Unlink(path); err != nil && err != syscall.ENOENT {
+			return fmt.Errorf("unlink %s: %w", path, err)
+		}
+		err := syscall.Symlink(target, path)
+		if err == syscall.EACCES {
+			var st syscall.Stat_t
+			parent := filepath.Dir(path)
+			if err = syscall.Lstat(parent, &st); err == nil {
+				mode := st.Mode & 0o7777
+				if err = syscall.Chmod(parent, mode|0o300); err == nil {
+					err = syscall.Symlink(target, path)
+					if back := syscall.Chmod(parent, mode); err == nil {
+						err = back
+					}
+				}
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("symlink %s: %w", path, err)
+		}
 	}
 	return nil
 }

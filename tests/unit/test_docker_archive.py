@@ -73,12 +73,21 @@ def test_every_member_comes_through_and_zero_blocks_become_holes(seed: int) -> N
     ]
     raw = _tar(members)  # type: ignore[arg-type]
     with tempfile.TemporaryFile() as out:
-        length, links = rewrite_checkpoint(_chunks(raw, seed), out, "/work", 1 << 30)
-        assert links == [] and length == os.fstat(out.fileno()).st_size
+        done = rewrite_checkpoint(_chunks(raw, seed), out, "/work", 1 << 30)
+        assert done.links == [] and done.length == os.fstat(out.fileno()).st_size
         assert os.fstat(out.fileno()).st_blocks * 512 < 1 << 20  # the 8 MB of zeros take no disk
         got = _contents(out)  # type: ignore[arg-type]
     expected = {name.rstrip("/") or ".": (kind, payload) for name, kind, payload in members}
     assert {name.rstrip("/") or ".": value for name, value in got.items()} == expected
+    # The runs a fork punches out again: zeros of that file only, most of the sparse one.
+    data = {name.encode(): payload for name, kind, payload in members if kind == tarfile.REGTYPE}
+    punched = {path: runs for path, runs in done.holes}
+    for path, runs in punched.items():
+        content = data[b"./" + path]
+        assert isinstance(content, bytes)
+        for off, length in zip(runs[::2], runs[1::2], strict=True):
+            assert length >= 4096 and content[off : off + length] == bytes(length), (path, off, length)
+    assert sum(punched[b"sparse"][1::2]) > 7 << 20 and b"dense" not in punched
 
 
 def test_links_that_climb_out_are_set_apart_with_their_hard_links() -> None:
@@ -92,7 +101,7 @@ def test_links_that_climb_out_are_set_apart_with_their_hard_links() -> None:
         ]
     )
     with tempfile.TemporaryFile() as out:
-        _length, links = rewrite_checkpoint([raw], out, "/work", 1 << 30)
+        links = rewrite_checkpoint([raw], out, "/work", 1 << 30).links
         names = set(_contents(out))  # type: ignore[arg-type]
     assert links == [(b"up", b"../../etc/hostname"), (b"a/b/root", b"../../.."), (b"same-up", b"../../etc/hostname")]
     assert names == {"./a/b/top", "./f"}

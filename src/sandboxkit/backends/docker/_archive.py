@@ -9,7 +9,9 @@ it with ``put_archive``, so the stream is rewritten on its way to the checkpoint
   unpack (its ``links`` op), with the same text. A hard link to one is carried the same way.
 * **Sparse files** come dense (the engine's tar writer knows no holes), so a workspace holding
   one ``truncate -s 200M`` file used to cost 200 MB of host disk. Runs of zero blocks are
-  skipped with a seek instead of written, so the file on the host is as sparse as the data.
+  skipped with a seek instead of written, so the file on the host is as sparse as the data, and
+  each file's runs are remembered: the engine unpacks dense, and the runner then punches them
+  out again (its ``holes`` op), so a fork's tmpfs (and memory) holds what the parent's did.
 * **Size**: the engine unpacks dense, so a fork needs the sum of the regular files' sizes on its
   workspace tmpfs. An archive that cannot fit ``workdir_size_mb`` could never be forked; it is
   refused while it streams (:class:`CheckpointTooLarge`), before it costs the host that much.
@@ -22,15 +24,29 @@ import os
 import posixpath
 import tarfile
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import IO
 
-__all__ = ["CheckpointTooLarge", "Link", "link_blob", "rewrite_checkpoint"]
+__all__ = ["CheckpointTooLarge", "Holes", "Link", "Rewritten", "hole_request", "link_blob", "rewrite_checkpoint"]
 
 #: (path relative to the workspace, link text), as bytes: names need not be UTF-8.
 Link = tuple[bytes, bytes]
+#: (path relative to the workspace, [offset, length, offset, length, ...] of its runs of zeros).
+Holes = tuple[bytes, list[int]]
 _BLOCK = 4096
 _ZERO = bytes(_BLOCK)
 _COPY_BUFFER = 1 << 20
+#: Runs of zeros remembered per checkpoint at most (past it, the rest of the files unpack dense).
+_MAX_RUNS = 1 << 16
+
+
+@dataclass
+class Rewritten:
+    """A checkpoint's archive as written: its length, and what the runner restores after the unpack."""
+
+    length: int
+    links: list[Link] = field(default_factory=list)
+    holes: list[Holes] = field(default_factory=list)
 
 
 class CheckpointTooLarge(Exception):
@@ -74,6 +90,8 @@ class _SparseWriter:
     def __init__(self, file: IO[bytes]) -> None:
         self._file = file
         self._pos = file.tell()
+        #: The holes left, as ``[start, end)`` offsets in the file, adjacent ones merged.
+        self.holes: list[list[int]] = []
 
     def tell(self) -> int:
         return self._pos
@@ -98,6 +116,10 @@ class _SparseWriter:
                 end += _BLOCK
             self._file.write(view[done:first])
             self._file.seek(end - first, os.SEEK_CUR)
+            if self.holes and self.holes[-1][1] == base + first:
+                self.holes[-1][1] = base + end
+            else:
+                self.holes.append([base + first, base + end])
             done = search = end
         self._file.write(view[done:])
         self._pos = base + n
@@ -127,17 +149,28 @@ def _relative(name: str) -> bytes:
     return "/".join(parts).encode("utf-8", "surrogateescape")
 
 
-def rewrite_checkpoint(chunks: Iterable[bytes], out: IO[bytes], workdir: str, cap: int) -> tuple[int, list[Link]]:
-    """Copy the engine's tar stream of ``workdir`` into ``out``; return the archive's length and the links kept apart.
+def _runs_in(holes: list[list[int]], start: int, size: int) -> list[int]:
+    """The holes within a member's data at ``start`` (``size`` bytes), as flat ``offset, length`` pairs in it."""
+    flat: list[int] = []
+    for first, end in holes:
+        first, end = max(first, start), min(end, start + size)
+        if end - first >= _BLOCK:
+            flat += [first - start, end - first]
+    return flat
+
+
+def rewrite_checkpoint(chunks: Iterable[bytes], out: IO[bytes], workdir: str, cap: int) -> Rewritten:
+    """Copy the engine's tar stream of ``workdir`` into ``out``, as the module docstring says.
 
     Raises:
         CheckpointTooLarge: the regular files' sizes add up to more than ``cap`` bytes.
         tarfile.TarError: the engine sent something that is not a tar stream.
     """
     workdir = posixpath.normpath(workdir)
-    links: list[Link] = []
+    done = Rewritten(0)
+    links = done.links
     apart: dict[str, bytes] = {}  # names of the climbing links (as the archive writes them) -> text
-    needed = 0
+    needed = remembered = 0
     sink = _SparseWriter(out)
     with (
         tarfile.open(fileobj=_ChunkReader(chunks), mode="r|", errors="surrogateescape") as source,
@@ -157,14 +190,29 @@ def rewrite_checkpoint(chunks: Iterable[bytes], out: IO[bytes], workdir: str, ca
             if member.islnk() and posixpath.normpath(member.linkname) in apart:
                 links.append((_relative(member.name), apart[posixpath.normpath(member.linkname)]))
                 continue
-            if member.isreg():
-                needed += member.size
-                if needed > cap:
-                    raise CheckpointTooLarge(needed, cap)
-            dest.addfile(member, source.extractfile(member) if member.isreg() else None)
-    return sink.finish(), links
+            if not member.isreg():
+                dest.addfile(member)
+                continue
+            needed += member.size
+            if needed > cap:
+                raise CheckpointTooLarge(needed, cap)
+            seen = len(sink.holes)
+            dest.addfile(member, source.extractfile(member))
+            if member.size >= _BLOCK and len(sink.holes) > seen and remembered < _MAX_RUNS:
+                start = sink.tell() - -(-member.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE  # data, then padding
+                runs = _runs_in(sink.holes[seen:], start, member.size)
+                if runs:
+                    done.holes.append((_relative(member.name), runs))
+                    remembered += len(runs) // 2
+    done.length = sink.finish()
+    return done
 
 
 def link_blob(links: list[Link]) -> bytes:
     """The runner's ``links`` request body: ``path NUL target NUL`` for each link."""
     return b"".join(path + b"\0" + target + b"\0" for path, target in links)
+
+
+def hole_request(holes: list[Holes]) -> tuple[list[list[int]], bytes]:
+    """The runner's ``holes`` request: each file's runs (JSON header) and ``path NUL`` for each (blob)."""
+    return [runs for _path, runs in holes], b"".join(path + b"\0" for path, _runs in holes)

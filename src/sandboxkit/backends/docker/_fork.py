@@ -10,9 +10,10 @@ carry the files; the engine's archive API does, in one stream each way:
 * a checkpoint is the workspace as a tar (``get_archive``) in an unlinked temporary file: it
   costs host disk, not memory, and even a SIGKILL cannot leak it (the kernel frees an unlinked
   file with its last descriptor). The stream is rewritten on its way (``_archive``): holes stay
-  holes on the host, links that climb out of the workspace (which the engine's unpack refuses)
-  travel beside the archive and the runner remakes them after it, and a workspace whose files
-  could not unpack into a fork's ``workdir_size_mb`` is the caller's ``InvalidRequest``;
+  holes on the host (and the runner punches them out of a fork's files after the dense unpack),
+  links that climb out of the workspace (which the engine's unpack refuses) travel beside the
+  archive and the runner remakes them after it, and a workspace whose files could not unpack
+  into a fork's ``workdir_size_mb`` is the caller's ``InvalidRequest``;
 * a fork is an ordinary container (same hardening) into whose empty workspace the engine
   unpacks that tar (``put_archive``), ownership and modes included: a warm idle container of the
   pool (``capabilities.fork_warm``: reset, so as clean as a new one, and its runner already up),
@@ -40,7 +41,15 @@ from typing import IO, TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 
-from sandboxkit.backends.docker._archive import CheckpointTooLarge, Link, link_blob, rewrite_checkpoint
+from sandboxkit.backends.docker._archive import (
+    CheckpointTooLarge,
+    Holes,
+    Link,
+    Rewritten,
+    hole_request,
+    link_blob,
+    rewrite_checkpoint,
+)
 from sandboxkit.base import Snapshot
 from sandboxkit.errors import InvalidRequest, SandboxCrashed, Transient
 from sandboxkit.models import Limits
@@ -53,8 +62,8 @@ __all__ = ["ArchiveSnapshot", "open_forked", "restore_into", "take_snapshot"]
 
 log = logging.getLogger(__name__)
 _NAME = "docker"
-#: How long the runner may take to remake a checkpoint's climbing links (a few syscalls each).
-_LINKS_TIMEOUT_S = 30.0
+#: How long the runner may take to remake a checkpoint's links or punch its holes (a syscall each).
+_RESTORE_TIMEOUT_S = 30.0
 
 
 class ArchiveSnapshot(Snapshot):
@@ -63,6 +72,7 @@ class ArchiveSnapshot(Snapshot):
     Attributes:
         size_bytes: size of the archive (its holes included).
         links: symlinks kept beside the archive (the engine's unpack refuses them), remade after it.
+        holes: runs of zeros of its files, punched out again after the (dense) unpack.
     """
 
     backend_name = _NAME
@@ -73,6 +83,7 @@ class ArchiveSnapshot(Snapshot):
         self._file = file
         self.size_bytes = 0
         self.links: list[Link] = []
+        self.holes: list[Holes] = []
         self.released = False
         self._mapped: mmap.mmap | None = None
         self._map_lock = threading.Lock()
@@ -122,7 +133,7 @@ class ArchiveSnapshot(Snapshot):
         return f"<ArchiveSnapshot {self.id} bytes={self.size_bytes}>"
 
 
-def _archive_into(client: Any, container_id: str, workdir: str, file: IO[bytes], cap: int) -> tuple[int, list[Link]]:
+def _archive_into(client: Any, container_id: str, workdir: str, file: IO[bytes], cap: int) -> Rewritten:
     """``get_archive`` by hand: the response is closed when the copy stops early (too large).
 
     ``get_archive``'s generator keeps its response open when abandoned, and the engine then
@@ -157,7 +168,8 @@ async def take_snapshot(sandbox: DockerSandbox) -> ArchiveSnapshot:
     cap = backend.workdir_size_mb << 20
     try:
         async with sandbox._lock:
-            snap.size_bytes, snap.links = await sandbox._sdk(_archive_into, backend.workdir, snap._file, cap)
+            done = await sandbox._sdk(_archive_into, backend.workdir, snap._file, cap)
+        snap.size_bytes, snap.links, snap.holes = done.length, done.links, done.holes
     except CheckpointTooLarge as exc:
         snap.release_sync()
         raise InvalidRequest(
@@ -183,10 +195,13 @@ def _unpack(client: Any, container_id: str, workdir: str, snap: ArchiveSnapshot)
             raise OSError(f"the engine did not unpack checkpoint {snap.id}")
 
 
-async def _remake_links(sandbox: DockerSandbox, snap: ArchiveSnapshot) -> None:
-    """Have the runner make the links the archive could not carry (the caller holds the sandbox's lock)."""
+async def _finish_unpack(sandbox: DockerSandbox, snap: ArchiveSnapshot) -> None:
+    """Have the runner make the links the archive could not carry and punch its files' holes (lock held)."""
     if snap.links:
-        await sandbox._call_locked({"op": "links"}, [link_blob(snap.links)], _LINKS_TIMEOUT_S)
+        await sandbox._call_locked({"op": "links"}, [link_blob(snap.links)], _RESTORE_TIMEOUT_S)
+    if snap.holes:
+        runs, paths = hole_request(snap.holes)
+        await sandbox._call_locked({"op": "holes", "runs": runs}, [paths], _RESTORE_TIMEOUT_S)
 
 
 def _check_snapshot(backend: DockerBackend, snapshot: Snapshot) -> ArchiveSnapshot:
@@ -217,7 +232,7 @@ async def restore_into(sandbox: DockerSandbox, snapshot: Snapshot) -> bool:
             return False
         try:
             await sandbox._sdk(_unpack, sandbox._workdir, snap)
-            await _remake_links(sandbox, snap)
+            await _finish_unpack(sandbox, snap)
         except Exception as exc:  # SandboxError, OSError, or anything docker-py raises: never half-filled
             sandbox._break("a checkpoint did not unpack")
             log.info("restoring checkpoint %s into docker sandbox %s failed: %s", snap.id, sandbox.id, exc)
@@ -244,7 +259,7 @@ async def open_forked(backend: DockerBackend, snapshot: Snapshot, limits: Limits
     try:
         async with sandbox._lock:
             await sandbox._sdk(_unpack, backend.workdir, snap)
-            await _remake_links(sandbox, snap)
+            await _finish_unpack(sandbox, snap)
     except BaseException as exc:
         with anyio.CancelScope(shield=True):
             await sandbox.close()

@@ -159,6 +159,9 @@ func handle(header map[string]any, blobs []byte) (map[string]any, [][]byte) {
 			return map[string]any{"ok": false, "error": err.Error()}, nil
 		}
 		return map[string]any{"ok": true}, nil
+	case "holes":
+		punchHoles(header["runs"], blobs)
+		return map[string]any{"ok": true}, nil
 	case "run":
 		if err := writeFiles(header["write"], blobs); err != nil {
 			return map[string]any{"ok": false, "error": err.Error()}, nil

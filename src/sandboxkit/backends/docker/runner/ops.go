@@ -88,6 +88,30 @@ func makeLinks(blobs []byte) error {
 	return nil
 }
 
+// punchHoles punches each file's runs of zeros ("path NUL" in the blobs, [offset, length, ...]
+// each in runs) back out: the engine unpacks a checkpoint dense, and this gives the fork's tmpfs
+// (and memory) back what the parent's sparse files never used. The content is the same either
+// way, so a file that cannot be opened for writing (made read-only) simply stays dense.
+func punchHoles(raw any, blobs []byte) {
+	const keepSize, punchHole = 1, 2
+	runs, _ := raw.([]any)
+	paths := bytes.Split(blobs, []byte{0})
+	for i, item := range runs {
+		if i >= len(paths) {
+			return
+		}
+		spans, _ := item.([]any)
+		fd, err := syscall.Open(filepath.Join(workdir, string(paths[i])), syscall.O_WRONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		for j := 0; j+1 < len(spans); j += 2 {
+			_ = syscall.Fallocate(fd, keepSize|punchHole, int64(num(spans[j])), int64(num(spans[j+1])))
+		}
+		syscall.Close(fd)
+	}
+}
+
 // wipe removes everything under top (not top itself), even what the program made read-only.
 func wipe(top string) error {
 	dir, err := os.Open(top)

@@ -10,6 +10,7 @@ per checkpoint. A checkpoint is the program's own files: what it makes of them i
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -33,15 +34,25 @@ _LOOK = (
 )
 
 
-@pytest.mark.parametrize("runner", ["python", "static"])
-async def test_links_that_climb_out_of_the_workspace_survive_cold_and_warm_forks(
-    test_labels: dict[str, str], docker_client: Any, runner: str
-) -> None:
+@pytest.fixture(params=["python", "static"])
+async def either_runner(
+    request: pytest.FixtureRequest, test_labels: dict[str, str], docker_client: Any
+) -> AsyncIterator[Any]:
+    """A backend on each runner: links and holes are restored by the runner, Python's or the Go one."""
     from sandboxkit.backends.docker import DockerBackend
 
-    if runner == "static":
-        require_static_runner()  # the Go runner remakes the links there
-    backend = DockerBackend(labels=test_labels, runner=runner)
+    if request.param == "static":
+        require_static_runner()
+    backend = DockerBackend(labels=test_labels, runner=request.param)
+    try:
+        yield backend
+    finally:
+        await backend.aclose()
+        assert leftovers(docker_client, test_labels) == (0, 0)
+
+
+async def test_links_that_climb_out_of_the_workspace_survive_cold_and_warm_forks(either_runner: Any) -> None:
+    backend = either_runner
     async with SandboxPool(backend, limits=FAST, warm=2, max_sandboxes=3) as pool, pool.session() as parent:
         made = await parent.exec(_LINKS)
         assert made.status is Status.OK, made
@@ -57,8 +68,6 @@ async def test_links_that_climb_out_of_the_workspace_survive_cold_and_warm_forks
             assert pool.metrics()["errors"].get("restore_failed") is None
             for fork in forks:
                 await fork.close()
-    await backend.aclose()
-    assert leftovers(docker_client, test_labels) == (0, 0)
 
 
 def _host_bytes(snapshot: Any) -> int:
@@ -67,15 +76,8 @@ def _host_bytes(snapshot: Any) -> int:
     return os.fstat(snapshot._file.fileno()).st_blocks * 512
 
 
-@pytest.mark.parametrize("runner", ["python", "static"])
-async def test_a_sparse_file_costs_no_disk_on_the_host_and_stays_sparse_in_forks(
-    test_labels: dict[str, str], docker_client: Any, runner: str
-) -> None:
-    from sandboxkit.backends.docker import DockerBackend
-
-    if runner == "static":
-        require_static_runner()  # the Go runner punches the holes there
-    backend = DockerBackend(labels=test_labels, runner=runner)
+async def test_a_sparse_file_costs_no_disk_on_the_host_and_stays_sparse_in_forks(either_runner: Any) -> None:
+    backend = either_runner
     parent = await backend.open(FAST)
     try:
         made = await parent.exec("truncate -s 32M sparse && printf end >> sparse && du -k sparse")
@@ -93,8 +95,6 @@ async def test_a_sparse_file_costs_no_disk_on_the_host_and_stays_sparse_in_forks
         await snap.release()
     finally:
         await parent.close()
-        await backend.aclose()
-    assert leftovers(docker_client, test_labels) == (0, 0)
 
 
 async def test_a_checkpoint_larger_than_the_workspace_cap_is_the_callers_error(

@@ -20,6 +20,7 @@ import ctypes
 import os
 import select
 import signal
+import threading
 
 __all__ = ["can_idmap", "idmapped_bind"]
 
@@ -33,6 +34,11 @@ _MOUNT_ATTR_IDMAP = 0x00100000
 _MOVE_MOUNT_F_EMPTY_PATH = 0x4
 #: x86-64 and aarch64 share these numbers (the new mount API came after the syscall tables merged).
 _SYS_OPEN_TREE, _SYS_MOVE_MOUNT, _SYS_MOUNT_SETATTR = 428, 429, 442
+
+
+#: Killed helpers not reaped yet (see :func:`_reap`).
+_UNREAPED: list[int] = []
+_UNREAPED_LOCK = threading.Lock()
 
 
 class _MountAttr(ctypes.Structure):
@@ -88,7 +94,25 @@ def _userns_mapping(inside: int, uid: int) -> int:
     finally:
         os.close(ready_r)
         os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+        _reap(pid)
+
+
+def _reap(pid: int) -> None:
+    """Reap ``pid`` and earlier helpers if they are gone, without waiting for them.
+
+    A killed process takes milliseconds to be torn down (2-10 ms here, under load), which a
+    blocking ``waitpid`` added to every sandbox open; the helpers not gone yet are reaped by a
+    later call (until then they are zombies, holding nothing but a pid).
+    """
+    with _UNREAPED_LOCK:
+        _UNREAPED.append(pid)
+        for child in list(_UNREAPED):
+            try:
+                gone = os.waitpid(child, os.WNOHANG)[0] != 0
+            except ChildProcessError:
+                gone = True
+            if gone:
+                _UNREAPED.remove(child)
 
 
 def _idmapped_tree(source: str, uid: int, owner: int) -> int:

@@ -196,12 +196,15 @@ def _unpack(client: Any, container_id: str, workdir: str, snap: ArchiveSnapshot)
 
 
 async def _finish_unpack(sandbox: DockerSandbox, snap: ArchiveSnapshot) -> None:
-    """Have the runner make the links the archive could not carry and punch its files' holes (lock held)."""
-    if snap.links:
-        await sandbox._call_locked({"op": "links"}, [link_blob(snap.links)], _RESTORE_TIMEOUT_S)
+    """Have the runner punch the files' holes and make the links the archive could not carry (lock held).
+
+    Holes first: their paths are then walked before any link the checkpoint carried apart exists.
+    """
     if snap.holes:
         runs, paths = hole_request(snap.holes)
         await sandbox._call_locked({"op": "holes", "runs": runs}, [paths], _RESTORE_TIMEOUT_S)
+    if snap.links:
+        await sandbox._call_locked({"op": "links"}, [link_blob(snap.links)], _RESTORE_TIMEOUT_S)
 
 
 def _check_snapshot(backend: DockerBackend, snapshot: Snapshot) -> ArchiveSnapshot:

@@ -9,7 +9,11 @@ carry the files; the engine's archive API does, in one stream each way:
 
 * a checkpoint is the workspace as a tar (``get_archive``) in an unlinked temporary file: it
   costs host disk, not memory, and even a SIGKILL cannot leak it (the kernel frees an unlinked
-  file with its last descriptor);
+  file with its last descriptor). The stream is rewritten on its way (``_archive``): holes stay
+  holes on the host (and the runner punches them out of a fork's files after the dense unpack),
+  links that climb out of the workspace (which the engine's unpack refuses) travel beside the
+  archive and the runner remakes them after it, and a workspace whose files could not unpack
+  into a fork's ``workdir_size_mb`` is the caller's ``InvalidRequest``;
 * a fork is an ordinary container (same hardening) into whose empty workspace the engine
   unpacks that tar (``put_archive``), ownership and modes included: a warm idle container of the
   pool (``capabilities.fork_warm``: reset, so as clean as a new one, and its runner already up),
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import mmap
+import tarfile
 import tempfile
 import threading
 import uuid
@@ -36,6 +41,15 @@ from typing import IO, TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 
+from sandboxkit.backends.docker._archive import (
+    CheckpointTooLarge,
+    Holes,
+    Link,
+    Rewritten,
+    hole_request,
+    link_blob,
+    rewrite_checkpoint,
+)
 from sandboxkit.base import Snapshot
 from sandboxkit.errors import InvalidRequest, SandboxCrashed, Transient
 from sandboxkit.models import Limits
@@ -48,13 +62,17 @@ __all__ = ["ArchiveSnapshot", "open_forked", "restore_into", "take_snapshot"]
 
 log = logging.getLogger(__name__)
 _NAME = "docker"
+#: How long the runner may take to remake a checkpoint's links or punch its holes (a syscall each).
+_RESTORE_TIMEOUT_S = 30.0
 
 
 class ArchiveSnapshot(Snapshot):
     """A workspace frozen as a tar archive in an unlinked temporary file on the host.
 
     Attributes:
-        size_bytes: size of the archive.
+        size_bytes: size of the archive (its holes included).
+        links: symlinks kept beside the archive (the engine's unpack refuses them), remade after it.
+        holes: runs of zeros of its files, punched out again after the (dense) unpack.
     """
 
     backend_name = _NAME
@@ -64,6 +82,8 @@ class ArchiveSnapshot(Snapshot):
         self._backend = backend
         self._file = file
         self.size_bytes = 0
+        self.links: list[Link] = []
+        self.holes: list[Holes] = []
         self.released = False
         self._mapped: mmap.mmap | None = None
         self._map_lock = threading.Lock()
@@ -113,27 +133,55 @@ class ArchiveSnapshot(Snapshot):
         return f"<ArchiveSnapshot {self.id} bytes={self.size_bytes}>"
 
 
-def _archive_into(client: Any, container_id: str, workdir: str, file: IO[bytes]) -> int:
-    stream, _ = client.api.get_archive(container_id, workdir + "/.")  # entries "./...": the workspace's contents
-    for chunk in stream:
-        file.write(chunk)
-    file.flush()
-    return file.tell()
+def _archive_into(client: Any, container_id: str, workdir: str, file: IO[bytes], cap: int) -> Rewritten:
+    """``get_archive`` by hand: the response is closed when the copy stops early (too large).
+
+    ``get_archive``'s generator keeps its response open when abandoned, and the engine then
+    blocks the next archive call on this container until its own times out (120 s).
+    """
+    api = client.api
+    response = api.get(
+        api._url("/containers/{0}/archive", container_id),
+        params={"path": workdir + "/."},  # entries "./...": the workspace's contents
+        headers={"Accept-Encoding": "identity"},
+        stream=True,
+    )
+    try:
+        api._raise_for_status(response)
+        return rewrite_checkpoint(response.iter_content(1 << 20, False), file, workdir, cap)
+    finally:
+        response.close()
 
 
 async def take_snapshot(sandbox: DockerSandbox) -> ArchiveSnapshot:
     """Archive ``sandbox``'s workspace into a new checkpoint (holding the sandbox: nothing runs meanwhile).
 
     Raises:
-        SandboxCrashed: the container is gone or the engine refused.
+        InvalidRequest: the workspace's files need more than ``workdir_size_mb`` unpacked (sparse
+            files count whole: the engine unpacks them dense), so no fork could hold them.
+        SandboxCrashed: the container is gone or the engine refused (or sent no tar stream).
         Transient: talking to the engine failed.
     """
     backend = sandbox._backend
     snap = ArchiveSnapshot(backend, tempfile.TemporaryFile(prefix="sandboxkit-ckpt-"))  # noqa: SIM115
     backend._snapshots.add(snap)
+    cap = backend.workdir_size_mb << 20
     try:
         async with sandbox._lock:
-            snap.size_bytes = await sandbox._sdk(_archive_into, backend.workdir, snap._file)
+            done = await sandbox._sdk(_archive_into, backend.workdir, snap._file, cap)
+        snap.size_bytes, snap.links, snap.holes = done.length, done.links, done.holes
+    except CheckpointTooLarge as exc:
+        snap.release_sync()
+        raise InvalidRequest(
+            f"cannot checkpoint: the workspace's files need more than {exc.needed >> 20} MB unpacked (sparse files "
+            f"count whole, as a fork unpacks them dense), more than workdir_size_mb={backend.workdir_size_mb}; "
+            "remove or shrink large files first, or give the backend a larger workdir_size_mb",
+            backend=_NAME,
+            sandbox_id=sandbox.id,
+        ) from None
+    except tarfile.TarError as exc:
+        snap.release_sync()
+        raise sandbox._crashed(f"the Docker engine sent no readable archive of the workspace: {exc}") from exc
     except BaseException:
         snap.release_sync()
         raise
@@ -145,6 +193,18 @@ def _unpack(client: Any, container_id: str, workdir: str, snap: ArchiveSnapshot)
     with snap.view() as view:
         if not client.api.put_archive(container_id, workdir, view):
             raise OSError(f"the engine did not unpack checkpoint {snap.id}")
+
+
+async def _finish_unpack(sandbox: DockerSandbox, snap: ArchiveSnapshot) -> None:
+    """Have the runner punch the files' holes and make the links the archive could not carry (lock held).
+
+    Holes first: their paths are then walked before any link the checkpoint carried apart exists.
+    """
+    if snap.holes:
+        runs, paths = hole_request(snap.holes)
+        await sandbox._call_locked({"op": "holes", "runs": runs}, [paths], _RESTORE_TIMEOUT_S)
+    if snap.links:
+        await sandbox._call_locked({"op": "links"}, [link_blob(snap.links)], _RESTORE_TIMEOUT_S)
 
 
 def _check_snapshot(backend: DockerBackend, snapshot: Snapshot) -> ArchiveSnapshot:
@@ -175,6 +235,7 @@ async def restore_into(sandbox: DockerSandbox, snapshot: Snapshot) -> bool:
             return False
         try:
             await sandbox._sdk(_unpack, sandbox._workdir, snap)
+            await _finish_unpack(sandbox, snap)
         except Exception as exc:  # SandboxError, OSError, or anything docker-py raises: never half-filled
             sandbox._break("a checkpoint did not unpack")
             log.info("restoring checkpoint %s into docker sandbox %s failed: %s", snap.id, sandbox.id, exc)
@@ -199,7 +260,9 @@ async def open_forked(backend: DockerBackend, snapshot: Snapshot, limits: Limits
     sandbox = await backend.open(limits)
     assert isinstance(sandbox, DockerSandbox)
     try:
-        await sandbox._sdk(_unpack, backend.workdir, snap)
+        async with sandbox._lock:
+            await sandbox._sdk(_unpack, backend.workdir, snap)
+            await _finish_unpack(sandbox, snap)
     except BaseException as exc:
         with anyio.CancelScope(shield=True):
             await sandbox.close()

@@ -53,6 +53,7 @@ WORKDIR = sys.argv[1] if len(sys.argv) > 1 else "/work"
 IS_INIT = os.getpid() == 1
 SCRUB_DIRS = ("/tmp", "/dev/shm", "/dev/mqueue")
 IPC_RMID = 0
+FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 1, 2
 #: Files fetched through the channel up to this size each (and this much per call); larger ones
 #: are only checked here and then copied by the host with ``get_archive``.
 INLINE_FILE_MAX = 1 << 20
@@ -534,6 +535,61 @@ def write_files(entries: list[list[Any]], blobs: memoryview) -> None:
             os.close(fd)
 
 
+def make_links(blobs: memoryview) -> None:
+    """Make the symlinks a checkpoint carried as data (``path NUL target NUL`` pairs, paths relative).
+
+    The engine's unpack refuses a relative link whose target climbs out of the workspace, so the
+    host keeps those out of the archive and sends them here after it. Made with the program's
+    fsuid, like every file we touch; a directory the program made read-only is opened for the
+    moment it takes.
+    """
+    fields = bytes(blobs).split(b"\0")
+    for index in range(0, len(fields) - 1, 2):
+        rel, target = fields[index], fields[index + 1]
+        path = os.path.join(WORKDIR.encode(), rel)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        try:
+            os.symlink(target, path)
+        except PermissionError:
+            parent = os.path.dirname(path)
+            mode = stat.S_IMODE(os.lstat(parent).st_mode)
+            os.chmod(parent, mode | 0o300)
+            try:
+                os.symlink(target, path)
+            finally:
+                os.chmod(parent, mode)
+
+
+def punch_holes(runs: list[list[int]], blobs: memoryview) -> None:
+    """Punch each file's runs of zeros (``path NUL`` in the blobs; ``[offset, length, ...]`` each) back out.
+
+    The engine unpacks a checkpoint dense; this gives the fork's tmpfs (and memory) back what the
+    parent's sparse files never used. The content is the same either way, so a file we cannot
+    open for writing (the program made it read-only) simply stays dense, and so does everything
+    without ctypes.
+    """
+    if _LIBC is None:
+        return
+    import ctypes  # already imported by main(); never from the workspace (sys.path was reset)
+
+    paths = bytes(blobs).split(b"\0")
+    for index, spans in enumerate(runs[: len(paths)]):
+        path = paths[index]
+        try:
+            fd = os.open(os.path.join(WORKDIR.encode(), path), os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            for at in range(0, len(spans) - 1, 2):
+                off, length = ctypes.c_int64(spans[at]), ctypes.c_int64(spans[at + 1])
+                _LIBC.fallocate(fd, FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE, off, length)
+        finally:
+            os.close(fd)
+
+
 def wipe(top: str) -> None:
     """Remove everything under ``top`` (not ``top`` itself), even what the program made read-only."""
     for entry in os.scandir(top):
@@ -665,6 +721,12 @@ def handle(header: dict[str, Any], blobs: memoryview) -> tuple[dict[str, Any], l
         return reset(), []
     if op == "read":
         return read_files(header["paths"])
+    if op == "links":
+        make_links(blobs)
+        return {"ok": True}, []
+    if op == "holes":
+        punch_holes(header["runs"], blobs)
+        return {"ok": True}, []
     if op == "run":
         write_files(header.get("write", []), blobs)
         results: list[dict[str, Any]] = []

@@ -221,14 +221,16 @@ class SubprocessBackend(Backend):
             if iso.bwrap is not None and not self.seccomp:
                 missing.append("seccomp filter: off (seccomp=False or an architecture without a syscall table)")
             if self.rootfs is not None:
-                missing.append(
-                    "separate uid per sandbox: rootfs sandboxes share the image owner's host uid "
-                    "(apart by namespaces and cgroups)"
-                )
-                if iso.cgroup.pids_parent is None:
+                if iso.is_root and not _rootfs.gives_own_uids(self.rootfs):
                     missing.append(
-                        "process limit: no pids cgroup, and a shared uid makes RLIMIT_NPROC no per-sandbox cap"
+                        "separate uid per sandbox: the image cannot be idmapped here (Linux >= 5.19 and a filesystem "
+                        "that takes idmapped mounts), so rootfs sandboxes share its owner's host uid and per-user "
+                        "kernel quotas (inotify, message queues, pending signals)"
                     )
+                    if iso.cgroup.pids_parent is None:
+                        missing.append(
+                            "process limit: no pids cgroup, and a shared uid makes RLIMIT_NPROC no per-sandbox cap"
+                        )
             elif self.server_python is None:
                 missing.append("fork server: no python3 on the sandbox PATH; commands start cold, without the cgroup")
             self._caps = Capabilities(

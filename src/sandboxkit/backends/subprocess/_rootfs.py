@@ -15,10 +15,14 @@ size-capped tmpfs, mounted where only that sandbox's bubblewrap binds it as ``/`
 
 Ownership: an image's files belong to its root, and agents expect to be root in their image
 (``git`` refuses a repository owned by someone else). So unpacked files are owned by one
-host uid, :data:`ROOTFS_UID`, and a rootfs sandbox runs as that uid, seen inside its user
-namespace as uid 0 with no capabilities. Sibling rootfs sandboxes therefore share a host uid;
-they stay apart through their namespaces (pid, mount, ipc, network) and cgroups, and a
-per-uid ``RLIMIT_NPROC`` is not used for them (the pids cgroup holds the count instead).
+host uid, :data:`ROOTFS_UID`, and each rootfs sandbox runs as a host uid of its own, seen inside
+its user namespace as uid 0 with no capabilities; its overlay's lower layer is an idmapped bind
+of the image (``_idmap``) that shows :data:`ROOTFS_UID`'s files as that uid, at no per-file cost.
+Own uids matter beyond files: the kernel counts inotify instances and watches, message queue
+bytes and pending signals per user, across every namespace, so sandboxes sharing a uid could
+starve each other (one holding 128 inotify instances broke ``inotify_init`` in all the others).
+Where the image's filesystem cannot be idmapped (Linux < 5.19 for overlays over idmapped layers),
+sandboxes fall back to sharing :data:`ROOTFS_UID`, and ``capabilities.missing_protections`` says so.
 
 Host-side file access resolves paths against the sandbox's root, component by component
 (:func:`resolve_in_root`, like ``openat2(RESOLVE_IN_ROOT)``): a planted ``etc -> /etc`` link names
@@ -42,6 +46,8 @@ import tarfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from sandboxkit.backends.subprocess._idmap import can_idmap, idmapped_bind
+from sandboxkit.backends.subprocess._untar import unpack_tarball
 from sandboxkit.backends.subprocess._workspace import Workspace
 from sandboxkit.errors import InvalidRequest
 from sandboxkit.models import check_sandbox_path
@@ -55,6 +61,7 @@ __all__ = [
     "RootImage",
     "RootView",
     "default_cache",
+    "gives_own_uids",
     "has_overlay_mounts",
     "load_image",
     "read_files",
@@ -153,6 +160,7 @@ class RootImage:
         key: sha256 of the tarball (or of the directory's listing).
         shell: ``bash`` when the image has it, else ``sh``: what ``exec("...")`` runs.
         python_ok: whether the image's ``python3`` runs the fork server (None: not probed yet).
+        own_uids: whether sandboxes get their own host uids over it (see :func:`gives_own_uids`).
     """
 
     source: str
@@ -160,6 +168,7 @@ class RootImage:
     key: str
     shell: str = "sh"
     python_ok: bool | None = None
+    own_uids: bool | None = None
     _which: dict[str, bool] = field(default_factory=dict)
 
     def has_binary(self, name: str, search_path: str) -> bool:
@@ -229,36 +238,6 @@ def _sha256_tree(path: str) -> str:
     return digest.hexdigest()
 
 
-def _inside(dest: str, path: str) -> bool:
-    real = os.path.realpath(path)
-    return real == dest or real.startswith(dest + os.sep)
-
-
-def _member_filter(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
-    """What is extracted of an image: files, directories and links, owned by ROOTFS_UID, no set-id bits.
-
-    Device nodes and FIFOs are dropped (``/dev`` is the sandbox's own), and so is any member
-    whose path (or hard link target) would leave ``dest`` through ``..`` or an unpacked link.
-    Symlinks are kept as written: they are resolved inside the sandbox, never on the host.
-    """
-    name = member.name.lstrip("/")
-    if not name or name == "." or ".." in name.split("/"):
-        return None
-    if not (member.isreg() or member.isdir() or member.issym() or member.islnk()):
-        return None
-    if not _inside(dest, os.path.join(dest, os.path.dirname(name))):
-        return None
-    changes: dict[str, object] = {"name": name, "uid": ROOTFS_UID, "gid": ROOTFS_UID, "uname": "", "gname": ""}
-    if member.islnk():
-        target = member.linkname.lstrip("/")
-        if ".." in target.split("/") or not _inside(dest, os.path.join(dest, target)):
-            return None
-        changes["linkname"] = target
-    mode = member.mode & 0o777
-    changes["mode"] = mode | 0o700 if member.isdir() else mode
-    return member.replace(**changes, deep=False)  # type: ignore[arg-type]
-
-
 def _copy_tree(source: str, dest: str) -> None:
     """Copy a directory image into ``dest`` with the same rules as a tarball (owner, no set-id, no devices)."""
     for top, dirs, files in os.walk(source):
@@ -311,9 +290,7 @@ def load_image(source: str, cache_dir: str) -> RootImage:
             if is_dir:
                 _copy_tree(source, tmp)
             else:
-                with tarfile.open(source) as tar:
-                    tar.extractall(tmp, filter=_member_filter, numeric_owner=True)
-                os.chown(tmp, ROOTFS_UID, ROOTFS_UID)
+                unpack_tarball(source, tmp, ROOTFS_UID)  # never follows a link: see _untar
             with open(os.path.join(tmp, _MARKER), "w") as f:
                 f.write(source + "\n")
             try:
@@ -330,6 +307,20 @@ def load_image(source: str, cache_dir: str) -> RootImage:
     return image
 
 
+def gives_own_uids(image: RootImage) -> bool:
+    """Whether sandboxes over ``image`` can run as their own host uids (probed once per image).
+
+    They can when the image's filesystem takes an idmapped mount and overlayfs takes an idmapped
+    lower layer (Linux >= 5.19); otherwise they share :data:`ROOTFS_UID`.
+    """
+    if image.own_uids is None:
+        release = tuple(int(x) for x in os.uname().release.split(".")[:2] if x.isdigit())
+        image.own_uids = release >= (5, 19) and can_idmap(image.path, owner=ROOTFS_UID, uid=ROOTFS_UID)
+        if not image.own_uids:
+            log.warning("rootfs %s: no idmapped layers here; its sandboxes share host uid %d", image.source, ROOTFS_UID)
+    return image.own_uids
+
+
 # ---------------------------------------------------------------------- one sandbox's view
 
 
@@ -340,7 +331,8 @@ class RootView:
         image: the cached image (lower layer).
         base: the sandbox's own directory (a tmpfs owned by ``owner``), which holds ``upper``,
             ``work`` and the merged tree ``root``.
-        owner: host ``(uid, gid)`` the sandbox runs as (:data:`ROOTFS_UID`).
+        owner: host ``(uid, gid)`` the sandbox runs as: its own (the image is shown as its through an
+            idmapped bind), or :data:`ROOTFS_UID` where :func:`gives_own_uids` is false.
         workdir: the program's working directory inside (absolute).
     """
 
@@ -351,6 +343,8 @@ class RootView:
         self.upper = os.path.join(base, "upper")
         self.work = os.path.join(base, "work")
         self.root = os.path.join(base, "root")
+        #: The image as this sandbox's uid sees it (an idmapped bind), when the sandbox has its own uid.
+        self.lower = os.path.join(base, "lower") if owner[0] != ROOTFS_UID else image.path
         self.mounted = False
 
     @property
@@ -367,9 +361,12 @@ class RootView:
         for directory in (self.upper, self.work, self.root):
             os.makedirs(directory, mode=0o755, exist_ok=True)
             os.chown(directory, *self.owner)
+        if self.lower != self.image.path and not os.path.ismount(self.lower):
+            os.makedirs(self.lower, mode=0o755, exist_ok=True)
+            idmapped_bind(self.image.path, self.lower, self.owner[0], owner=ROOTFS_UID)
         lower_root = os.stat(self.image.path)
         os.chmod(self.upper, stat.S_IMODE(lower_root.st_mode))  # the merged "/" takes the upper's mode
-        opts = f"lowerdir={self.image.path},upperdir={self.upper},workdir={self.work}".encode()
+        opts = f"lowerdir={self.lower},upperdir={self.upper},workdir={self.work}".encode()
         if _libc().mount(b"overlay", self.root.encode(), b"overlay", _MS_NOSUID | _MS_NODEV, opts) != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"mount overlay on {self.root!r}: {os.strerror(err)}")
@@ -411,7 +408,10 @@ class RootView:
                 os.lchown(current, *self.owner)
 
     def unmount(self) -> None:
-        """Detach the overlay (idempotent; lazy, so a straggler's open file cannot block it)."""
+        """Detach the overlay (idempotent; lazy, so a straggler's open file cannot block it).
+
+        The idmapped image below it stays for :meth:`reset`; it goes with the sandbox's tmpfs.
+        """
         if self.mounted:
             _libc().umount2(self.root.encode(), _MNT_DETACH)
             self.mounted = False

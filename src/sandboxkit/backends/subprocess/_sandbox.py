@@ -70,9 +70,10 @@ class SubprocessSandbox(Sandbox):
         self._handover = False
         self._server_network: bool | None = None
         image = backend.rootfs
-        #: Whether ``uid`` is this sandbox's alone (rootfs sandboxes share the image owner's; see ``_rootfs``).
-        self._own_uid = image is None
-        self.uid = (rootfs.ROOTFS_UID if image is not None else isolation.allocate_uid()) if self._iso.is_root else None
+        #: Whether ``uid`` is this sandbox's alone (rootfs sandboxes share the image owner's only where the
+        #: image cannot be idmapped; see ``_rootfs``).
+        self._own_uid = image is None or (self._iso.is_root and rootfs.gives_own_uids(image))
+        self.uid = (isolation.allocate_uid() if self._own_uid else rootfs.ROOTFS_UID) if self._iso.is_root else None
         owner = (self.uid, self.uid) if self.uid is not None else None
         # The owner's pid in the names lets ``cleanup`` tell a crashed process's leftovers from live ones.
         tag = f"{self.id}-p{os.getpid()}"

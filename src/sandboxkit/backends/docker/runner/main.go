@@ -154,6 +154,14 @@ func handle(header map[string]any, blobs []byte) (map[string]any, [][]byte) {
 		return reset(), nil
 	case "read":
 		return readFiles(stringList(header["paths"]))
+	case "links":
+		if err := makeLinks(blobs); err != nil {
+			return map[string]any{"ok": false, "error": err.Error()}, nil
+		}
+		return map[string]any{"ok": true}, nil
+	case "holes":
+		punchHoles(header["runs"], blobs)
+		return map[string]any{"ok": true}, nil
 	case "run":
 		if err := writeFiles(header["write"], blobs); err != nil {
 			return map[string]any{"ok": false, "error": err.Error()}, nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -52,6 +53,63 @@ func writeFiles(raw any, blobs []byte) error {
 		syscall.Close(fd)
 	}
 	return nil
+}
+
+// makeLinks makes the symlinks a checkpoint carried as data ("path NUL target NUL" pairs, paths
+// relative): the engine's unpack refuses a relative link whose target climbs out of the workspace,
+// so the host keeps those out of the archive and sends them here after it. A directory the
+// program made read-only is opened for the moment it takes.
+func makeLinks(blobs []byte) error {
+	fields := bytes.Split(blobs, []byte{0})
+	for i := 0; i+2 < len(fields); i += 2 {
+		path := filepath.Join(workdir, string(fields[i]))
+		target := string(fields[i+1])
+		if err := syscall.Unlink(path); err != nil && err != syscall.ENOENT {
+			return fmt.Errorf("unlink %s: %w", path, err)
+		}
+		err := syscall.Symlink(target, path)
+		if err == syscall.EACCES {
+			var st syscall.Stat_t
+			parent := filepath.Dir(path)
+			if err = syscall.Lstat(parent, &st); err == nil {
+				mode := st.Mode & 0o7777
+				if err = syscall.Chmod(parent, mode|0o300); err == nil {
+					err = syscall.Symlink(target, path)
+					if back := syscall.Chmod(parent, mode); err == nil {
+						err = back
+					}
+				}
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("symlink %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// punchHoles punches each file's runs of zeros ("path NUL" in the blobs, [offset, length, ...]
+// each in runs) back out: the engine unpacks a checkpoint dense, and this gives the fork's tmpfs
+// (and memory) back what the parent's sparse files never used. The content is the same either
+// way, so a file that cannot be opened for writing (made read-only) simply stays dense.
+func punchHoles(raw any, blobs []byte) {
+	const keepSize, punchHole = 1, 2
+	runs, _ := raw.([]any)
+	paths := bytes.Split(blobs, []byte{0})
+	for i, item := range runs {
+		if i >= len(paths) {
+			return
+		}
+		spans, _ := item.([]any)
+		fd, err := syscall.Open(filepath.Join(workdir, string(paths[i])), syscall.O_WRONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		for j := 0; j+1 < len(spans); j += 2 {
+			_ = syscall.Fallocate(fd, keepSize|punchHole, int64(num(spans[j])), int64(num(spans[j+1])))
+		}
+		syscall.Close(fd)
+	}
 }
 
 // wipe removes everything under top (not top itself), even what the program made read-only.

@@ -14,7 +14,10 @@ from typing import Any
 import httpx
 import pytest
 import requests
+import sandbox_fusion
 
+from sandboxkit import SandboxPool, SyncSandboxPool
+from sandboxkit.errors import BackendUnavailable
 from sandboxkit.server.app import create_app
 from support.serve import AppClient, ServeProcess, uvicorn_thread
 
@@ -100,6 +103,9 @@ def test_one_session_too_many_is_429_and_closing_one_makes_room(server: str) -> 
     full = requests.post(f"{server}/run_jupyter/sessions", timeout=TIMEOUT)
     assert full.status_code == 429 and int(full.headers["Retry-After"]) >= 1, full.text
     assert "max_sessions" in full.json()["detail"]
+    # The sandbox-fusion client sends no session_id: its one-shot notebooks never meet the cap.
+    resp = sandbox_fusion.run_jupyter(sandbox_fusion.RunJupyterRequest(cells=["6 * 7"]), endpoint=server)
+    assert resp.status == sandbox_fusion.RunStatus.Success and resp.cells[0].display == [{"text/plain": "42"}]
     closed = requests.delete(f"{server}/run_jupyter/sessions/{first}", timeout=TIMEOUT)
     assert closed.json() == {"session_id": first, "closed": True}
     assert open_session(server)
@@ -183,6 +189,18 @@ def test_a_token_guards_every_endpoint_but_ping() -> None:
         assert requests.get(f"{url}/v1/stats", headers=auth, timeout=TIMEOUT).status_code == 200
 
 
+def test_sandboxkits_own_sandbox_fusion_backend_sends_the_token() -> None:
+    with uvicorn_thread(create_app("subprocess", max_concurrency=1, token="t0k")) as url:
+        options = {"url": url, "headers": {"Authorization": "Bearer t0k"}}
+        with SyncSandboxPool("sandbox_fusion", backend_options=options) as pool:
+            assert pool.run("print(3)").stdout == "3\n"
+        with (
+            SyncSandboxPool("sandbox_fusion", backend_options={"url": url}, retries=0) as pool,
+            pytest.raises(BackendUnavailable, match="401"),
+        ):
+            pool.run("print(3)")
+
+
 def test_an_unauthorized_large_body_is_answered_401_not_reset() -> None:
     with uvicorn_thread(create_app("subprocess", max_concurrency=1, token="t")) as url:
         big = {"code": "#" * (4 << 20), "language": "python"}
@@ -199,5 +217,20 @@ def test_serve_takes_the_token_from_its_option_or_the_environment() -> None:
     with ServeProcess("--max-concurrency", "1", "--token", "from-option", "--max-sessions", "1") as served:
         auth = {"Authorization": "Bearer from-option"}
         assert requests.post(f"{served.url}/run_jupyter/sessions", timeout=TIMEOUT).status_code == 401
-        open_session(served.url, **auth)
+        sid = open_session(served.url, **auth)
+        assert display(cells(served.url, ["import os", "os.getpid() > 0"], session_id=sid, **auth)) == [
+            {"text/plain": "True"}
+        ]
         assert requests.post(f"{served.url}/run_jupyter/sessions", headers=auth, timeout=TIMEOUT).status_code == 429
+    assert not served.leftover, "a kept session's kernel outlived the server's SIGTERM"
+
+
+async def test_kept_sessions_close_with_the_app_even_on_a_pool_it_does_not_own(app_client: AppClient) -> None:
+    async with SandboxPool("subprocess", max_concurrency=1) as pool:
+        async with app_client(pool) as client:
+            sid = (await client.post("/run_jupyter/sessions")).json()["session_id"]
+            ran = await client.post("/run_jupyter", json={"cells": ["x = 1"], "session_id": sid})
+            assert ran.json()["status"] == "Success", ran.text
+            assert pool.backend.live_sandboxes == 1  # type: ignore[attr-defined]
+        # The shared pool lives on; the sessions' own sandboxes went with the app.
+        assert not pool.closed and pool.backend.live_sandboxes == 0  # type: ignore[attr-defined]

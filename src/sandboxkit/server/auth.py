@@ -42,15 +42,18 @@ def check_token(token: str) -> str:
 
 
 class BearerTokenMiddleware:
-    """Answer 401 to any HTTP request outside :data:`OPEN_PATHS` without ``Authorization: Bearer <token>``."""
+    """Answer 401 to any request outside :data:`OPEN_PATHS` without ``Authorization: Bearer <token>``."""
 
     def __init__(self, app: ASGIApp, token: str) -> None:
         self.app = app
         self._expected = b"bearer " + check_token(token).encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS or self._authorized(scope):
+        if scope["type"] not in ("http", "websocket") or scope["path"] in OPEN_PATHS or self._authorized(scope):
             await self.app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":  # none today; a route added later is guarded all the same
+            await send({"type": "websocket.close", "code": 1008})
             return
         await answer_early(
             401,

@@ -251,14 +251,18 @@ class KernelSessions:
             yield None
             return
         self._check_issued(session_id)
-        await self.expire()
-        async with self._lock:
-            kept = self._kept.get(session_id)
-            if kept is None or kept.session.closed:
-                self._check_room()
-                why = self._gone.pop(session_id, "was closed or expired")
-                kept = self._kept[session_id] = Kept(session_id, self._kept_pool.session(), lost=why)
-            kept.busy += 1
+        kept = self._hold(session_id)
+        if kept is None:
+            # Only a session made anew may have to wait for stale ones to close (to make room);
+            # a live one is used at once, so its request never waits on other sessions' teardown.
+            await self.expire()
+            async with self._lock:
+                kept = self._hold(session_id)
+                if kept is None:
+                    self._check_room()
+                    why = self._gone.pop(session_id, "was closed or expired")
+                    kept = self._kept[session_id] = Kept(session_id, self._kept_pool.session(), lost=why)
+                    kept.busy += 1
         try:
             yield kept
         finally:
@@ -335,6 +339,14 @@ class KernelSessions:
             for kept in closing:
                 await kept.session.close()
             await self._kept_pool.aclose()
+
+    def _hold(self, session_id: str) -> Kept | None:
+        """The live session under ``session_id``, marked busy (so it cannot expire), or None."""
+        kept = self._kept.get(session_id)
+        if kept is None or kept.session.closed:
+            return None
+        kept.busy += 1
+        return kept
 
     def _check_issued(self, session_id: str) -> None:
         if not self.ids.issued(session_id):

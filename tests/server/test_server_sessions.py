@@ -15,9 +15,11 @@ import httpx
 import pytest
 import requests
 import sandbox_fusion
+from typer.testing import CliRunner
 
 from sandboxkit import SandboxPool, SyncSandboxPool
-from sandboxkit.errors import BackendUnavailable
+from sandboxkit.cli import app as cli
+from sandboxkit.errors import BackendUnavailable, InvalidRequest
 from sandboxkit.server.app import create_app
 from support.serve import AppClient, ServeProcess, uvicorn_thread
 
@@ -187,6 +189,22 @@ def test_a_token_guards_every_endpoint_but_ping() -> None:
         sid = open_session(url, **auth)
         assert display(cells(url, ["2 + 2"], session_id=sid, **auth)) == [{"text/plain": "4"}]
         assert requests.get(f"{url}/v1/stats", headers=auth, timeout=TIMEOUT).status_code == 200
+
+
+@pytest.mark.parametrize("token", ["", "two words", "tab\there", "caf\u00e9"])
+def test_a_token_that_no_header_could_carry_is_a_usage_error(token: str) -> None:
+    with pytest.raises(InvalidRequest, match="printable ASCII"):
+        create_app("subprocess", token=token)
+    result = CliRunner().invoke(cli, ["serve", "--port", "0", "--token", token])
+    assert result.exit_code == 2 and "printable ASCII" in result.output, result.output
+    if token:
+        assert token not in result.output  # a near-miss of a secret is still a secret
+
+
+@pytest.mark.parametrize(("kwargs", "needle"), [({"max_sessions": 0}, "max_sessions"), ({"kernel_ttl_s": 0}, "ttl")])
+def test_session_bounds_are_checked_before_serving(kwargs: dict[str, float], needle: str) -> None:
+    with pytest.raises(InvalidRequest, match=needle):
+        create_app("subprocess", **kwargs)  # type: ignore[arg-type]
 
 
 def test_sandboxkits_own_sandbox_fusion_backend_sends_the_token() -> None:

@@ -75,27 +75,27 @@ def test_sandbox_fusion_client_total_timeout(endpoint: str) -> None:
 
 
 async def test_session_id_keeps_the_kernel(app_client: AppClient) -> None:
-    async with app_client("subprocess", max_kernels=2) as client:
-        sid = {"session_id": "episode-1"}
+    async with app_client("subprocess", max_sessions=2) as client:
+        opened = await client.post("/run_jupyter/sessions")
+        assert opened.status_code == 201 and opened.json()["kernel_ttl_s"] == 600, opened.text
+        sid = {"session_id": opened.json()["session_id"]}
         first = await client.post("/run_jupyter", json={"cells": ["def f(x):\n    return x + 1", "seen = []"], **sid})
         assert first.status_code == 200 and first.json()["status"] == "Success", first.text
         second = (await client.post("/run_jupyter", json={"cells": ["seen.append(f(1))", "seen"], **sid})).json()
-        assert second["cells"][1]["display"] == [{"text/plain": "[2]"}] and second["session_id"] == "episode-1"
-        other = (await client.post("/run_jupyter", json={"cells": ["'seen' in dir()"], "session_id": "other"})).json()
-        assert other["cells"][0]["display"] == [{"text/plain": "False"}]
-        # Full: a third kept session is refused with a retry hint; a request without an id still runs.
-        full = await client.post("/run_jupyter", json={"cells": ["1"], "session_id": "third"})
-        assert full.status_code == 503 and full.headers["Retry-After"] and "max_kernels" in full.text
+        assert second["cells"][1]["display"] == [{"text/plain": "[2]"}] and second["session_id"] == sid["session_id"]
+        assert not second["state_lost"]
+        other = {"session_id": (await client.post("/run_jupyter/sessions")).json()["session_id"]}
+        third = (await client.post("/run_jupyter", json={"cells": ["'seen' in dir()"], **other})).json()
+        assert third["cells"][0]["display"] == [{"text/plain": "False"}]
+        stats = (await client.get("/v1/stats")).json()["sessions"]
+        assert stats == {"live": 2, "busy": 0, "max_sessions": 2, "ttl_s": 600.0}
+        # A request without an id still runs, in a kernel of its own, however many sessions are kept.
         assert (await client.post("/run_jupyter", json={"cells": ["1"]})).json()["status"] == "Success"
-        # Idle past the TTL: closed (the clock is moved, not slept on), so the id starts afresh.
+        # Idle past the TTL: closed (the clock is moved, not slept on).
         kernels = client.app.state.kernels  # type: ignore[attr-defined]
         for kept in kernels._kept.values():
             kept.last_used -= kernels.ttl_s + 1
         assert await kernels.expire() == 2 and len(kernels) == 0
-        fresh = (await client.post("/run_jupyter", json={"cells": ["'seen' in dir()"], **sid})).json()
-        assert fresh["cells"][0]["display"] == [{"text/plain": "False"}]
-        closed = (await client.delete("/run_jupyter/episode-1")).json()
-        assert closed == {"session_id": "episode-1", "closed": True} and len(kernels) == 0
 
 
 async def test_cell_timeout_is_one_cells_error(app_client: AppClient) -> None:

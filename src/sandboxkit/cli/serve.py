@@ -15,6 +15,9 @@ import typer
 from sandboxkit.cli._common import EXIT_USAGE, backend_options, err_console, fail
 from sandboxkit.errors import SandboxError
 
+#: Environment variable read for ``--token``.
+TOKEN_ENV = "SANDBOXKIT_SERVE_TOKEN"
+
 
 def register(app: typer.Typer) -> None:
     """Add the command to ``app``."""
@@ -61,11 +64,25 @@ def serve(
     ] = 1024,
     output_kb: Annotated[int, typer.Option(help="Per-stream output cap of a run in KiB (flagged when hit).")] = 1024,
     kernel_ttl: Annotated[
-        float, typer.Option(help="Idle seconds after which a /run_jupyter session kept by session_id is closed.")
+        float, typer.Option(help="Idle seconds after which a kept /run_jupyter session is closed.")
     ] = 600.0,
-    max_kernels: Annotated[
-        int, typer.Option(help="/run_jupyter sessions kept by session_id at once; past it: 503 with Retry-After.")
+    max_sessions: Annotated[
+        int,
+        typer.Option(
+            "--max-sessions",
+            help="Kept /run_jupyter sessions at once, in sandboxes of their own (on top of -j); "
+            "one more: 429 with Retry-After.",
+        ),
     ] = 64,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar=TOKEN_ENV,
+            show_default=False,
+            help="Require 'Authorization: Bearer TOKEN' on every endpoint but /v1/ping "
+            f"(default: no token; prefer ${TOKEN_ENV} to keep it out of the process list).",
+        ),
+    ] = None,
     backend_option: Annotated[
         list[str] | None,
         typer.Option(
@@ -90,6 +107,12 @@ def serve(
     from sandboxkit.server.connections import guarded_http_protocol
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if token is None and host not in ("127.0.0.1", "localhost", "::1"):
+        logging.getLogger(__name__).warning(
+            "serving on %s without a token: anyone who reaches this port can run code here; set --token or $%s",
+            host,
+            TOKEN_ENV,
+        )
     try:
         limits = Limits(memory_mb=memory_mb, output_bytes=output_kb * 1024)
         app = create_app(
@@ -107,7 +130,8 @@ def serve(
             ),
             backend_options=backend_options(backend, backend_option),
             kernel_ttl_s=kernel_ttl,
-            max_kernels=max_kernels,
+            max_sessions=max_sessions,
+            token=token,
         )
         protocol = guarded_http_protocol(http, head_timeout)
     except SandboxError as exc:

@@ -23,12 +23,13 @@ the status. The budget is released when the response has been sent.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["DRAIN_BYTES", "DRAIN_SECONDS", "Admission", "AdmissionMiddleware", "AdmissionStatistics"]
+__all__ = ["DRAIN_BYTES", "DRAIN_SECONDS", "Admission", "AdmissionMiddleware", "AdmissionStatistics", "answer_early"]
 
 DRAIN_BYTES = 64 << 20
 DRAIN_SECONDS = 5.0
@@ -202,6 +203,18 @@ class AdmissionMiddleware:
 
 
 async def _refuse(refused: _Refused, receive: Receive | None, send: Send) -> None:
+    extra = [(b"retry-after", b"1")] if refused.status == 504 else []
+    await answer_early(refused.status, refused.detail, receive, send, extra)
+
+
+async def answer_early(
+    status: int, detail: str, receive: Receive | None, send: Send, headers: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
+    """Answer ``{"detail": ...}`` without running the app, and close the connection.
+
+    What the client is still sending is read and dropped first (bounded by ``DRAIN_BYTES`` and
+    ``DRAIN_SECONDS``; ``receive=None`` skips it), so it reads the status instead of a reset.
+    """
     if receive is not None:
         with anyio.move_on_after(DRAIN_SECONDS):
             drained = 0
@@ -212,15 +225,19 @@ async def _refuse(refused: _Refused, receive: Receive | None, send: Send) -> Non
                 drained += len(message.get("body", b""))
                 if not message.get("more_body", False):
                     break
-    payload = json.dumps({"detail": refused.detail}).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(payload)).encode()),
-        (b"connection", b"close"),
-    ]
-    if refused.status == 504:
-        headers.append((b"retry-after", b"1"))
-    await send({"type": "http.response.start", "status": refused.status, "headers": headers})
+    payload = json.dumps({"detail": detail}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                (b"connection", b"close"),
+                *headers,
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": payload})
 
 

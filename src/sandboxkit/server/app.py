@@ -22,8 +22,9 @@ What sandboxkit adds:
 * output is never cut silently: results carry ``stdout_truncated`` / ``stderr_truncated`` (head
   and tail kept) and a ``message``;
 * ``GET /metrics`` (Prometheus text format), ``GET /v1/stats`` (the same counters as JSON);
-* ``/run_jupyter`` on sandboxkit's kernels, with ``session_id`` to keep a kernel across requests
-  (:mod:`.jupyter`);
+* ``/run_jupyter`` on sandboxkit's kernels, and kept sessions under server-issued ids
+  (``POST /run_jupyter/sessions``) with a sandbox cap of their own (:mod:`.jupyter`);
+* an optional bearer token on every endpoint but ``/v1/ping`` (:mod:`.auth`);
 * Sandbox Fusion's other endpoints (datasets, ``/submit``...) answer **404**
   with a body that says sandboxkit does not provide them (:mod:`.not_provided`).
 """
@@ -56,9 +57,16 @@ from sandboxkit.protocols.sandbox_fusion import (
     result_to_sandbox_fusion,
 )
 from sandboxkit.server.admission import Admission, AdmissionMiddleware
+from sandboxkit.server.auth import BearerTokenMiddleware, check_token
 from sandboxkit.server.ceilings import Ceilings
 from sandboxkit.server.gate import Gate, QueueTimeout
-from sandboxkit.server.jupyter import KernelSessions, RunJupyterRequest, RunJupyterResponse, SessionsFull
+from sandboxkit.server.jupyter import (
+    KernelSessions,
+    RunJupyterRequest,
+    RunJupyterResponse,
+    SessionsFull,
+    UnknownSession,
+)
 from sandboxkit.server.metrics import ServerMetrics
 from sandboxkit.server.not_provided import add_not_provided_routes
 
@@ -96,7 +104,8 @@ def create_app(
     backend_options: Mapping[str, Any] | None = None,
     run_grace_s: float = 30.0,
     kernel_ttl_s: float = 600.0,
-    max_kernels: int = 64,
+    max_sessions: int = 64,
+    token: str | None = None,
 ) -> FastAPI:
     """Build the app.
 
@@ -119,8 +128,10 @@ def create_app(
         backend_options: options for the backend when it is given by name.
         run_grace_s: a run that has not returned ``compile_timeout + run_timeout + run_grace_s``
             seconds after it started is abandoned and answered as ``SandboxError``.
-        kernel_ttl_s: ``/run_jupyter`` sessions kept by ``session_id`` close after this many idle seconds.
-        max_kernels: kept ``/run_jupyter`` sessions alive at once; past it, 503 with ``Retry-After``.
+        kernel_ttl_s: kept ``/run_jupyter`` sessions close after this many idle seconds.
+        max_sessions: kept ``/run_jupyter`` sessions alive at once, in a sandbox pool of their own
+            (so the server may hold ``max_concurrency + max_sessions`` sandboxes); past it, 429.
+        token: when set, every endpoint but ``/v1/ping`` requires ``Authorization: Bearer <token>``.
 
     Raises:
         BackendNotFound / BackendUnavailable: the backend cannot be built.
@@ -133,8 +144,10 @@ def create_app(
             raise ValueError(f"max_queue must be >= 0, got {max_queue!r}")
         if heartbeat_s is not None and heartbeat_s < 0:
             raise ValueError(f"heartbeat_s must be >= 0, got {heartbeat_s!r}")
-        if kernel_ttl_s <= 0 or max_kernels < 1:
-            raise ValueError(f"kernel_ttl_s must be > 0 and max_kernels >= 1, got {kernel_ttl_s!r}, {max_kernels!r}")
+        if not kernel_ttl_s > 0 or max_sessions < 1:
+            raise ValueError(f"kernel_ttl_s must be > 0 and max_sessions >= 1, got {kernel_ttl_s!r}, {max_sessions!r}")
+        if token is not None:
+            check_token(token)
         gate = Gate(max_concurrency, queue_timeout)
         admission = Admission(max_concurrency + queue, max_queue_bytes, max_body_bytes, body_timeout_s)
         if limits is not None and limits.memory_mb is not None and limits.memory_mb > ceilings.memory_mb:
@@ -160,7 +173,7 @@ def create_app(
     pod_name = os.environ.get("MY_POD_NAME")
     metrics = ServerMetrics(pool, gate, admission)
     beat = heartbeat_s or None
-    kernels = KernelSessions(pool, ttl_s=kernel_ttl_s, max_kernels=max_kernels, max_total_s=ceilings.run_timeout_s)
+    kernels = KernelSessions(pool, ttl_s=kernel_ttl_s, max_sessions=max_sessions, max_total_s=ceilings.run_timeout_s)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -187,6 +200,8 @@ def create_app(
         lifespan=lifespan,
     )
     app.add_middleware(AdmissionMiddleware, admission=admission)
+    if token is not None:  # added last, so it runs first: a stranger's body costs no admission budget
+        app.add_middleware(BearerTokenMiddleware, token=token)
     app.state.pool = pool
     app.state.gate = gate
     app.state.admission = admission
@@ -210,6 +225,7 @@ def create_app(
             "admission": vars(admission.statistics()),
             "responses": metrics.response_counts(),
             "pool": pool.metrics(),
+            "sessions": kernels.statistics(),
         }
 
     @app.get("/metrics", include_in_schema=True)
@@ -287,24 +303,29 @@ def create_app(
         assert beat is not None
         return StreamingResponse(_heartbeats(task, beat, metrics, pod_name), media_type=_JSON)
 
+    def no_kernels() -> _Answer | None:
+        if pool.backend.capabilities.kernels:
+            return None
+        detail = (
+            f"the {pool.backend.name} backend has no Python kernels; serve with "
+            "--backend subprocess or --backend docker for /run_jupyter"
+        )
+        return _Answer(404, json.dumps({"detail": detail}).encode())
+
     async def execute_cells(body: RunJupyterRequest) -> _Answer:
-        if not pool.backend.capabilities.kernels:
-            return _Answer(
-                404,
-                json.dumps(
-                    {
-                        "detail": f"the {pool.backend.name} backend has no Python kernels; serve with "
-                        "--backend subprocess or --backend docker for /run_jupyter"
-                    }
-                ).encode(),
-            )
+        if (refusal := no_kernels()) is not None:
+            return refusal
         try:
-            async with gate.slot():
-                response = await kernels.run(body, pod_name)
+            # The session is claimed before a run slot: an unknown id or a full server is answered
+            # at once, with its own status, instead of after a wait (by then only as a 200 body).
+            async with kernels.claim(body.session_id) as kept, gate.slot():
+                response = await kernels.run(body, kept, pod_name)
+        except UnknownSession as exc:
+            return _Answer(404, json.dumps({"detail": str(exc)}).encode())
+        except SessionsFull as exc:
+            return _sessions_full(exc)
         except QueueTimeout:
             return _saturated(f"server busy: no run slot freed up within {gate.queue_timeout:g}s; retry later")
-        except SessionsFull as exc:
-            return _Answer(503, json.dumps({"detail": str(exc)}).encode(), {"Retry-After": "5"})
         except InvalidRequest as exc:
             return _unprocessable("body", str(exc), None)
         except SandboxError as exc:
@@ -319,22 +340,45 @@ def create_app(
         "/run_jupyter",
         response_model=RunJupyterResponse,
         responses={
-            503: {"description": "max_kernels kept sessions are live (with Retry-After)"},
+            404: {"description": "session_id was not issued by this server"},
+            429: {"description": "the session must be made anew and max_sessions are live (with Retry-After)"},
             504: {"description": "the server holds as many requests as it may; retry"},
         },
     )
     async def run_jupyter(body: RunJupyterRequest) -> Response:
         """Run notebook cells in one Python interpreter (Sandbox Fusion's fields).
 
-        With ``session_id`` (a sandboxkit extension) the interpreter and its files are kept for
-        the next request with the same id, until ``kernel_ttl_s`` idle seconds pass.
+        Without ``session_id`` the interpreter lives for this request only (Sandbox Fusion's rule).
+        With an id from ``POST /run_jupyter/sessions`` (a sandboxkit extension) the interpreter and
+        its files are kept for the next request with that id, until ``kernel_ttl_s`` idle seconds pass.
         """
         return await respond(execute_cells(body))
 
-    @app.delete("/run_jupyter/{session_id}")
-    async def close_jupyter_session(session_id: str) -> dict[str, Any]:
-        """Close a kept ``/run_jupyter`` session now (its kernel and files)."""
-        return {"session_id": session_id, "closed": await kernels.close(session_id)}
+    @app.post(
+        "/run_jupyter/sessions",
+        status_code=201,
+        responses={429: {"description": "max_sessions kept sessions are live (with Retry-After)"}},
+    )
+    async def open_jupyter_session() -> Response:
+        """Open a kept ``/run_jupyter`` session; its ``session_id`` is the credential to use and close it."""
+        if (refusal := no_kernels()) is not None:
+            answer = refusal
+        else:
+            try:
+                body = {"session_id": await kernels.open(), "kernel_ttl_s": kernels.ttl_s}
+                answer = _Answer(201, json.dumps(body).encode())
+            except SessionsFull as exc:
+                answer = _sessions_full(exc)
+        return Response(answer.body, status_code=answer.status, media_type=_JSON, headers=answer.headers)
+
+    @app.delete("/run_jupyter/sessions/{session_id}", responses={404: {"description": "never issued here"}})
+    async def close_jupyter_session(session_id: str) -> Response:
+        """Close a kept ``/run_jupyter`` session now (its kernel and files); ``closed`` is false if already gone."""
+        try:
+            body = {"session_id": session_id, "closed": await kernels.close(session_id)}
+        except UnknownSession as exc:
+            return Response(json.dumps({"detail": str(exc)}), status_code=404, media_type=_JSON)
+        return Response(json.dumps(body), media_type=_JSON)
 
     add_not_provided_routes(app)
     return app
@@ -385,6 +429,10 @@ def _unprocessable(field: str, message: str, value: Any) -> _Answer:
     loc = ["body"] if field == "body" else ["body", field]
     detail = {"detail": [{"type": "value_error", "loc": loc, "msg": message, "input": value}]}
     return _Answer(422, json.dumps(detail).encode())
+
+
+def _sessions_full(exc: SessionsFull) -> _Answer:
+    return _Answer(429, json.dumps({"detail": str(exc)}).encode(), {"Retry-After": str(exc.retry_after_s)})
 
 
 def _saturated(message: str) -> _Answer:

@@ -10,19 +10,37 @@ A value is a ``display`` item ``{"text/plain": repr}``; an error item is ``{"ena
 "traceback": [lines]}``. Where Sandbox Fusion starts a Jupyter server per request, sandboxkit runs
 the cells in its own kernel (see ``docs/kernels.md``), so no Jupyter is needed in the sandbox.
 
-The extension: a request with ``session_id`` keeps its kernel (and its sandbox's files) for the
-next request with the same id, so state survives across tool calls. A kept session is closed
-after ``kernel_ttl_s`` idle seconds; at most ``max_kernels`` live at once, and a request that
-would open one more is refused with **503** and ``Retry-After`` (a client library retries; a
-person reads the message). ``DELETE /run_jupyter/{session_id}`` closes one at once.
+The extension: kept sessions, whose kernel and files survive from one request to the next.
+
+* **The server issues the ids.** ``POST /run_jupyter/sessions`` returns a ``session_id`` of 128
+  random bits plus a MAC under a key that lives only in this server process. The id is the
+  credential (whoever holds it may use and close the session), so a client cannot name, guess or
+  reach another client's session; an id this server never issued is refused with **404**. A
+  request without ``session_id`` (every Sandbox Fusion client) gets a one-shot kernel as before.
+* **No silent loss.** An id this server issued whose session expired (``ttl_s`` idle seconds) or
+  was closed (``DELETE /run_jupyter/sessions/{id}``) is recognised by its MAC: the request runs in
+  a new kernel, and the answer says so once (``state_lost`` on the response and on its first cell,
+  and a ``message``), so an agent learns that its variables and files are gone.
+* **A cap of their own.** Kept sessions take sandboxes from a pool of their own
+  (``max_sessions``), never from the pool that serves ``/run_code`` and one-shot notebooks, so
+  idle sessions cannot starve other clients. One session too many is refused with **429** and a
+  ``Retry-After`` of the seconds until the least recently used idle session expires; a live
+  session is never taken from its holder to make room.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import logging
+import math
+import secrets
 import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -36,9 +54,20 @@ from sandboxkit.pool import SandboxPool
 from sandboxkit.protocols.sandbox_fusion import CommandRunResult, CommandRunStatus, RunStatus
 from sandboxkit.session import Session
 
-__all__ = ["CellRunResult", "KernelSessions", "RunJupyterRequest", "RunJupyterResponse", "SessionsFull"]
+__all__ = [
+    "CellRunResult",
+    "KernelSessions",
+    "RunJupyterRequest",
+    "RunJupyterResponse",
+    "SessionIds",
+    "SessionsFull",
+    "UnknownSession",
+]
 
 log = logging.getLogger(__name__)
+
+#: Why-lost notes remembered for this many ids (older ones get a generic note; they still revive).
+_GONE_NOTES = 4096
 
 
 class RunJupyterRequest(BaseModel):
@@ -55,7 +84,7 @@ class RunJupyterRequest(BaseModel):
         None,
         min_length=1,
         max_length=200,
-        description="sandboxkit extension: keep the kernel and files for later requests with the same id.",
+        description="sandboxkit extension: an id from POST /run_jupyter/sessions, to run in that kept session.",
     )
 
 
@@ -80,10 +109,49 @@ class RunJupyterResponse(BaseModel):
     executor_pod_name: str | None = None
     files: dict[str, str] = Field(default_factory=dict)
     session_id: str | None = None
+    state_lost: bool = Field(
+        False, description="sandboxkit: the kept session had expired or was closed; this request ran in a new one."
+    )
 
 
 class SessionsFull(Exception):
-    """``max_kernels`` kept sessions are live; the request should be retried later (HTTP 503)."""
+    """``max_sessions`` kept sessions are live (HTTP 429 with ``Retry-After``)."""
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class UnknownSession(Exception):
+    """The ``session_id`` was not issued by this server process (HTTP 404)."""
+
+
+class SessionIds:
+    """Issues unguessable session ids and recognises its own, without remembering them.
+
+    An id is ``NONCE.MAC``: 18 random bytes and a truncated HMAC-SHA256 of the nonce under a key
+    made at start. Recognising an id by its MAC (not by a table) is what lets an expired or closed
+    session be told apart from an id nobody issued, for as long as the process lives, in constant
+    memory. The key is never written anywhere, so ids die with the process (a restarted server
+    refuses them: it cannot tell them from forgeries).
+    """
+
+    def __init__(self) -> None:
+        self._key = secrets.token_bytes(32)
+
+    def issue(self) -> str:
+        """A new id."""
+        nonce = secrets.token_urlsafe(18)
+        return f"{nonce}.{self._mac(nonce)}"
+
+    def issued(self, session_id: str) -> bool:
+        """Whether this object issued ``session_id`` (compared in constant time)."""
+        nonce, dot, mac = session_id.partition(".")
+        return bool(dot) and hmac.compare_digest(mac.encode(), self._mac(nonce).encode())
+
+    def _mac(self, nonce: str) -> str:
+        digest = hmac.new(self._key, nonce.encode(), hashlib.sha256).digest()[:16]
+        return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
 def cell_to_sandbox_fusion(result: CellResult) -> CellRunResult:
@@ -104,42 +172,107 @@ def cell_to_sandbox_fusion(result: CellResult) -> CellRunResult:
 
 
 @dataclass
-class _Kept:
+class Kept:
+    """A kept session and its bookkeeping.
+
+    ``lost`` says why an earlier session under the same id is gone; it is reported on the next
+    answer (then cleared), so the loss is told exactly once and never silently.
+    """
+
+    session_id: str
     session: Session
     last_used: float = field(default_factory=time.monotonic)
     busy: int = 0
+    lost: str | None = None
 
 
 class KernelSessions:
-    """The kept sessions of ``/run_jupyter``: opened on first use, closed when idle or at shutdown.
+    """The sessions of ``/run_jupyter``: one-shot ones from the server's pool, kept ones from their own.
 
     Args:
-        pool: the server's pool (a kept session holds one of its sandboxes).
+        pool: the server's pool (one-shot notebooks; kept sessions use its backend and limits only).
         ttl_s: idle seconds after which a kept session is closed.
-        max_kernels: kept sessions alive at once.
+        max_sessions: kept sessions alive at once (their own pool's sandbox cap).
         max_total_s: ceiling on a request's ``total_timeout`` (lowered to it).
+
+    Raises:
+        InvalidRequest: ``ttl_s`` is not positive or ``max_sessions`` is below 1.
     """
 
     def __init__(
-        self, pool: SandboxPool, *, ttl_s: float = 600.0, max_kernels: int = 64, max_total_s: float = 300.0
+        self, pool: SandboxPool, *, ttl_s: float = 600.0, max_sessions: int = 64, max_total_s: float = 300.0
     ) -> None:
-        if ttl_s <= 0 or max_kernels < 1:
-            raise InvalidRequest(f"kernel_ttl_s must be > 0 and max_kernels >= 1, got {ttl_s!r}, {max_kernels!r}")
+        if not ttl_s > 0 or max_sessions < 1:
+            raise InvalidRequest(f"kernel_ttl_s must be > 0 and max_sessions >= 1, got {ttl_s!r}, {max_sessions!r}")
         self.pool = pool
         self.ttl_s = ttl_s
-        self.max_kernels = max_kernels
+        self.max_sessions = max_sessions
         self.max_total_s = max_total_s
-        self._kept: dict[str, _Kept] = {}
+        self.ids = SessionIds()
+        # Its own cap: an idle kept session holds a sandbox of this pool, never one /run_code needs.
+        self._kept_pool = SandboxPool(
+            pool.backend,
+            max_concurrency=max_sessions,
+            max_sandboxes=max_sessions,
+            limits=pool.limits,
+            handle_signals=False,
+        )
+        self._kept: dict[str, Kept] = {}
+        self._gone: OrderedDict[str, str] = OrderedDict()
         self._lock = anyio.Lock()
 
     def __len__(self) -> int:
         return len(self._kept)
 
-    async def run(self, body: RunJupyterRequest, pod_name: str | None = None) -> RunJupyterResponse:
-        """Run the request's cells (in its kept session, or in a session of its own).
+    async def open(self) -> str:
+        """Reserve a kept session (its sandbox opens on first use); returns its new id.
 
         Raises:
-            SessionsFull: it names a new session and ``max_kernels`` are live.
+            SessionsFull: ``max_sessions`` are live.
+        """
+        await self.expire()
+        async with self._lock:
+            self._check_room()
+            session_id = self.ids.issue()
+            self._kept[session_id] = Kept(session_id, self._kept_pool.session())
+        return session_id
+
+    @asynccontextmanager
+    async def claim(self, session_id: str | None) -> AsyncIterator[Kept | None]:
+        """Hold the kept session ``session_id`` for one request (``None``: a one-shot request).
+
+        An issued id whose session is gone gets a new session marked ``lost``.
+
+        Raises:
+            UnknownSession: this server never issued ``session_id``.
+            SessionsFull: the session must be made anew and ``max_sessions`` are live.
+        """
+        if session_id is None:
+            yield None
+            return
+        self._check_issued(session_id)
+        kept = self._hold(session_id)
+        if kept is None:
+            # Only a session made anew may have to wait for stale ones to close (to make room);
+            # a live one is used at once, so its request never waits on other sessions' teardown.
+            await self.expire()
+            async with self._lock:
+                kept = self._hold(session_id)
+                if kept is None:
+                    self._check_room()
+                    why = self._gone.pop(session_id, "was closed or expired")
+                    kept = self._kept[session_id] = Kept(session_id, self._kept_pool.session(), lost=why)
+                    kept.busy += 1
+        try:
+            yield kept
+        finally:
+            kept.busy -= 1
+            kept.last_used = time.monotonic()
+
+    async def run(self, body: RunJupyterRequest, kept: Kept | None, pod_name: str | None = None) -> RunJupyterResponse:
+        """Run the request's cells in ``kept`` (from :meth:`claim`), or in a one-shot session.
+
+        Raises:
             InvalidRequest: a file path or a file's base64 is bad.
             SandboxError: the infrastructure failed (the caller answers ``SandboxError``).
         """
@@ -147,34 +280,26 @@ class KernelSessions:
             body = body.model_copy(update={"total_timeout": self.max_total_s})
         files = _decode_files(body.files)
         fetch = [_checked("fetch_files", p) for p in body.fetch_files]
-        await self.expire()
-        if body.session_id is None:
+        if kept is None:
             async with self.pool.session() as session:
                 return await _run_cells(session, body, files, fetch, pod_name)
-        kept = await self._acquire(body.session_id)
-        try:
-            return await _run_cells(kept.session, body, files, fetch, pod_name)
-        finally:
-            kept.busy -= 1
-            kept.last_used = time.monotonic()
-
-    async def _acquire(self, session_id: str) -> _Kept:
-        async with self._lock:
-            kept = self._kept.get(session_id)
-            if kept is None or kept.session.closed:
-                if len(self._kept) >= self.max_kernels:
-                    raise SessionsFull(
-                        f"{len(self._kept)} kept sessions are live, the server's max_kernels; retry later, "
-                        "close one with DELETE /run_jupyter/{session_id}, or send no session_id"
-                    )
-                kept = self._kept[session_id] = _Kept(self.pool.session())
-            kept.busy += 1
-            return kept
+        response = await _run_cells(kept.session, body, files, fetch, pod_name)
+        if kept.lost is not None:
+            _tell_lost(response, kept.session_id, kept.lost)
+            kept.lost = None
+        return response
 
     async def close(self, session_id: str) -> bool:
-        """Close a kept session now; False if there is none by that id."""
+        """Close a kept session now; False if it is already gone (closed or expired).
+
+        Raises:
+            UnknownSession: this server never issued ``session_id``.
+        """
+        self._check_issued(session_id)
         async with self._lock:
             kept = self._kept.pop(session_id, None)
+            if kept is not None:
+                self._note_gone(session_id, "was closed (DELETE)")
         if kept is None:
             return False
         await kept.session.close()
@@ -186,6 +311,8 @@ class KernelSessions:
         async with self._lock:
             stale = [k for k, v in self._kept.items() if not v.busy and now - v.last_used > self.ttl_s]
             closing = [self._kept.pop(k) for k in stale]
+            for session_id in stale:
+                self._note_gone(session_id, f"expired after {self.ttl_s:g}s idle")
         for kept in closing:
             await kept.session.close()
         return len(closing)
@@ -199,13 +326,62 @@ class KernelSessions:
             except Exception:  # keep reaping; a failed close is the pool's to log
                 log.exception("closing idle /run_jupyter sessions failed")
 
+    def statistics(self) -> dict[str, Any]:
+        """Kept sessions live, busy and the bounds (for ``/v1/stats``)."""
+        busy = sum(1 for kept in self._kept.values() if kept.busy)
+        return {"live": len(self._kept), "busy": busy, "max_sessions": self.max_sessions, "ttl_s": self.ttl_s}
+
     async def aclose(self) -> None:
-        """Close every kept session (server shutdown)."""
+        """Close every kept session and their pool (server shutdown)."""
         async with self._lock:
             closing, self._kept = list(self._kept.values()), {}
         with anyio.CancelScope(shield=True):
             for kept in closing:
                 await kept.session.close()
+            await self._kept_pool.aclose()
+
+    def _hold(self, session_id: str) -> Kept | None:
+        """The live session under ``session_id``, marked busy (so it cannot expire), or None."""
+        kept = self._kept.get(session_id)
+        if kept is None or kept.session.closed:
+            return None
+        kept.busy += 1
+        return kept
+
+    def _check_issued(self, session_id: str) -> None:
+        if not self.ids.issued(session_id):
+            raise UnknownSession(
+                f"session_id {session_id[:80]!r} was not issued by this server (or the server restarted since); "
+                "open a kept session with POST /run_jupyter/sessions and send the id it returns, or send no "
+                "session_id for a one-shot kernel"
+            )
+
+    def _check_room(self) -> None:
+        """Raise :class:`SessionsFull` unless one more kept session fits (call with the lock held)."""
+        if len(self._kept) < self.max_sessions:
+            return
+        now = time.monotonic()
+        idle = [self.ttl_s - (now - kept.last_used) for kept in self._kept.values() if not kept.busy]
+        retry = max(1, math.ceil(min(idle) if idle else self.ttl_s))
+        raise SessionsFull(
+            f"{len(self._kept)} kept sessions are live, the server's max_sessions; retry in {retry}s, "
+            "close one with DELETE /run_jupyter/sessions/{session_id}, or send no session_id for a one-shot kernel",
+            retry,
+        )
+
+    def _note_gone(self, session_id: str, why: str) -> None:
+        self._gone[session_id] = why
+        while len(self._gone) > _GONE_NOTES:
+            self._gone.popitem(last=False)
+
+
+def _tell_lost(response: RunJupyterResponse, session_id: str, why: str) -> None:
+    """Mark an answer as the first one since the session under ``session_id`` was lost."""
+    response.state_lost = True
+    if response.cells:
+        response.cells[0].state_lost = response.cells[0].restarted = True
+    note = f"session {session_id[:12]}... {why}: its variables and files are gone, these cells ran in a new kernel"
+    response.message = "; ".join([note, *([response.message] if response.message else [])])
 
 
 async def _run_cells(

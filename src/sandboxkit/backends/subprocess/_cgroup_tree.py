@@ -209,8 +209,17 @@ def prepare_v2(unified: tuple[str, str], own: str, wanted: tuple[str, ...] = WAN
     ]
     leaf = None if root_cgroup else os.path.join(cgroup, HOST_LEAF)
     sandboxes = os.path.join(cgroup, SANDBOXES)
+    offered = [c for c in wanted if c in available]
+    todo = [c for c in offered if c not in _words(os.path.join(cgroup, "cgroup.subtree_control"))]
+    if leaf is not None and todo and _words(os.path.join(cgroup, "cgroup.procs")):
+        # Move first, even where the kernel would allow otherwise: a cgroup with processes and a
+        # threaded controller (pids, cpu) enabled becomes a thread root, and its children can then
+        # never hold a domain controller (memory), nor any controller at all (EOPNOTSUPP).
+        err = _move_processes(cgroup, leaf)
+        if err is not None:
+            return V2Tree(None, (), "", (*problems, *(f"{c} limit: {err}" for c in offered)))
     enabled: list[str] = []
-    for c in (c for c in wanted if c in available):
+    for c in offered:
         err = _enable(cgroup, c, leaf)
         if err is None:
             with contextlib.suppress(FileExistsError):

@@ -52,8 +52,8 @@ echo "SUMMARY: pytest exit $rc in $(( $(date +%s) - start ))s"
 # there (so its cgroup is "/" and the namespace root is where it must build its subtree).
 start=$(date +%s)
 mkdir -p /sys/fs/cgroup/process_api/container
-sh -c 'echo $$ > /sys/fs/cgroup/process_api/container/cgroup.procs; exec unshare --cgroup --mount --propagation private sh -c "umount /sys/fs/cgroup && mount -t cgroup2 cgroup2 /sys/fs/cgroup && exec \"\$0\" \"\$1\"" "$0" "$1"' \
-    "$VENV/bin/python" "$SRC/scripts/cgroup2-vm-container.py" > /tmp/container.txt 2>&1
+sh -c 'echo $$ > /sys/fs/cgroup/process_api/container/cgroup.procs; exec unshare --cgroup --mount --propagation private sh -c "umount /sys/fs/cgroup && mount -t cgroup2 cgroup2 /sys/fs/cgroup && exec \"\$0\" \"\$1\" container" "$0" "$1"' \
+    "$VENV/bin/python" "$SRC/scripts/cgroup2-vm-probe.py" > /tmp/container.txt 2>&1
 crc=$?
 cat /tmp/container.txt
 grep -q "SUMMARY: container: cgroup limits \['cpu', 'memory', 'pids'\].*container's cgroup namespace root" /tmp/container.txt \

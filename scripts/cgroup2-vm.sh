@@ -18,6 +18,9 @@
 #   TESTS="<args>"    pytest arguments (default: the cgroup and cpu tests, and the hostile bombs)
 #   VM_TIMEOUT=<s>    wall-clock limit of the VM (default 900)
 #   SMP=<n> MEM=<MiB> the guest's CPUs (default 2) and memory (default 2048)
+#   MODE=systemd      boot systemd as the guest's PID 1 instead (systemd owns the hierarchy): the
+#                     check runs in a service systemd did not delegate, where sandboxkit must ask
+#                     for a delegated transient scope (scripts/cgroup2-vm-systemd.sh)
 # Prints the guest's console, then a SUMMARY block; exits 0 only when every guest step passed.
 # Wall time on a 2-core host under load: see docs/cgroups.md.
 set -euo pipefail
@@ -27,6 +30,7 @@ SRC=${SRC:-$here}
 VENV=${VENV:-$SRC/.venv}
 PKG=${PKG:-$SRC/src}
 VM_TIMEOUT=${VM_TIMEOUT:-900}
+MODE=${MODE:-plain}
 SMP=${SMP:-2}
 MEM=${MEM:-2048}
 TESTS=${TESTS:-"tests/backends/subprocess/test_subprocess_cgroup.py tests/backends/subprocess/test_subprocess_cpu.py tests/backends/subprocess/test_subprocess_hostile.py -k 'cgroup or cpu or memory_bomb'"}
@@ -83,16 +87,30 @@ if ! mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=262144 ho
     echo o > /proc/sysrq-trigger
 fi
 guest=$(sed -n 's/.*guest=\([^ ]*\).*/\1/p' /proc/cmdline)
+# systemd believes it runs in a container (the host's / has /.dockerenv), and a containerised
+# systemd reads its settings from its own arguments rather than the kernel's command line.
+sdargs=$(tr ' ' '\n' < /proc/cmdline | grep '^systemd\.' | tr '\n' ' ')
 umount /proc /sys /dev
 # switch_root, not chroot: the kernel refuses user namespaces (bubblewrap) to a chrooted process.
-exec switch_root /host /bin/bash "$guest"
+case "$guest" in
+    *systemd.sh) exec switch_root /host /lib/systemd/systemd $sdargs ;;  # it runs the script (systemd.run=)
+    *) exec switch_root /host /bin/bash "$guest" ;;
+esac
 INIT
 chmod +x "$initrd/init"
 (cd "$initrd" && find . | cpio -o -H newc --quiet | gzip -1) > "$work/initrd.gz"
 
 # Arguments for the guest script travel on the kernel command line (no spaces: base64).
 args=$(printf '%s' "$TESTS" | base64 -w0)
-cmdline="console=ttyS0 rdinit=/init quiet panic=-1 cgroup_no_v1=all guest=$SRC/scripts/cgroup2-vm-guest.sh"
+cmdline="console=ttyS0 rdinit=/init quiet panic=-1 cgroup_no_v1=all"
+if [ "$MODE" = systemd ]; then
+    guest=$SRC/scripts/cgroup2-vm-systemd.sh
+    cmdline+=" guest=$guest systemd.unified_cgroup_hierarchy=1 systemd.unit=kernel-command-line.service"
+    cmdline+=" systemd.run=$guest systemd.run_success_action=poweroff systemd.run_failure_action=poweroff"
+    cmdline+=" systemd.log_level=warning systemd.show_status=0"
+else
+    cmdline+=" guest=$SRC/scripts/cgroup2-vm-guest.sh"
+fi
 cmdline+=" sk_src=$SRC sk_pkg=$PKG sk_venv=$VENV sk_tests=$args"
 log=$work/console.log
 started=$(date +%s)

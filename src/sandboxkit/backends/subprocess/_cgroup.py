@@ -129,8 +129,10 @@ def probe_cgroup() -> CgroupSupport:
                     v2_problems[c] = err
             if parents:
                 how.append(tree.how)
-        for problem in tree.problems:
-            v2_problems.setdefault(problem.partition(" limit:")[0], problem)
+        for problem in tree.problems:  # "<controller> limit: ...", or about the whole hierarchy
+            about = problem.partition(" limit:")[0]
+            for c in WANTED if about not in WANTED else (about,):
+                v2_problems.setdefault(c, problem)
     missing: list[str] = []
     v1_used: list[str] = []
     for c in (c for c in WANTED if c not in parents):

@@ -13,9 +13,11 @@ cgroup it was given::
             sandboxkit-sbx-.../    one sandbox (made by ``SandboxCgroup``)
 
 Only the process's own cgroup and what sandboxkit creates below it are written; ancestors and
-sibling cgroups are left alone. A cgroup systemd manages and has not delegated is not touched
-either (systemd would undo it); ``doctor`` then says how to get a delegation. A later sandboxkit
-process started from the leaf finds the subtree and reuses it.
+sibling cgroups are left alone. A cgroup systemd manages and has not delegated is not written
+either (systemd would undo it): sandboxkit asks systemd for a transient scope with
+``Delegate=yes`` holding this process (what ``systemd-run --scope -p Delegate=yes`` does at
+launch) and builds the subtree there; where systemd cannot be asked, ``doctor`` says how to get a
+delegation. A later sandboxkit process started from the leaf finds the subtree and reuses it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
+import subprocess
+import time
 from dataclasses import dataclass, field
 
 __all__ = ["HOST_LEAF", "SANDBOXES", "WANTED", "CgroupMounts", "V2Tree", "cgroup_mounts", "own_cgroups", "prepare_v2"]
@@ -129,6 +134,36 @@ def _systemd_undelegated(cgroup: str, root_cgroup: bool) -> bool:
     return True
 
 
+def _delegated_scope(unified: tuple[str, str]) -> tuple[str | None, str]:
+    """Ask systemd to move this process into a new transient scope with Delegate=yes.
+
+    Returns:
+        The scope's cgroup path (None when systemd could not be asked) and why not, in words.
+    """
+    busctl = shutil.which("busctl")
+    if busctl is None:
+        return None, "no busctl to ask systemd with"
+    pid = os.getpid()
+    unit = f"sandboxkit-{pid}.scope"
+    call = ["call", "--quiet", "org.freedesktop.systemd1", "/org/freedesktop/systemd1"]
+    call += ["org.freedesktop.systemd1.Manager", "StartTransientUnit", "ssa(sv)a(sa(sv))", unit, "fail"]
+    call += ["3", "PIDs", "au", "1", str(pid), "Delegate", "b", "true"]
+    call += ["Description", "s", f"sandboxkit sandboxes of process {pid}", "0"]
+    try:
+        done = subprocess.run([busctl, *call], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"busctl: {exc}"
+    if done.returncode != 0:
+        return None, f"StartTransientUnit on the system bus: {done.stderr.strip() or done.returncode}"
+    deadline = time.monotonic() + 10.0  # the start job moves the process a moment later
+    while time.monotonic() < deadline:
+        now = own_cgroups().get("")
+        if now is not None and os.path.basename(now) == unit:
+            return now, ""
+        time.sleep(0.02)
+    return None, f"systemd started {unit} but this process is not in it"
+
+
 def _move_processes(cgroup: str, leaf: str) -> str | None:
     """Move every process of ``cgroup`` into ``leaf``; an error in words, or None."""
     with contextlib.suppress(FileExistsError):
@@ -183,16 +218,21 @@ def prepare_v2(unified: tuple[str, str], own: str, wanted: tuple[str, ...] = WAN
     if os.path.basename(cgroup) == HOST_LEAF and os.path.isdir(os.path.join(os.path.dirname(cgroup), SANDBOXES)):
         cgroup = os.path.dirname(cgroup)  # started from the leaf of a subtree an earlier process built
     root_cgroup = not os.path.exists(os.path.join(cgroup, "cgroup.type"))  # the hierarchy's real root has none
+    scope = ""
     if _systemd_undelegated(cgroup, root_cgroup):
-        return V2Tree(
-            None,
-            (),
-            "",
-            (
-                f"systemd manages {cgroup} and has not delegated it; run sandboxkit in a unit with Delegate=yes "
-                "(systemd-run --scope -p Delegate=yes ... or Delegate=yes in its service)",
-            ),
-        )
+        moved_to, why = _delegated_scope(unified)
+        if moved_to is None:
+            return V2Tree(
+                None,
+                (),
+                "",
+                (
+                    f"systemd manages {cgroup} and has not delegated it, and a delegated scope could not be had "
+                    f"({why}); run sandboxkit in a unit with Delegate=yes (systemd-run --scope -p Delegate=yes ...)",
+                ),
+            )
+        scope = f"; this process moved out of the undelegated {own} into the systemd scope {moved_to} (Delegate=yes)"
+        own, cgroup = moved_to, host_path(unified, moved_to) or ""
     where = (
         "the hierarchy's root"
         if root_cgroup
@@ -235,4 +275,5 @@ def prepare_v2(unified: tuple[str, str], own: str, wanted: tuple[str, ...] = WAN
     how = f"cgroup v2 subtree {sandboxes} in {where}" + (
         f" (its processes, this one included, moved into {leaf})" if moved else ""
     )
+    how += scope
     return V2Tree(sandboxes, tuple(enabled), how, tuple(problems))

@@ -260,8 +260,7 @@ class SubprocessBackend(Backend):
         if self.seccomp:
             out.append("seccomp filter: keyring, io_uring, bpf, perf, mount and namespace calls refused")
         cg = iso.cgroup
-        if cg.version is not None:
-            out.append(f"cgroup limits: {', '.join(cg.parents())} ({cg.how})")
+        out.append(f"cgroup limits: {', '.join(cg.parents()) or 'none'} ({cg.how})")
         if iso.tmpfs:
             out.append(f"workspace on a {self.disk_mb} MB tmpfs")
         if self.rootfs is not None:

@@ -149,7 +149,8 @@ def probe_cgroup() -> CgroupSupport:
             parents[c] = parent
             v1_used.append(f"{c} under {parent}")
     if v1_used:
-        how.append("cgroup v1: " + ", ".join(v1_used))
+        hybrid = f" (hybrid host: the v2 hierarchy at {mounts.unified[0]} does not hold them)" if mounts.unified else ""
+        how.append("cgroup v1: " + ", ".join(v1_used) + hybrid)
     if "memory" not in parents:
         missing.append("memory of JVM/Go/Node programs is capped with RLIMIT_DATA only")
     if "cpu" not in parents:

@@ -16,6 +16,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -219,3 +220,21 @@ async def test_forks_past_the_cap_are_refused_by_the_pids_cgroup(backend: Record
         assert int(events["max"]) > 0
     finally:
         await sandbox.close()
+
+
+def test_mountinfo_of_a_v1_container_host_names_each_controllers_mount(tmp_path: Path) -> None:
+    """Co-mounted controllers (``cpu,cpuacct``) share one mount; a container's mounts have a root."""
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text(
+        "30 24 0:26 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755\n"
+        "31 30 0:27 / /sys/fs/cgroup/unified rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+        "34 30 0:30 /docker/abc /sys/fs/cgroup/cpu,cpuacct rw,nosuid - cgroup cgroup rw,cpu,cpuacct\n"
+        "35 30 0:31 /docker/abc /sys/fs/cgroup/memory rw,nosuid - cgroup cgroup rw,memory\n"
+        "36 30 0:32 / /sys/fs/cgroup/pids rw,nosuid - cgroup cgroup rw,pids\n"
+    )
+    mounts = cgroup_mounts(str(mountinfo))
+    assert mounts.unified == ("/sys/fs/cgroup/unified", "/")
+    assert mounts.v1["cpu"] == mounts.v1["cpuacct"] == ("/sys/fs/cgroup/cpu,cpuacct", "/docker/abc")
+    assert mounts.v1["memory"] == ("/sys/fs/cgroup/memory", "/docker/abc")
+    assert host_path(mounts.v1["cpu"], "/docker/abc") == "/sys/fs/cgroup/cpu,cpuacct"
+    assert host_path(mounts.v1["pids"], "/docker/abc") == "/sys/fs/cgroup/pids/docker/abc"

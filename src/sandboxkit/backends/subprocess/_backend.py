@@ -217,6 +217,8 @@ class SubprocessBackend(Backend):
             limits = {"timeout_s", "compile_timeout_s", "memory_mb", "output_bytes", "file_size_mb", "pids"}
             if iso.bwrap is not None:
                 limits.add("network")
+            if iso.cgroup.cpu_parent is not None:
+                limits.add("cpus")
             missing = list(iso.missing())
             if iso.bwrap is not None and not self.seccomp:
                 missing.append("seccomp filter: off (seccomp=False or an architecture without a syscall table)")
@@ -260,9 +262,7 @@ class SubprocessBackend(Backend):
         if self.seccomp:
             out.append("seccomp filter: keyring, io_uring, bpf, perf, mount and namespace calls refused")
         cg = iso.cgroup
-        if cg.version is not None:
-            parts = [name for name, parent in (("memory", cg.memory_parent), ("pids", cg.pids_parent)) if parent]
-            out.append(f"cgroup v{cg.version}: {' and '.join(parts)} limits")
+        out.append(f"cgroup limits: {', '.join(cg.parents()) or 'none'} ({cg.how})")
         if iso.tmpfs:
             out.append(f"workspace on a {self.disk_mb} MB tmpfs")
         if self.rootfs is not None:

@@ -1,50 +1,62 @@
-"""Per-sandbox memory and pids limits through cgroups (v2, or v1 where that is what is mounted).
+"""Per-sandbox memory, pids and CPU limits through cgroups (v2, v1 or a hybrid of both).
 
 Why cgroups next to rlimits: ``RLIMIT_AS`` kills runtimes that reserve far more address
 space than they use (JVM, Go, V8), and ``RLIMIT_NPROC`` counts per uid. A memory cgroup
 limits what a sandbox really holds (files in its tmpfs included) and reports OOM kills; a
-pids cgroup caps a fork bomb. Sandbox cgroups are created under the cgroup this process is
-in, so a container's own limits still apply above them.
+pids cgroup caps a fork bomb; a CPU quota keeps a sandbox full of busy processes from
+starving its neighbours (``Limits.cpus``). Sandbox cgroups are created below the cgroup this
+process is in, so a container's own limits still apply above them; ``_cgroup_tree`` finds or
+builds that parent.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
+import math
 import os
 import secrets
 import signal
 import time
 from dataclasses import dataclass
 
-__all__ = ["CgroupSupport", "SandboxCgroup", "probe_cgroup"]
+from sandboxkit.backends.subprocess._cgroup_tree import WANTED, cgroup_mounts, host_path, own_cgroups, prepare_v2
+
+__all__ = ["CPU_PERIOD_US", "CgroupSupport", "SandboxCgroup", "cpu_quota_us", "probe_cgroup"]
 
 log = logging.getLogger(__name__)
 PREFIX = "sandboxkit-"
+#: The CPU quota's period (100 ms, the kernel's and Docker's default).
+CPU_PERIOD_US = 100_000
+#: The smallest quota the kernel accepts (1 ms per period).
+_MIN_QUOTA_US = 1000
 
 
 @dataclass(frozen=True)
 class CgroupSupport:
-    """Where sandbox cgroups can be created, per controller (``None``: not usable here)."""
+    """Where sandbox cgroups can be created, per controller (``None``: not usable here).
+
+    ``version`` is 2 when any controller is on the unified hierarchy, 1 when all usable ones
+    are on v1 hierarchies; ``how`` says in words where the parents are and how they were found.
+    """
 
     version: int | None = None
     memory_parent: str | None = None
     pids_parent: str | None = None
     missing: tuple[str, ...] = ()
+    cpu_parent: str | None = None
+    how: str = ""
+
+    def parents(self) -> dict[str, str]:
+        """controller -> parent directory, for the controllers usable here."""
+        found = {"memory": self.memory_parent, "pids": self.pids_parent, "cpu": self.cpu_parent}
+        return {c: p for c, p in found.items() if p is not None}
 
 
-def _own_cgroups() -> dict[str, str]:
-    """controller -> path of this process's cgroup ("" key for the v2 unified hierarchy)."""
-    out: dict[str, str] = {}
-    try:
-        with open("/proc/self/cgroup") as f:
-            for line in f:
-                _, controllers, path = line.rstrip("\n").split(":", 2)
-                for c in controllers.split(",") if controllers else [""]:
-                    out[c] = path
-    except OSError:
-        pass
-    return out
+def cpu_quota_us(cpus: float) -> int:
+    """The quota per :data:`CPU_PERIOD_US` that gives ``cpus`` cores (rounded up; at least 1 ms)."""
+    return max(_MIN_QUOTA_US, math.ceil(cpus * CPU_PERIOD_US))
 
 
 def _write(path: str, value: str) -> None:
@@ -55,6 +67,11 @@ def _write(path: str, value: str) -> None:
 def _read(path: str) -> str:
     with open(path) as f:
         return f.read()
+
+
+def _unified(directory: str) -> bool:
+    """Whether a cgroup directory is on the v2 hierarchy (every v2 cgroup has cgroup.controllers)."""
+    return os.path.exists(os.path.join(directory, "cgroup.controllers"))
 
 
 def _try_parent(parent: str, files: dict[str, str]) -> str | None:
@@ -75,66 +92,105 @@ def _try_parent(parent: str, files: dict[str, str]) -> str | None:
     return None
 
 
+#: A test write per controller, as (v2 file, v1 file, value).
+_PROBES = {
+    "memory": ("memory.max", "memory.limit_in_bytes", str(64 << 20)),
+    "pids": ("pids.max", "pids.max", "64"),
+    "cpu": ("cpu.max", "cpu.cfs_quota_us", None),
+}
+
+
+def _probe_files(controller: str, v2: bool) -> dict[str, str]:
+    v2_file, v1_file, value = _PROBES[controller]
+    if controller == "cpu":
+        quota = cpu_quota_us(0.5)
+        if v2:
+            return {v2_file: f"{quota} {CPU_PERIOD_US}"}
+        return {"cpu.cfs_period_us": str(CPU_PERIOD_US), v1_file: str(quota)}
+    assert value is not None
+    return {v2_file if v2 else v1_file: value}
+
+
 def probe_cgroup() -> CgroupSupport:
-    """Find a writable memory and pids cgroup parent (v2 first, then v1)."""
-    own = _own_cgroups()
-    v2_root = next(
-        (p for p in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified") if os.path.exists(f"{p}/cgroup.controllers")), None
-    )
-    if v2_root is not None and "" in own:
-        parent = os.path.normpath(v2_root + own[""])
-        try:
-            enabled = _read(os.path.join(parent, "cgroup.subtree_control")).split()
-        except OSError:
-            enabled = []
-        if "memory" in enabled and "pids" in enabled:
-            err = _try_parent(parent, {"memory.max": str(64 << 20), "pids.max": "64"})
-            if err is None:
-                return CgroupSupport(version=2, memory_parent=parent, pids_parent=parent)
-    missing = []
-    memory_parent = pids_parent = None
-    for controller in ("memory", "pids"):
-        base = f"/sys/fs/cgroup/{controller}"
-        if controller not in own or not os.path.isdir(base):
-            missing.append(f"{controller} limit: no writable cgroup v2 or v1 {controller} controller")
+    """Find (on v2: build) a parent for sandbox cgroups per controller: v2 first, then v1 for the rest."""
+    own = own_cgroups()
+    mounts = cgroup_mounts()
+    parents: dict[str, str] = {}
+    v2_problems: dict[str, str] = {}
+    how: list[str] = []
+    if mounts.unified is not None and "" in own:
+        tree = prepare_v2(mounts.unified, own[""])
+        if tree.parent is not None:
+            for c in tree.controllers:
+                err = _try_parent(tree.parent, _probe_files(c, v2=True))
+                if err is None:
+                    parents[c] = tree.parent
+                else:
+                    v2_problems[c] = err
+            if parents:
+                how.append(tree.how)
+        for problem in tree.problems:  # "<controller> limit: ...", or about the whole hierarchy
+            about = problem.partition(" limit:")[0]
+            for c in WANTED if about not in WANTED else (about,):
+                v2_problems.setdefault(c, problem)
+    missing: list[str] = []
+    v1_used: list[str] = []
+    for c in (c for c in WANTED if c not in parents):
+        mount = mounts.v1.get(c)
+        parent = host_path(mount, own[c]) if mount is not None and c in own else None
+        if parent is None or not os.path.isdir(parent):
+            why = v2_problems.get(c, f"{c} limit: no writable cgroup v2 or v1 {c} controller")
+            missing.append(why if why.startswith(f"{c} limit:") else f"{c} limit: {why}")
             continue
-        parent = os.path.normpath(base + own[controller])
-        test = {"memory.limit_in_bytes": str(64 << 20)} if controller == "memory" else {"pids.max": "64"}
-        err = _try_parent(parent, test)
+        err = _try_parent(parent, _probe_files(c, v2=False))
         if err is not None:
-            missing.append(f"{controller} limit: {err}")
-        elif controller == "memory":
-            memory_parent = parent
+            missing.append(f"{c} limit: {err}")
         else:
-            pids_parent = parent
-    if memory_parent is None:
+            parents[c] = parent
+            v1_used.append(f"{c} under {parent}")
+    if v1_used:
+        hybrid = f" (hybrid host: the v2 hierarchy at {mounts.unified[0]} does not hold them)" if mounts.unified else ""
+        how.append("cgroup v1: " + ", ".join(v1_used) + hybrid)
+    if "memory" not in parents:
         missing.append("memory of JVM/Go/Node programs is capped with RLIMIT_DATA only")
+    if "cpu" not in parents:
+        missing.append("cpus limit: not enforced (a sandbox's busy processes compete with every other program)")
+    on_v2 = any(_unified(p) for p in parents.values())
     return CgroupSupport(
-        version=1 if (memory_parent or pids_parent) else None,
-        memory_parent=memory_parent,
-        pids_parent=pids_parent,
+        version=(2 if on_v2 else 1) if parents else None,
+        memory_parent=parents.get("memory"),
+        pids_parent=parents.get("pids"),
+        cpu_parent=parents.get("cpu"),
         missing=tuple(missing),
+        how="; ".join(how) if how else "no usable cgroup controller: rlimits only",
     )
 
 
 class SandboxCgroup:
-    """The memory/pids cgroup(s) of one sandbox."""
+    """The memory, pids and cpu cgroup(s) of one sandbox (one directory on v2, one per hierarchy on v1)."""
 
-    def __init__(self, support: CgroupSupport, name: str) -> None:
+    def __init__(self, support: CgroupSupport, name: str, *, create: bool = True) -> None:
+        """Create the sandbox's cgroups (``create=False``: adopt existing ones, to remove a crash's leftovers)."""
         self.support = support
+        parents = support.parents()
+        self.memory_dir, self.pids_dir, self.cpu_dir = (
+            os.path.join(parents[c], PREFIX + name) if c in parents else None for c in ("memory", "pids", "cpu")
+        )
         self.dirs: list[str] = []
-        self.memory_dir = os.path.join(support.memory_parent, PREFIX + name) if support.memory_parent else None
-        self.pids_dir = os.path.join(support.pids_parent, PREFIX + name) if support.pids_parent else None
-        for d in dict.fromkeys(x for x in (self.memory_dir, self.pids_dir) if x):
-            os.mkdir(d)
+        for d in dict.fromkeys(x for x in (self.memory_dir, self.pids_dir, self.cpu_dir) if x):
+            if create:
+                os.mkdir(d)
+            elif not os.path.isdir(d):
+                continue
             self.dirs.append(d)
         self._memory: int | None = None
         self._pids: int | None = None
+        self._cpus: float | None = None
+        self._cpus_set = False
         self._oom_fd: int | None = None
-        if self.memory_dir is not None:
-            swap = "memory.swap.max" if support.version == 2 else None
-            if swap and os.path.exists(os.path.join(self.memory_dir, swap)):
-                _write(os.path.join(self.memory_dir, swap), "0")
+        swap = os.path.join(self.memory_dir, "memory.swap.max") if self.memory_dir else None
+        if create and swap is not None and os.path.exists(swap):  # absent without swap accounting
+            _write(swap, "0")
 
     def add(self, pid: int) -> None:
         """Move a process (and the threads of it) into every controller of this sandbox."""
@@ -145,7 +201,7 @@ class SandboxCgroup:
         """Cap the sandbox's memory (program, its tmpfs files and the fork server)."""
         if self.memory_dir is None or limit == self._memory:
             return
-        if self.support.version == 2:
+        if _unified(self.memory_dir):
             _write(os.path.join(self.memory_dir, "memory.max"), str(limit))
         else:
             memsw = os.path.join(self.memory_dir, "memory.memsw.limit_in_bytes")
@@ -165,7 +221,7 @@ class SandboxCgroup:
         """Bytes charged to the sandbox's memory cgroup now (0 when unknown)."""
         if self.memory_dir is None:
             return 0
-        name = "memory.current" if self.support.version == 2 else "memory.usage_in_bytes"
+        name = "memory.current" if _unified(self.memory_dir) else "memory.usage_in_bytes"
         try:
             return int(_read(os.path.join(self.memory_dir, name)))
         except (OSError, ValueError):
@@ -177,6 +233,27 @@ class SandboxCgroup:
             _write(os.path.join(self.pids_dir, "pids.max"), str(limit))
             self._pids = limit
 
+    def set_cpus(self, cpus: float | None) -> None:
+        """Give the sandbox ``cpus`` cores' worth of CPU time per period (None: no quota of its own).
+
+        On v1 a quota above the parent's is refused (EINVAL): the sandbox then has none of its
+        own, and the parent's, which is smaller, holds it.
+        """
+        if self.cpu_dir is None or (self._cpus_set and cpus == self._cpus):
+            return
+        if _unified(self.cpu_dir):
+            quota = "max" if cpus is None else str(cpu_quota_us(cpus))
+            _write(os.path.join(self.cpu_dir, "cpu.max"), f"{quota} {CPU_PERIOD_US}")
+        else:
+            _write(os.path.join(self.cpu_dir, "cpu.cfs_period_us"), str(CPU_PERIOD_US))
+            try:
+                _write(os.path.join(self.cpu_dir, "cpu.cfs_quota_us"), str(-1 if cpus is None else cpu_quota_us(cpus)))
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                _write(os.path.join(self.cpu_dir, "cpu.cfs_quota_us"), "-1")
+        self._cpus, self._cpus_set = cpus, True
+
     def oom_kills(self) -> int:
         """How many processes the kernel killed for memory in this sandbox so far.
 
@@ -186,7 +263,7 @@ class SandboxCgroup:
             return 0
         try:
             if self._oom_fd is None:
-                name = "memory.events" if self.support.version == 2 else "memory.oom_control"
+                name = "memory.events" if _unified(self.memory_dir) else "memory.oom_control"
                 self._oom_fd = os.open(os.path.join(self.memory_dir, name), os.O_RDONLY | os.O_CLOEXEC)
             for line in os.pread(self._oom_fd, 4096, 0).decode().splitlines():
                 key, _, value = line.partition(" ")
@@ -197,6 +274,7 @@ class SandboxCgroup:
         return 0
 
     def pids(self) -> list[int]:
+        """Every process in the sandbox's cgroups."""
         out: set[int] = set()
         for d in self.dirs:
             with contextlib.suppress(OSError, ValueError):

@@ -40,8 +40,7 @@ def _mounts() -> set[str]:
 
 def _leftover_cgroups(support: CgroupSupport) -> set[str]:
     names: set[str] = set()
-    for parent in {support.memory_parent, support.pids_parent} - {None}:
-        assert parent is not None
+    for parent in set(support.parents().values()):
         with contextlib.suppress(OSError):
             for entry in os.listdir(parent):
                 if entry.startswith(CGROUP_PREFIX) and _owner_dead(entry[len(CGROUP_PREFIX) :]):
@@ -53,14 +52,7 @@ def remove_leftovers(root: str, iso: Isolation, *, keep: set[str]) -> int:
     """Kill, unmount and delete leftovers of dead owners; return how many sandboxes went."""
     removed: set[str] = set()
     for name in _leftover_cgroups(iso.cgroup):
-        group = SandboxCgroup.__new__(SandboxCgroup)
-        group.support = iso.cgroup
-        group.memory_dir = (
-            os.path.join(iso.cgroup.memory_parent, CGROUP_PREFIX + name) if iso.cgroup.memory_parent else None
-        )
-        group.pids_dir = os.path.join(iso.cgroup.pids_parent, CGROUP_PREFIX + name) if iso.cgroup.pids_parent else None
-        group._oom_fd = None
-        group.dirs = [d for d in dict.fromkeys((group.memory_dir, group.pids_dir)) if d and os.path.isdir(d)]
+        group = SandboxCgroup(iso.cgroup, name, create=False)
         group.remove()
         removed.add(name)
     mounts = _mounts()

@@ -99,7 +99,7 @@ class SubprocessSandbox(Sandbox):
                 self.view = rootfs.RootView(image, path, owner, backend.workdir)
                 self.view.mount()
                 self.workspace = Workspace(self.view.workdir_host, owner, self.id)
-            if self._iso.cgroup.memory_parent or self._iso.cgroup.pids_parent:
+            if self._iso.cgroup.parents():
                 self.cgroup = SandboxCgroup(self._iso.cgroup, tag)
         except BaseException:
             self._release()
@@ -363,6 +363,7 @@ class SubprocessSandbox(Sandbox):
                 self.cgroup.set_memory((limits.memory_mb << 20) + SERVER_MEMORY)
             if limits.pids is not None:
                 self.cgroup.set_pids(limits.pids + SERVER_PIDS)
+            self.cgroup.set_cpus(limits.cpus)
         except OSError as exc:
             if exc.errno == errno.EBUSY:  # cgroup v1 refuses a limit below what is charged already
                 held = self.cgroup.memory_usage()

@@ -31,6 +31,7 @@ import anyio
 from sandboxkit.errors import InvalidRequest, SandboxError
 from sandboxkit.judge._job import Job, Outcome, account, all_compile_error, compile_message, judge_run, timed_run
 from sandboxkit.judge._python import run_harness
+from sandboxkit.judge._sessions import Attempt, run_in_sessions
 from sandboxkit.judge.banned import compile_patterns, find_banned
 from sandboxkit.judge.cases import (
     AssertCase,
@@ -382,25 +383,34 @@ def _first_run_verdict(job: Job, group: list[tuple[int, Any]], result: RunResult
 
 
 async def _stdio_in_session(job: Job, group: list[tuple[int, StdioCase]]) -> Outcome:
-    outcome = Outcome()
-    # The pool's own limits let the session take a warm idle sandbox; each run carries the case limits.
-    async with job.pool.session() as session:
-        (first_index, first_case), rest = group[0], group[1:]
-        first = await timed_run(
-            job, session.run(job.code, language=job.lang.name, stdin=first_case.stdin, limits=job.limits)
-        )
-        verdict = _first_run_verdict(job, group, first)
-        if verdict is not None:
-            return verdict
-        outcome.cases[first_index] = judge_run(first_index, first_case, first, job, outcome)
-        if job.stop and not outcome.cases[first_index].passed:
-            return outcome
-        for index, case in rest:
-            result = await timed_run(job, _run_compiled(session, job, case.stdin))
-            outcome.cases[index] = judge_run(index, case, result, job, outcome)
-            if job.stop and not outcome.cases[index].passed:
-                break
-    return outcome
+    return await run_in_sessions(job, group, _stdio_session_pass)
+
+
+async def _stdio_session_pass(
+    job: Job, attempt: Attempt, group: list[tuple[int, StdioCase]], outcome: Outcome
+) -> Outcome | None:
+    """The first case's run compiles the solution in the session; the others run the binary it left.
+
+    The pool's own limits let the session take a warm idle sandbox; each run carries the case limits.
+    """
+    session = attempt.session
+    (first_index, first_case), rest = group[0], group[1:]
+    attempt.program_ran = True
+    first = await timed_run(
+        job, session.run(job.code, language=job.lang.name, stdin=first_case.stdin, limits=job.limits)
+    )
+    verdict = _first_run_verdict(job, group, first)
+    if verdict is not None:
+        return verdict
+    outcome.cases[first_index] = judge_run(first_index, first_case, first, job, outcome)
+    if job.stop and not outcome.cases[first_index].passed:
+        return None
+    for index, case in rest:
+        result = await timed_run(job, _run_compiled(session, job, case.stdin))
+        outcome.cases[index] = judge_run(index, case, result, job, outcome)
+        if job.stop and not outcome.cases[index].passed:
+            break
+    return None
 
 
 async def _run_compiled(session: Session, job: Job, stdin: str) -> RunResult:

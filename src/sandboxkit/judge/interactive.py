@@ -46,11 +46,16 @@ limits and are refused with a clear error, like the compiled-session fast path o
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import re
 import secrets
 import shlex
+from dataclasses import dataclass
 
 from sandboxkit.errors import InvalidRequest
 from sandboxkit.judge._job import Job, Outcome, all_compile_error, compile_message, judge_run, timed_run
+from sandboxkit.judge._sessions import Attempt, run_in_sessions
 from sandboxkit.judge.cases import InvalidTests, StdioCase
 from sandboxkit.judge.checkers import Checker, CheckerFailed
 from sandboxkit.judge.verdict import CaseResult, trim_message
@@ -72,6 +77,8 @@ _HIDE_WAIT_S = 5
 _NOT_HIDDEN = 96
 #: The launcher's exit code when the interactor ended before the solution could start.
 _DIED_EARLY = 95
+#: The launcher's exit code when the interactor's file is not the one installed (the solution changed it).
+_TAMPERED = 94
 #: A compiled program's probing run (to compile it once): only a compile error matters, so it is cut short.
 _PROBE = 0.2
 #: Prepended to a Python interactor: non-dumpable, so the solution cannot read its descriptors or memory.
@@ -112,26 +119,51 @@ def check_interactive(job: Job, interactor: Checker, cases: list[tuple[int, obje
 async def run_interactive(job: Job, interactor: Checker, group: list[tuple[int, StdioCase]]) -> Outcome:
     """Compile both programs once in one session, then run every case with the interactor.
 
+    A session the solution kills (its fork server) is replaced by a fresh one for the remaining cases
+    (:mod:`sandboxkit.judge._sessions`): the case that killed it has failed, the others are still judged.
+
     Raises:
         CheckerFailed: the interactor does not compile or reports its own failure.
         SandboxError: the sandbox failed (the caller turns it into an ``infra_error`` verdict).
     """
     ilang = check_interactive(job, interactor, list(group))
-    outcome = Outcome()
-    async with job.pool.session() as session:
-        interactor_argv = await _prepare_interactor(session, job, interactor, ilang)
-        compiled = await _prepare_solution(session, job, group)
+
+    async def session_pass(
+        job: Job, attempt: Attempt, pending: list[tuple[int, StdioCase]], outcome: Outcome
+    ) -> Outcome | None:
+        installed = await _prepare_interactor(attempt.session, job, interactor, ilang)
+        attempt.program_ran = True  # from here on the solution has run in this session
+        compiled = await _prepare_solution(attempt.session, job, pending)
         if compiled is not None:
             return compiled
-        for index, case in group:
-            outcome.cases[index] = await _run_case(session, job, interactor, interactor_argv, index, case)
+        for index, case in pending:
+            outcome.cases[index] = await _run_case(attempt.session, job, interactor, installed, index, case)
             if job.stop and not outcome.cases[index].passed:
                 break
-    return outcome
+        return None
+
+    return await run_in_sessions(job, group, session_pass)
 
 
-async def _prepare_interactor(session: Session, job: Job, interactor: Checker, lang: Language) -> list[str]:
-    """Build the interactor in its own directory; return its argv (relative to that directory)."""
+@dataclass(frozen=True)
+class _Installed:
+    """The interactor as set aside before the solution first ran: how to run it and what its file holds."""
+
+    argv: list[str]
+    #: Its file in :data:`_DIR`, checked by the launcher before every case.
+    file: str
+    #: The file's SHA-256 (hex), taken before any solution code ran in the session.
+    digest: str
+    #: The file's mode while it runs (execute-only makes a compiled interactor non-dumpable).
+    mode: str
+
+
+async def _prepare_interactor(session: Session, job: Job, interactor: Checker, lang: Language) -> _Installed:
+    """Build the interactor in its own directory and record its digest (no solution code has run yet).
+
+    Raises:
+        CheckerFailed: it does not compile, or the sandbox cannot hash it (``sha256sum``).
+    """
     code = _PY_HIDE + interactor.code if lang.name == "python" else interactor.code
     if lang.compile is not None:
         probe = await session.run(
@@ -139,15 +171,26 @@ async def _prepare_interactor(session: Session, job: Job, interactor: Checker, l
         )
         if probe.status is Status.COMPILE_ERROR:
             raise CheckerFailed(f"the interactor does not compile: {compile_message(probe)}; fix the interactor")
+        installed = _Installed(argv=lang.run_argv(code), file="main", digest="", mode="0111")
         moved = await session.exec(
-            f"mkdir -p {_DIR} && mv -f main {_DIR}/main && chmod 0111 {_DIR}/main && "
-            f"find . -mindepth 1 -maxdepth 1 ! -name {_DIR} -exec rm -rf {{}} +"
+            f"mkdir -p {_DIR} && mv -f main {_DIR}/main && chmod 0500 {_DIR}/main && sha256sum {_DIR}/main && "
+            f"chmod 0111 {_DIR}/main && find . -mindepth 1 -maxdepth 1 ! -name {_DIR} -exec rm -rf {{}} +"
         )
-        if moved.exit_code != 0:
-            raise CheckerFailed(f"could not set the interactor aside: {moved.stderr.strip()[-200:]}")
     else:
-        await session.write_files({f"{_DIR}/{lang.source_name(code)}": code})
-    return lang.run_argv(code)
+        # -I: the interactor's directory and the user's site-packages (HOME is the workspace on some
+        # backends) are not on its sys.path, so a module the solution plants there is never imported.
+        argv = lang.run_argv(code)
+        installed = _Installed(argv=[argv[0], "-I", *argv[1:]], file=lang.source_name(code), digest="", mode="0500")
+        await session.write_files({f"{_DIR}/{installed.file}": code})
+        moved = await session.exec(f"chmod 0500 {_DIR}/{installed.file} && sha256sum {_DIR}/{installed.file}")
+    digest = moved.stdout.split()[0] if moved.exit_code == 0 and moved.stdout.strip() else ""
+    if lang.compile is None and digest != hashlib.sha256(code.encode("utf-8")).hexdigest():
+        digest = ""  # the sandbox's sha256sum must agree with ours, or the launcher's check means nothing
+    if not re.fullmatch(r"[0-9a-f]{64}", digest):
+        raise CheckerFailed(
+            f"could not set the interactor aside and hash it (sha256sum): {moved.stderr.strip()[-200:]}"
+        )
+    return dataclasses.replace(installed, digest=digest)
 
 
 async def _prepare_solution(session: Session, job: Job, group: list[tuple[int, StdioCase]]) -> Outcome | None:
@@ -166,14 +209,18 @@ async def _prepare_solution(session: Session, job: Job, group: list[tuple[int, S
     return None
 
 
-def _launcher(solution: list[str], interactor: list[str], inp: str, ans: str) -> str:
+def _launcher(solution: list[str], interactor: _Installed, inp: str, ans: str) -> str:
     """The bash program that joins the two processes (see the module docstring for each step's reason)."""
+    path = shlex.quote(f"{_DIR}/{interactor.file}")
     return f"""
+[ -d {_DIR} ] && [ ! -L {_DIR} ] && [ -f {path} ] && [ ! -L {path} ] && chmod 0500 {path} || exit {_TAMPERED}
+digest=$(sha256sum < {path}) && [ "${{digest%% *}}" = {interactor.digest} ] && chmod {interactor.mode} {path} \
+  || exit {_TAMPERED}
 rm -f .s2i .i2s .ierr .hold; mkfifo .s2i .i2s .hold || exit 97
 exec 3<{inp} 4<{ans} 5<>.hold 6<>.s2i 7<>.i2s || exit 97
 rm -f {inp} {ans} .hold
 trap '' PIPE
-(cd {_DIR} && exec {shlex.join(interactor)} /dev/fd/3 /dev/fd/4 5<&- 6<&- 7<&-) <.s2i >.i2s 2>.ierr &
+(cd {_DIR} && exec {shlex.join(interactor.argv)} /dev/fd/3 /dev/fd/4 5<&- 6<&- 7<&-) <.s2i >.i2s 2>.ierr &
 ipid=$!
 exec 3<&- 4<&-
 SECONDS=0
@@ -199,13 +246,16 @@ tail -c 400 .ierr
 
 
 async def _run_case(
-    session: Session, job: Job, interactor: Checker, interactor_argv: list[str], index: int, case: StdioCase
+    session: Session, job: Job, interactor: Checker, installed: _Installed, index: int, case: StdioCase
 ) -> CaseResult:
     inp, ans = (f".in-{secrets.token_hex(8)}", f".ans-{secrets.token_hex(8)}")
     await session.write_files({inp: case.stdin, ans: case.expected_stdout or ""})
-    script = _launcher(job.lang.run_argv(job.code), interactor_argv, inp, ans)
+    script = _launcher(job.lang.run_argv(job.code), installed, inp, ans)
     limits = job.limits.merged(timeout_s=max(job.limits.timeout_s, interactor.timeout_s))
     result = await timed_run(job, session.run(script, language="bash", limits=limits))
+    if result.exit_code == _TAMPERED and _MARK not in result.stdout:
+        # Only the solution ran in this session since the interactor was hashed: it changed the judge.
+        return _case(index, "error", "the solution changed the interactor's file (its digest differs)", 0.0)
     if result.exit_code in (_NOT_HIDDEN, _DIED_EARLY) and _MARK not in result.stdout:
         # The solution never started (so it cannot have chosen this exit code): the judge's own failure.
         raise CheckerFailed(

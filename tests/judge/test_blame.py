@@ -1,0 +1,64 @@
+"""Blame: what a graded program can cause is its own outcome (a number), never ``infra_error``/``None``.
+
+Each attack here once turned a wrong program's 0 into "no reward" (TRL leaves a ``None`` out of the
+group, so a policy learns to reach it). They are graded through ``grade`` on the subprocess backend and
+on Docker, and through the TRL and verl reward adapters, and must each end with a number.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sandboxkit import SandboxPool
+from sandboxkit.judge import grade
+from support.judge import needs_gpp, needs_subprocess
+
+pytestmark = needs_subprocess
+
+#: A compiled stdio solution that answers right, then kills its fork server on the case whose input is 1.
+KILLS_ITS_SANDBOX = """```cpp
+#include <csignal>
+#include <cstdio>
+#include <unistd.h>
+int main() {
+    int n;
+    if (scanf("%d", &n) != 1) return 1;
+    printf("%d\\n", n + 1);
+    fflush(stdout);
+    if (n == 1) { kill(getppid(), SIGKILL); KILL_ALL }
+    return 0;
+}
+```"""
+ADD_ONE = [{"stdin": f"{n}\n", "expected_stdout": f"{n + 1}\n"} for n in (0, 1, 2)]
+
+
+def killer(kill_all: bool) -> str:
+    return KILLS_ITS_SANDBOX.replace("KILL_ALL", "kill(-1, SIGKILL);" if kill_all else "")
+
+
+@needs_gpp
+@pytest.mark.parametrize("kill_all", [False, True], ids=["kill-parent", "kill-all"])
+async def test_a_program_that_kills_its_sandbox_fails_that_case_and_grading_goes_on(
+    pool: SandboxPool, kill_all: bool
+) -> None:
+    # Was: the next case's run raised SandboxCrashed and the whole verdict was infra_error (None).
+    verdict = await grade(pool, killer(kill_all), ADD_ONE, language="cpp")
+    assert [c.status for c in verdict.cases] == ["passed", "error", "passed"], verdict
+    assert (verdict.status, verdict.reward, verdict.infra_error) == ("failed", pytest.approx(2 / 3), False)
+    strict = await grade(pool, killer(kill_all), ADD_ONE, language="cpp", shaping="all_or_nothing")
+    assert (strict.status, strict.reward) == ("failed", 0.0), strict
+    assert [c.status for c in strict.cases] == ["passed", "error", "skipped"]
+
+
+@needs_gpp
+async def test_a_program_that_kills_its_sandbox_in_every_case_scores_zero(pool: SandboxPool) -> None:
+    always = killer(True).replace("if (n == 1) ", "")
+    verdict = await grade(pool, always, ADD_ONE, language="cpp")
+    assert (verdict.status, verdict.reward) == ("failed", 0.0), verdict
+    assert [c.status for c in verdict.cases] == ["error"] * 3
+
+
+@pytest.mark.docker
+async def test_on_docker_a_program_that_kills_its_parent_gets_a_number(docker_pool: SandboxPool) -> None:
+    verdict = await grade(docker_pool, killer(True), ADD_ONE, language="cpp")
+    assert verdict.reward is not None and not verdict.infra_error, verdict

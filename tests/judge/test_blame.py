@@ -62,3 +62,39 @@ async def test_a_program_that_kills_its_sandbox_in_every_case_scores_zero(pool: 
 async def test_on_docker_a_program_that_kills_its_parent_gets_a_number(docker_pool: SandboxPool) -> None:
     verdict = await grade(docker_pool, killer(True), ADD_ONE, language="cpp")
     assert verdict.reward is not None and not verdict.infra_error, verdict
+
+
+#: Values a solution may return that the isolated checker cannot carry as data (each was a handle, then
+#: cannot_isolate, then infra_error, reward None): comparing any of them fails the case.
+NOT_CARRIED = {
+    "self-referencing list": "a = []\n    a.append(a)\n    return a",
+    "self-referencing dict": "a = {}\n    a['a'] = a\n    return a",
+    "100k-deep list": "a = []\n    for _ in range(100_000):\n        a = [a]\n    return a",
+    "100k-deep dict": "a = {}\n    for _ in range(100_000):\n        a = {'k': a}\n    return a",
+    "object()": "return object()",
+    "generator": "return (i for i in range(x))",
+}
+
+
+@pytest.mark.parametrize("cases", [1, 2], ids=["inline", "forked"])
+@pytest.mark.parametrize("name", list(NOT_CARRIED))
+async def test_a_value_the_codec_cannot_carry_fails_the_case(pool: SandboxPool, name: str, cases: int) -> None:
+    code = f"```python\ndef f(x):\n    {NOT_CARRIED[name]}\n```"
+    tests = [{"type": "assert", "code": f"assert f({n}) == [{n}]"} for n in (1, 2)][:cases]
+    verdict = await grade(pool, code, tests)
+    assert (verdict.status, verdict.reward, verdict.infra_error) == ("failed", 0.0, False), verdict
+    assert "not plain data" in verdict.cases[0].message, verdict.cases[0]
+
+
+async def test_a_returned_generator_the_test_only_iterates_still_passes(pool: SandboxPool) -> None:
+    code = "```python\ndef f(x):\n    return (i for i in range(x))\n```"
+    verdict = await grade(pool, code, [{"type": "assert", "code": "assert list(f(3)) == [0, 1, 2]"}])
+    assert verdict.status == "ok", verdict
+
+
+@pytest.mark.docker
+async def test_on_docker_a_value_the_codec_cannot_carry_fails_the_case(docker_pool: SandboxPool) -> None:
+    for name in ("self-referencing list", "100k-deep list", "object()"):
+        code = f"```python\ndef f(x):\n    {NOT_CARRIED[name]}\n```"
+        verdict = await grade(docker_pool, code, [{"type": "assert", "code": "assert f(1) == [1]"}])
+        assert (verdict.status, verdict.reward) == ("failed", 0.0), (name, verdict)

@@ -91,8 +91,8 @@ async def grade(
         checker: a special judge for the stdio cases (default: the tests' own ``checker``, else
             comparison); see :mod:`sandboxkit.judge.checkers`.
         isolate_asserts: run Python assert cases' test code in a process of its own, so a wrong solution
-            cannot forge a pass (the default; see :mod:`sandboxkit.judge.isolated`); a test that needs
-            to compare an object the solution returned then gives ``infra_error`` (reward ``None``).
+            cannot forge a pass (the default; see :mod:`sandboxkit.judge.isolated`); a test that compares
+            a value the solution returned that is not plain data then fails that case.
             ``False`` runs the test code in the solution's process, trusting it (about twice as fast).
 
     Returns:

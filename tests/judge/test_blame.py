@@ -11,7 +11,7 @@ import pytest
 
 from sandboxkit import SandboxPool
 from sandboxkit.judge import grade
-from support.judge import needs_gpp, needs_subprocess
+from support.judge import needs_gpp, needs_java, needs_subprocess
 
 pytestmark = needs_subprocess
 
@@ -98,3 +98,21 @@ async def test_on_docker_a_value_the_codec_cannot_carry_fails_the_case(docker_po
         code = f"```python\ndef f(x):\n    {NOT_CARRIED[name]}\n```"
         verdict = await grade(docker_pool, code, [{"type": "assert", "code": "assert f(1) == [1]"}])
         assert (verdict.status, verdict.reward) == ("failed", 0.0), (name, verdict)
+
+
+@needs_gpp
+async def test_a_completion_that_is_not_valid_unicode_is_a_compile_error(pool: SandboxPool) -> None:
+    # Was (C++): the backend refused to write main.cpp, InvalidRequest -> invalid -> None.
+    for language in ("cpp", "python"):
+        code = f"```{language}\n// \ud800\nint main() {{ return 0; }}\n```"
+        verdict = await grade(pool, code, ADD_ONE[:2], language=language)
+        assert (verdict.status, verdict.reward) == ("compile_error", 0.0), verdict
+        assert "not valid Unicode text" in (verdict.error or "")
+
+
+@needs_java
+async def test_a_java_class_name_longer_than_a_file_name_is_a_compile_error(pool: SandboxPool) -> None:
+    # Was: the file name Main's class gives could not be written, InvalidRequest -> invalid -> None.
+    code = "```java\npublic class " + "A" * 300 + " { public static void main(String[] a) {} }\n```"
+    verdict = await grade(pool, code, ADD_ONE[:1], language="java")
+    assert (verdict.status, verdict.reward) == ("compile_error", 0.0), verdict

@@ -128,6 +128,11 @@ async def grade(
     hit = find_banned(extraction.code, patterns)
     if hit is not None:
         return _early(started, "banned", lang.name, error=hit, total=total, shape=shape, extraction=extraction)
+    unwritable = _unwritable(extraction.code, lang)
+    if unwritable is not None:
+        return _early(
+            started, "compile_error", lang.name, error=unwritable, total=total, shape=shape, extraction=extraction
+        )
 
     sandboxed = special if special is not None and special.sandboxed else None
     job = Job(pool, extraction.code, lang, run_limits, options, shape.stop_on_first_failure, sandboxed, isolate_asserts)
@@ -213,6 +218,27 @@ def _positive(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise InvalidTests(f"timeout_s must be a positive number of seconds, got {value!r}")
     return float(value)
+
+
+#: Linux's longest file name, in bytes (NAME_MAX).
+_NAME_MAX = 255
+
+
+def _unwritable(code: str, lang: Language) -> str | None:
+    """Why the program cannot be written to a source file (a compile error: the program's own doing).
+
+    A backend refuses such a request (``InvalidRequest``), which would make the verdict ``invalid`` and
+    the reward ``None``: a completion with a lone surrogate, or a Java class name longer than a file
+    name may be, would dodge its zero.
+    """
+    try:
+        code.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"the code is not valid Unicode text ({exc.reason} at position {exc.start})"
+    name = lang.source_name(code)
+    if len(name.encode("utf-8")) > _NAME_MAX:
+        return f"the code's source file name ({name[:40]!r}..., from its class name) is longer than a file name may be"
+    return None
 
 
 def _check_supported(suite: TestSuite, lang: Language) -> None:

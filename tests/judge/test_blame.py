@@ -7,11 +7,17 @@ on Docker, and through the TRL and verl reward adapters, and must each end with 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from judge.test_checkers import EXAMPLE_CHECKER, GARBAGE, SUM_CASES
+from judge.test_interactive import SWAPS_THE_INTERACTOR, suite
 from sandboxkit import SandboxPool
+from sandboxkit.integrations.trl import SandboxReward
+from sandboxkit.integrations.verl import compute_score
 from sandboxkit.judge import grade
-from support.judge import needs_gpp, needs_java, needs_subprocess
+from support.judge import FAST, needs_gpp, needs_java, needs_subprocess
 
 pytestmark = needs_subprocess
 
@@ -116,3 +122,37 @@ async def test_a_java_class_name_longer_than_a_file_name_is_a_compile_error(pool
     code = "```java\npublic class " + "A" * 300 + " { public static void main(String[] a) {} }\n```"
     verdict = await grade(pool, code, ADD_ONE[:1], language="java")
     assert (verdict.status, verdict.reward) == ("compile_error", 0.0), verdict
+
+
+def attacks() -> dict[str, tuple[str, object, str]]:
+    """Every attack of this file and its neighbours as ``(completion, tests, language)``: each was ``None``."""
+    return {
+        "checker chokes on garbage (item 9)": (GARBAGE, {"cases": SUM_CASES, "checker": EXAMPLE_CHECKER}, "python"),
+        "kills its sandbox (item 10)": (killer(True), ADD_ONE, "cpp"),
+        "returns object() to an isolated assert (item 8)": (
+            "```python\ndef f(x):\n    return object()\n```",
+            [{"type": "assert", "code": "assert f(1) == [1]"}],
+            "python",
+        ),
+        "swaps the interactor (item 5, a forged 1.0 before)": (SWAPS_THE_INTERACTOR, suite(), "cpp"),
+        "not valid Unicode": ("```cpp\n// \ud800\nint main() {}\n```", ADD_ONE, "cpp"),
+    }
+
+
+@needs_gpp
+async def test_every_attack_ends_with_a_number_through_trl_and_verl() -> None:
+    named = attacks()
+    completions = [c for c, _, _ in named.values()]
+    with SandboxReward("subprocess", max_concurrency=2, limits=FAST, shaping="all_or_nothing") as reward:
+        rewards = await reward(
+            prompts=["p"] * len(named),
+            completions=completions,
+            tests=[json.dumps(t) for _, t, _ in named.values()],
+            language=[lang for _, _, lang in named.values()],
+        )
+    assert dict(zip(named, rewards, strict=True)) == dict.fromkeys(named, 0.0)
+    for name, (completion, tests, language) in named.items():
+        scored = await compute_score(
+            "x", completion, json.dumps(tests), language=language, timeout=5, shaping="all_or_nothing"
+        )
+        assert (scored["score"], scored["status"] in ("failed", "compile_error")) == (0.0, True), (name, scored)

@@ -204,3 +204,13 @@ async def test_a_checker_stopping_on_the_solutions_output_is_a_wrong_answer(pool
     assert verdict.reward == pytest.approx(2 / 3) and not verdict.infra_error
     assert "the checker failed on this output" in verdict.cases[0].message
     assert "accepts the reference answer" in verdict.cases[0].message
+
+
+@pytest.mark.docker
+async def test_on_docker_a_checker_choking_on_the_output_is_a_wrong_answer(docker_pool: SandboxPool) -> None:
+    garbage = await grade(docker_pool, GARBAGE, {"cases": SUM_CASES, "checker": EXAMPLE_CHECKER})
+    assert (garbage.status, garbage.reward) == ("failed", 0.0), garbage
+    tests = {"cases": SUM_CASES, "checker": CHOKING_CHECKERS["program crashes"]}
+    code = "```python\nn = int(input())\nprint('x y' if n == 5 else f'0 {n}')\n```"
+    crashed = await grade(docker_pool, code, tests)
+    assert [c.status for c in crashed.cases] == ["wrong_answer", "passed", "passed"], crashed

@@ -314,3 +314,12 @@ async def test_a_solution_that_kills_its_sandbox_fails_that_case_only(pool: Sand
     verdict = await grade(pool, FINDS_THEN_KILLS, suite("python", PY_INTERACTOR))
     assert [c.status for c in verdict.cases] == ["passed", "error", "passed"], verdict
     assert (verdict.reward, verdict.infra_error) == (pytest.approx(2 / 3), False)
+
+
+@pytest.mark.docker
+async def test_on_docker_the_solution_cannot_change_the_interactor(docker_pool: SandboxPool) -> None:
+    swapped = await grade(docker_pool, SWAPS_THE_INTERACTOR, suite(), language="cpp", shaping="all_or_nothing")
+    rewritten = await grade(docker_pool, REWRITES_THE_INTERACTOR, suite("python", "import json\n" + PY_INTERACTOR))
+    right = await grade(docker_pool, BINARY_SEARCH_CPP, suite(), language="cpp")
+    assert (swapped.reward, swapped.infra_error, rewritten.reward, rewritten.infra_error) == (0.0, False, 0.0, False)
+    assert right.status == "ok", right

@@ -37,7 +37,15 @@ Who is to blame, which decides between a 0 and "no reward":
 * the solution's own failure (non-zero exit, signal, timeout, memory) fails the case even if the
   interactor accepted, as Codeforces-style judges do;
 * more than one result line on the run's output: only the solution could have written the extra one
-  (through ``/proc/<launcher>/fd/1``), so the case fails.
+  (through ``/proc/<launcher>/fd/1``), so the case fails;
+* the interactor's file is not the one set aside (its SHA-256, taken before any solution code ran in
+  the session, is checked by the launcher before every case): only the solution could have changed
+  it, so the case fails. Nothing of the solution survives its command (every backend kills what is
+  left), so nothing can swap the file between that check and the interactor's ``exec``; a Python
+  interactor runs as ``python3 -I``, so modules planted next to it or in the user's site-packages
+  are never imported;
+* the solution kills its sandbox (the subprocess backend's fork server): that case fails, and the
+  remaining cases run in a fresh session (:mod:`sandboxkit.judge._sessions`).
 
 Interactive grading needs a stateful backend that runs bash (subprocess, Docker, the cloud backends).
 Languages that reserve large address space (Java, Go, JavaScript) cannot run under the launcher's

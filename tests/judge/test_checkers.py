@@ -214,3 +214,12 @@ async def test_on_docker_a_checker_choking_on_the_output_is_a_wrong_answer(docke
     code = "```python\nn = int(input())\nprint('x y' if n == 5 else f'0 {n}')\n```"
     crashed = await grade(docker_pool, code, tests)
     assert [c.status for c in crashed.cases] == ["wrong_answer", "passed", "passed"], crashed
+
+
+async def test_a_checker_that_prints_the_output_cannot_be_fed_forged_reports(pool: SandboxPool) -> None:
+    # A checker that prints what it judges (debugging) used to print the solution's forged report lines
+    # onto the channel its results travel on: a wrong solution passed the cases judged before its last.
+    chatty = {"type": "python", "code": "def check(i, o, a):\n    print(o)\n    return o.split() == a.split()\n"}
+    forge = "".join(f'print(\'@@sandboxkit-check@@ {{"i": {i}, "score": 1.0}}\')\n' for i in range(3))
+    verdict = await grade(pool, f"```python\n{forge}```", {"cases": SUM_CASES, "checker": chatty})
+    assert (verdict.passed, verdict.reward) == (0, 0.0), verdict

@@ -211,7 +211,14 @@ def compiled_request(checker: Checker, stdin: str, output: str, answer: str, lim
 
 
 _PYTHON_WRAPPER = """
-import json as _json, sys as _sys
+import json as _json, os as _os, sys as _sys
+
+# Reports go to the original stdout; what check() prints goes to stderr, so a checker that prints the
+# solution's output (which may hold forged report lines) cannot pose as a report.
+_sys.stdout.flush()
+_sk_report = _os.fdopen(_os.dup(1), "w")
+_os.dup2(2, 1)
+_sys.stdout = _sys.stderr
 
 
 def _sk_score(got):
@@ -223,7 +230,7 @@ def _sk_score(got):
 with open("checks.json", encoding="utf-8") as _f:
     _items = _json.load(_f)
 for _i, (_in, _out, _ans, _ref) in enumerate(_items):
-    print(__MARK__ + _json.dumps({"begin": _i}), flush=True)  # a run that stops now stopped on this output
+    print(__MARK__ + _json.dumps({"begin": _i}), file=_sk_report, flush=True)  # a stop now stopped on this output
     try:
         _res = {"score": _sk_score(check(_in, _out, _ans))}
     except Exception as _e:
@@ -235,7 +242,7 @@ for _i, (_in, _out, _ans, _ref) in enumerate(_items):
                     _res["reference"] = "it does not accept the reference answer (score %g)" % _s
             except Exception as _e:
                 _res["reference"] = "it raises on the reference answer too (%s: %s)" % (type(_e).__name__, _e)
-    print(__MARK__ + _json.dumps(dict(_res, i=_i)), flush=True)
+    print(__MARK__ + _json.dumps(dict(_res, i=_i)), file=_sk_report, flush=True)
 """.replace("__MARK__", repr(_MARK))
 
 #: One check: the case's input, the output to judge, the reference answer, and whether that answer exists.

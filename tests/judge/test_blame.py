@@ -13,11 +13,12 @@ import pytest
 
 from judge.test_checkers import EXAMPLE_CHECKER, GARBAGE, SUM_CASES
 from judge.test_interactive import SWAPS_THE_INTERACTOR, suite
-from sandboxkit import SandboxPool
+from sandboxkit import Limits, RunRequest, RunResult, Sandbox, SandboxPool
+from sandboxkit.errors import SandboxCrashed
 from sandboxkit.integrations.trl import SandboxReward
 from sandboxkit.integrations.verl import compute_score
 from sandboxkit.judge import grade
-from support.judge import FAST, needs_gpp, needs_java, needs_subprocess
+from support.judge import FAST, RecordingBackend, needs_gpp, needs_java, needs_subprocess, pool_over
 
 pytestmark = needs_subprocess
 
@@ -62,6 +63,31 @@ async def test_a_program_that_kills_its_sandbox_in_every_case_scores_zero(pool: 
     verdict = await grade(pool, always, ADD_ONE, language="cpp")
     assert (verdict.status, verdict.reward) == ("failed", 0.0), verdict
     assert [c.status for c in verdict.cases] == ["error"] * 3
+
+
+class DiesAtOnce(RecordingBackend):
+    """The real backend, but every sandbox dies on its first run: no program of it ever comes back."""
+
+    async def open(self, limits: Limits | None = None) -> Sandbox:
+        sandbox = await super().open(limits)
+
+        async def run(request: RunRequest) -> RunResult:
+            raise SandboxCrashed("the sandbox died (injected)", backend=self.name, sandbox_id=sandbox.id)
+
+        sandbox.run = run  # type: ignore[method-assign]
+        return sandbox
+
+
+@needs_gpp
+async def test_sandboxes_that_die_before_the_program_comes_back_are_an_infra_error() -> None:
+    # The other side of the rule: a crash raised by the program's first command in a fresh session is
+    # the sandbox's. A right program must not get a 0 (nor the judge loop over fresh sessions).
+    async with pool_over(DiesAtOnce(), 2) as pool:
+        right = '```cpp\n#include <cstdio>\nint main() { int n; scanf("%d", &n); printf("%d\\n", n + 1); }\n```'
+        verdict = await grade(pool, right, ADD_ONE, language="cpp")
+        interactive = await grade(pool, right, suite(), language="cpp")
+    assert (verdict.status, verdict.reward) == ("infra_error", None), verdict
+    assert (interactive.status, interactive.reward) == ("infra_error", None), interactive
 
 
 @pytest.mark.docker

@@ -323,3 +323,27 @@ async def test_on_docker_the_solution_cannot_change_the_interactor(docker_pool: 
     right = await grade(docker_pool, BINARY_SEARCH_CPP, suite(), language="cpp")
     assert (swapped.reward, swapped.infra_error, rewritten.reward, rewritten.infra_error) == (0.0, False, 0.0, False)
     assert right.status == "ok", right
+
+
+#: A wrong Python solution that plants a start-up hook in the user's site-packages (HOME is the
+#: workspace on Docker): every later Python process of the sandbox, the interactor too, would run it.
+PLANTS_A_SITE_HOOK = """```python
+import os, site, sys
+hook = ("import ctypes, os, sys; ctypes.CDLL(None).prctl(4, 0, 0, 0, 0); "
+        "len(sys.argv) > 2 and (sys.stdin.read(), os._exit(0))\\n")
+path = site.getusersitepackages()
+os.makedirs(path, exist_ok=True)
+with open(os.path.join(path, "zz.pth"), "w") as f:
+    f.write(hook)
+```"""
+
+
+async def test_a_site_hook_never_runs_in_the_interactor(pool: SandboxPool) -> None:
+    # Was: cases 1 and 2 ran the hook instead of the interactor and passed (reward 2/3), here and on Docker.
+    verdict = await grade(pool, PLANTS_A_SITE_HOOK, suite("python", PY_INTERACTOR))
+    assert (verdict.reward, verdict.passed, verdict.infra_error) == (0.0, 0, False), verdict
+
+
+@pytest.mark.docker
+async def test_on_docker_a_site_hook_never_runs_in_the_interactor(docker_pool: SandboxPool) -> None:
+    await test_a_site_hook_never_runs_in_the_interactor(docker_pool)

@@ -9,8 +9,9 @@ failed case), and the session's next call raises :class:`~sandboxkit.errors.Sand
 Blame rule: a sandbox that dies during the program's own command is that program's failure for that
 case, never ``infra_error``; otherwise a policy could learn to turn a zero into "no reward" by killing
 its sandbox after a wrong answer. So :func:`run_in_sessions` goes on with the remaining cases in a
-fresh session. A crash before the program ran any command in the session is the infrastructure's (the
-error propagates). Each fresh session either judges a case or, when the program killed it in a
+fresh session. A crash before a command of the program came back in the session is the
+infrastructure's (the error propagates: a backend whose sandboxes die at once must not turn a right
+program's cases into failures). Each fresh session either judges a case or, when the program killed it in a
 preparatory run (its compile-and-probe), charges the next case with the crash, so the loop ends.
 """
 
@@ -33,7 +34,12 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Attempt:
-    """One session of a grading; the pass sets ``program_ran`` before it sends the program's first command."""
+    """One session of a grading; the pass sets ``program_ran`` once a command of the program came back.
+
+    Only then can a later crash be the program's doing: a command that kills its sandbox still gets its
+    own result (the subprocess backend reports the killed command; Docker's runner cannot be killed),
+    so a crash raised *by* the program's first command is the sandbox's, not the program's.
+    """
 
     session: Session
     program_ran: bool = False
@@ -49,7 +55,7 @@ async def run_in_sessions(job: Job, group: list[tuple[int, Any]], session_pass: 
     """Run ``group`` through ``session_pass``, in a fresh session whenever the program killed the last one.
 
     Raises:
-        SandboxCrashed: a session died before the program ran a command in it.
+        SandboxCrashed: a session died before a command of the program came back in it.
         SandboxError: any other failure of the sandbox.
     """
     outcome = Outcome()

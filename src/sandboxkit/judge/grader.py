@@ -421,10 +421,10 @@ async def _stdio_session_pass(
     """
     session = attempt.session
     (first_index, first_case), rest = group[0], group[1:]
-    attempt.program_ran = True
     first = await timed_run(
         job, session.run(job.code, language=job.lang.name, stdin=first_case.stdin, limits=job.limits)
     )
+    attempt.program_ran = True
     verdict = _first_run_verdict(job, group, first)
     if verdict is not None:
         return verdict

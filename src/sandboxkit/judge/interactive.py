@@ -140,12 +140,13 @@ async def run_interactive(job: Job, interactor: Checker, group: list[tuple[int, 
         job: Job, attempt: Attempt, pending: list[tuple[int, StdioCase]], outcome: Outcome
     ) -> Outcome | None:
         installed = await _prepare_interactor(attempt.session, job, interactor, ilang)
-        attempt.program_ran = True  # from here on the solution has run in this session
         compiled = await _prepare_solution(attempt.session, job, pending)
         if compiled is not None:
             return compiled
+        attempt.program_ran = job.lang.compile is not None  # its compile-and-probe run came back
         for index, case in pending:
             outcome.cases[index] = await _run_case(attempt.session, job, interactor, installed, index, case)
+            attempt.program_ran = True
             if job.stop and not outcome.cases[index].passed:
                 break
         return None

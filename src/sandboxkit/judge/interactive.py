@@ -186,8 +186,8 @@ async def _prepare_interactor(session: Session, job: Job, interactor: Checker, l
             f"chmod 0111 {_DIR}/main && find . -mindepth 1 -maxdepth 1 ! -name {_DIR} -exec rm -rf {{}} +"
         )
     else:
-        # -I: the interactor's directory and the user's site-packages (HOME is the workspace on some
-        # backends) are not on its sys.path, so a module the solution plants there is never imported.
+        # -I: the interactor's directory and the user's site-packages (HOME is in the workspace) are not
+        # on its sys.path, so a module or .pth start-up hook the solution plants there never runs in it.
         argv = lang.run_argv(code)
         installed = _Installed(argv=[argv[0], "-I", *argv[1:]], file=lang.source_name(code), digest="", mode="0500")
         await session.write_files({f"{_DIR}/{installed.file}": code})

@@ -347,3 +347,17 @@ async def test_a_site_hook_never_runs_in_the_interactor(pool: SandboxPool) -> No
 @pytest.mark.docker
 async def test_on_docker_a_site_hook_never_runs_in_the_interactor(docker_pool: SandboxPool) -> None:
     await test_a_site_hook_never_runs_in_the_interactor(docker_pool)
+
+
+#: An interactor that crashes (as a Rust one's ``unwrap()`` exits 101) on a guess that is not a number.
+CRASHES_ON_GARBAGE = PY_INTERACTOR.replace(
+    "g = int(input())", "line = input()\n    g = int(line) if line.strip().isdigit() else sys.exit(101)"
+)
+
+
+async def test_an_interactor_crashing_on_the_solutions_garbage_is_a_wrong_answer(pool: SandboxPool) -> None:
+    # Was: exit code 101 -> checker_failed -> infra_error -> None, so printing garbage dodged the 0.
+    verdict = await grade(pool, "```python\nprint('abc', flush=True)\n```", suite("python", CRASHES_ON_GARBAGE))
+    assert (verdict.status, verdict.reward, verdict.infra_error) == ("failed", 0.0, False), verdict
+    assert "exit code 101" in verdict.cases[0].message
+    assert (await grade(pool, BINARY_SEARCH, suite("python", CRASHES_ON_GARBAGE))).reward == 1.0

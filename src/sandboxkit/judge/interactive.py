@@ -29,6 +29,9 @@ Who is to blame, which decides between a 0 and "no reward":
 
 * the interactor exits 3, or does not compile, or is missing: :class:`CheckerFailed` (``infra_error``,
   reward ``None``): it says nothing about the solution;
+* the interactor exits with a code outside testlib's 0-3 (a crash: a Rust interactor's panic exits
+  101) after it read what the solution wrote: the case is a ``wrong_answer``, as a checker choking on
+  the solution's output is;
 * the interactor is *killed by a signal*: the case fails (``error``). The solution runs as the same user
   and can kill it; treating that as "the judge broke" would let a policy learn to turn its zeros into
   ``None`` by killing the judge. A trusted interactor crashing on its own is far rarer than that;
@@ -293,15 +296,17 @@ async def _run_case(
         return _case(index, "error", why, result.duration_s)
     if interactor_rc in (1, 2):  # first: a solution that dies after being rejected died of the closed pipe
         return _case(index, "wrong_answer", message or "rejected by the interactor", result.duration_s)
+    if interactor_rc != 0:
+        # A code outside testlib's 0-3 is a crash (a Rust interactor's panic exits 101) after it read what
+        # the solution wrote: the solution's output caused it, as a checker choking on it (only exit 3 is
+        # "the interactor failed"; one that dies before the solution starts is caught above).
+        why = f"the interactor crashed (exit code {interactor_rc}) on what the solution wrote"
+        return _case(index, "wrong_answer", trim_message(f"{why}: {message}" if message else why), result.duration_s)
     if solution_rc != 0:
         why = f"killed by signal {solution_rc - 128}" if solution_rc >= 128 else f"exit code {solution_rc}"
         lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
         return _case(index, "error", trim_message(f"{why}: {lines[-1]}" if lines else why), result.duration_s)
-    if interactor_rc == 0:
-        return _case(index, "passed", "", result.duration_s)
-    raise CheckerFailed(
-        f"the interactor exited with code {interactor_rc} on case {index} (testlib uses 0-3): {message}"
-    )
+    return _case(index, "passed", "", result.duration_s)
 
 
 def _case(index: int, status: str, message: str, time_s: float) -> CaseResult:

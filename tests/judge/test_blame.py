@@ -12,7 +12,13 @@ import json
 import pytest
 
 from judge.test_checkers import EXAMPLE_CHECKER, GARBAGE, SUM_CASES
-from judge.test_interactive import SWAPS_THE_INTERACTOR, suite
+from judge.test_interactive import (
+    CRASHES_ON_GARBAGE,
+    PLANTS_A_SITE_HOOK,
+    PY_INTERACTOR,
+    SWAPS_THE_INTERACTOR,
+    suite,
+)
 from sandboxkit import Limits, RunRequest, RunResult, Sandbox, SandboxPool
 from sandboxkit.errors import SandboxCrashed
 from sandboxkit.integrations.trl import SandboxReward
@@ -162,6 +168,16 @@ def attacks() -> dict[str, tuple[str, object, str]]:
         ),
         "swaps the interactor (item 5, a forged 1.0 before)": (SWAPS_THE_INTERACTOR, suite(), "cpp"),
         "not valid Unicode": ("```cpp\n// \ud800\nint main() {}\n```", ADD_ONE, "cpp"),
+        "plants a site hook for the interactor (a forged 2/3 before)": (
+            PLANTS_A_SITE_HOOK,
+            suite("python", PY_INTERACTOR),
+            "python",
+        ),
+        "crashes the interactor with garbage": (
+            "```python\nprint('abc', flush=True)\n```",
+            suite("python", CRASHES_ON_GARBAGE),
+            "python",
+        ),
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 
 from sandboxkit import SandboxPool
 from support.judge import FAST, BrokenBackend, RecordingBackend, codec_namespace, pool_over
+from support.marks import missing
 
 
 @pytest.fixture
@@ -34,3 +36,23 @@ async def broken_pool() -> AsyncIterator[SandboxPool]:
 def codec() -> dict[str, Any]:
     """The isolated harness's value codec (``support.judge.codec_roundtrip`` sends values through it)."""
     return codec_namespace()
+
+
+def docker_usable() -> bool:
+    """Whether the Docker backend can start sandboxes here (its engine answers and its image exists)."""
+    try:
+        from sandboxkit.backends.docker import DockerBackend
+    except Exception:
+        return False
+    return bool(DockerBackend.availability().usable)
+
+
+@pytest.fixture
+async def docker_pool() -> AsyncIterator[SandboxPool]:
+    """A pool on the Docker backend (skipped where it is not usable, a failure under CI=true)."""
+    if not docker_usable():
+        missing("the docker backend is not usable here")
+    from sandboxkit.backends.docker import DockerBackend
+
+    async with pool_over(DockerBackend(labels={"sandboxkit.test": uuid.uuid4().hex}), 2) as p:
+        yield p

@@ -141,3 +141,85 @@ async def test_a_bad_checker_spec_is_an_invalid_verdict(pool: SandboxPool) -> No
     verdict = await grade(pool, ZERO_FIRST, {"cases": SUM_CASES, "checker": "fuzzy"})
     assert (verdict.status, verdict.reward) == ("invalid", None)
     assert verdict.error is not None and "fuzzy" in verdict.error
+
+
+#: The project's own example checker (examples/problems.jsonl, "any_split_checker"): ``int`` raises on garbage.
+EXAMPLE_CHECKER = {
+    "type": "python",
+    "code": "def check(input, output, answer):\n    n = int(input)\n    parts = output.split()\n"
+    "    return len(parts) == 2 and int(parts[0]) + int(parts[1]) == n\n",
+}
+GARBAGE = "```python\nprint('x y')\n```"
+
+
+async def test_a_checker_raising_on_the_solutions_output_is_a_wrong_answer(pool: SandboxPool) -> None:
+    # Was checker_failed -> infra_error -> None: printing garbage the checker chokes on dodged the 0.
+    verdict = await grade(pool, GARBAGE, {"cases": SUM_CASES, "checker": EXAMPLE_CHECKER})
+    assert (verdict.status, verdict.reward, verdict.passed) == ("failed", 0.0, 0), verdict
+    assert [c.status for c in verdict.cases] == ["wrong_answer"] * 3
+    assert "the checker raised on this output: ValueError" in verdict.cases[0].message
+    # Without a reference answer there is nothing to blame but the output: still a wrong answer.
+    no_answer = {"cases": [{"stdin": c["stdin"]} for c in SUM_CASES], "checker": EXAMPLE_CHECKER}
+    assert (await grade(pool, GARBAGE, no_answer)).reward == 0.0
+    # A right solution is unaffected, and a checker that raises on the reference answer is still broken.
+    assert (await grade(pool, ZERO_FIRST, {"cases": SUM_CASES, "checker": EXAMPLE_CHECKER})).reward == 1.0
+    picky = {"type": "python", "code": "def check(i, o, a):\n    assert o.split()[0] == 'zero'\n    return True\n"}
+    broken = await grade(pool, ZERO_FIRST, {"cases": SUM_CASES, "checker": picky})
+    assert (broken.status, broken.reward) == ("infra_error", None), broken
+    assert "raises on the reference answer too" in (broken.error or "")
+
+
+#: Checkers that stop (a loop, a crash) only on an output that is not two numbers: the reference passes.
+CHOKING_CHECKERS = {
+    "python loops": {
+        "type": "python",
+        "timeout_s": 1,
+        "code": "def check(i, o, a):\n    while not o.split()[0].isdigit():\n        pass\n"
+        "    return sum(map(int, o.split())) == int(i)\n",
+    },
+    "program crashes": {
+        "type": "program",
+        "language": "bash",
+        "code": 'read n < "$1"; read a b < "$2"\n[[ "$a$b" =~ ^[0-9]+$ ]] || kill -SEGV $$\n'
+        "[ $((a + b)) -eq $n ] || exit 1\n",
+    },
+    "program times out": {
+        "type": "program",
+        "language": "bash",
+        "timeout_s": 1,
+        "code": 'read n < "$1"; read a b < "$2"\n[[ "$a$b" =~ ^[0-9]+$ ]] || while :; do :; done\n'
+        "[ $((a + b)) -eq $n ] || exit 1\n",
+    },
+}
+
+
+@pytest.mark.parametrize("name", list(CHOKING_CHECKERS))
+async def test_a_checker_stopping_on_the_solutions_output_is_a_wrong_answer(pool: SandboxPool, name: str) -> None:
+    # The first case's output chokes the checker, the others are right: the stop is that case's wrong
+    # answer (the checker accepts its reference answer) and the other cases are still judged.
+    tests = {"cases": SUM_CASES, "checker": CHOKING_CHECKERS[name]}
+    code = "```python\nn = int(input())\nprint('x y' if n == 5 else f'0 {n}')\n```"
+    verdict = await grade(pool, code, tests)
+    assert [c.status for c in verdict.cases] == ["wrong_answer", "passed", "passed"], verdict
+    assert verdict.reward == pytest.approx(2 / 3) and not verdict.infra_error
+    assert "the checker failed on this output" in verdict.cases[0].message
+    assert "accepts the reference answer" in verdict.cases[0].message
+
+
+@pytest.mark.docker
+async def test_on_docker_a_checker_choking_on_the_output_is_a_wrong_answer(docker_pool: SandboxPool) -> None:
+    garbage = await grade(docker_pool, GARBAGE, {"cases": SUM_CASES, "checker": EXAMPLE_CHECKER})
+    assert (garbage.status, garbage.reward) == ("failed", 0.0), garbage
+    tests = {"cases": SUM_CASES, "checker": CHOKING_CHECKERS["program crashes"]}
+    code = "```python\nn = int(input())\nprint('x y' if n == 5 else f'0 {n}')\n```"
+    crashed = await grade(docker_pool, code, tests)
+    assert [c.status for c in crashed.cases] == ["wrong_answer", "passed", "passed"], crashed
+
+
+async def test_a_checker_that_prints_the_output_cannot_be_fed_forged_reports(pool: SandboxPool) -> None:
+    # A checker that prints what it judges (debugging) used to print the solution's forged report lines
+    # onto the channel its results travel on: a wrong solution passed the cases judged before its last.
+    chatty = {"type": "python", "code": "def check(i, o, a):\n    print(o)\n    return o.split() == a.split()\n"}
+    forge = "".join(f'print(\'@@sandboxkit-check@@ {{"i": {i}, "score": 1.0}}\')\n' for i in range(3))
+    verdict = await grade(pool, f"```python\n{forge}```", {"cases": SUM_CASES, "checker": chatty})
+    assert (verdict.passed, verdict.reward) == (0, 0.0), verdict

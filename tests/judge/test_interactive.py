@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 
 from sandboxkit import SandboxPool
 from sandboxkit.judge import grade
-from support.judge import FAST, needs_gpp, needs_subprocess, requires
+from support.judge import FAST, needs_gpp, needs_subprocess
 
 pytestmark = needs_subprocess
 
@@ -231,29 +229,6 @@ async def test_an_interactive_problem_needs_stdio_cases(pool: SandboxPool) -> No
     assert verdict.status == "invalid" and "stdio" in (verdict.error or "")
 
 
-def _docker_usable() -> bool:
-    try:
-        from sandboxkit.backends.docker import DockerBackend
-    except Exception:
-        return False
-    return bool(DockerBackend.availability().usable)
-
-
-@pytest.fixture
-async def docker_pool() -> AsyncIterator[SandboxPool]:
-    if not _docker_usable():
-        requires(False, "the docker backend is not usable here")  # skip locally, fail under CI=true
-        pytest.skip("the docker backend is not usable here")
-    from sandboxkit.backends.docker import DockerBackend
-
-    backend = DockerBackend(labels={"sandboxkit.test": uuid.uuid4().hex})
-    try:
-        async with SandboxPool(backend, max_concurrency=2, limits=FAST) as p:
-            yield p
-    finally:
-        await backend.aclose()
-
-
 @pytest.mark.docker
 async def test_on_docker_right_passes_and_peeking_or_forging_does_not(docker_pool: SandboxPool) -> None:
     checker = suite("python", PY_INTERACTOR)["checker"]
@@ -272,3 +247,117 @@ async def test_an_interactor_that_stays_readable_never_lets_the_solution_start(p
     verdict = await grade(pool, PEEK, {"cases": CASES[1:2], "checker": suite("python", readable)["checker"]})
     assert verdict.status == "infra_error" and verdict.reward is None, verdict
     assert "did not hide its files" in (verdict.error or ""), verdict.error
+
+
+#: A wrong compiled solution that, run without the interactor's arguments (its compile-and-probe run, or
+#: any case), puts a copy of itself in the interactor's place; run as the interactor (``main input
+#: answer``) it waits for the solution to finish and accepts. Execute-only, so it turns non-dumpable.
+SWAPS_THE_INTERACTOR = """```cpp
+#include <cstdio>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+int main(int argc, char** argv) {
+    char buf[4096];
+    if (argc >= 3) {  // running as the "interactor": accept whatever the solution does
+        while (read(0, buf, sizeof buf) > 0) {}
+        return 0;
+    }
+    int in = open("/proc/self/exe", O_RDONLY);
+    unlink(".interactor/main");
+    int out = open(".interactor/main", O_WRONLY | O_CREAT | O_TRUNC, 0700);
+    ssize_t n;
+    while (in >= 0 && out >= 0 && (n = read(in, buf, sizeof buf)) > 0) write(out, buf, n);
+    close(out);
+    chmod(".interactor/main", 0111);
+    return 0;
+}
+```"""
+
+#: A wrong Python solution that rewrites a Python interactor (and plants a module next to it) for later cases.
+REWRITES_THE_INTERACTOR = """```python
+import os
+fake = ("__import__('ctypes').CDLL(None).prctl(4, 0, 0, 0, 0)\\n"
+        "import sys\\nsys.stdin.read()\\nsys.exit(0)\\n")
+for name in os.listdir(".interactor"):
+    path = os.path.join(".interactor", name)
+    os.chmod(path, 0o700)
+    with open(path, "w") as f:
+        f.write(fake)
+with open(os.path.join(".interactor", "json.py"), "w") as f:
+    f.write(fake)
+```"""
+
+
+@needs_gpp
+async def test_a_compiled_solution_cannot_swap_in_its_own_interactor(pool: SandboxPool) -> None:
+    # Was: the solution's probe run replaced .interactor/main and this wrong solution passed 3/3.
+    verdict = await grade(pool, SWAPS_THE_INTERACTOR, suite(), language="cpp", shaping="all_or_nothing")
+    assert (verdict.reward, verdict.passed, verdict.infra_error) == (0.0, 0, False), verdict
+    assert "interactor" in verdict.cases[0].message, verdict.cases[0]
+
+
+async def test_a_solution_cannot_rewrite_a_python_interactor_for_later_cases(pool: SandboxPool) -> None:
+    # Was: case 0 failed, then cases 1 and 2 ran the solution's "interactor" and passed (reward 2/3).
+    verdict = await grade(pool, REWRITES_THE_INTERACTOR, suite("python", "import json\n" + PY_INTERACTOR))
+    assert (verdict.reward, verdict.passed, verdict.infra_error) == (0.0, 0, False), verdict
+
+
+#: Finds the secret, then kills everything in its sandbox (the fork server too) when it was 37.
+FINDS_THEN_KILLS = BINARY_SEARCH.removesuffix("```") + (
+    "if mid == 37:\n    import os, signal\n    os.kill(-1, signal.SIGKILL)\n```"
+)
+
+
+async def test_a_solution_that_kills_its_sandbox_fails_that_case_only(pool: SandboxPool) -> None:
+    # Was: the next case's run raised SandboxCrashed and the verdict was infra_error (reward None).
+    verdict = await grade(pool, FINDS_THEN_KILLS, suite("python", PY_INTERACTOR))
+    assert [c.status for c in verdict.cases] == ["passed", "error", "passed"], verdict
+    assert (verdict.reward, verdict.infra_error) == (pytest.approx(2 / 3), False)
+
+
+@pytest.mark.docker
+async def test_on_docker_the_solution_cannot_change_the_interactor(docker_pool: SandboxPool) -> None:
+    swapped = await grade(docker_pool, SWAPS_THE_INTERACTOR, suite(), language="cpp", shaping="all_or_nothing")
+    rewritten = await grade(docker_pool, REWRITES_THE_INTERACTOR, suite("python", "import json\n" + PY_INTERACTOR))
+    right = await grade(docker_pool, BINARY_SEARCH_CPP, suite(), language="cpp")
+    assert (swapped.reward, swapped.infra_error, rewritten.reward, rewritten.infra_error) == (0.0, False, 0.0, False)
+    assert right.status == "ok", right
+
+
+#: A wrong Python solution that plants a start-up hook in the user's site-packages (HOME is the
+#: workspace on Docker): every later Python process of the sandbox, the interactor too, would run it.
+PLANTS_A_SITE_HOOK = """```python
+import os, site, sys
+hook = ("import ctypes, os, sys; ctypes.CDLL(None).prctl(4, 0, 0, 0, 0); "
+        "len(sys.argv) > 2 and (sys.stdin.read(), os._exit(0))\\n")
+path = site.getusersitepackages()
+os.makedirs(path, exist_ok=True)
+with open(os.path.join(path, "zz.pth"), "w") as f:
+    f.write(hook)
+```"""
+
+
+async def test_a_site_hook_never_runs_in_the_interactor(pool: SandboxPool) -> None:
+    # Was: cases 1 and 2 ran the hook instead of the interactor and passed (reward 2/3), here and on Docker.
+    verdict = await grade(pool, PLANTS_A_SITE_HOOK, suite("python", PY_INTERACTOR))
+    assert (verdict.reward, verdict.passed, verdict.infra_error) == (0.0, 0, False), verdict
+
+
+@pytest.mark.docker
+async def test_on_docker_a_site_hook_never_runs_in_the_interactor(docker_pool: SandboxPool) -> None:
+    await test_a_site_hook_never_runs_in_the_interactor(docker_pool)
+
+
+#: An interactor that crashes (as a Rust one's ``unwrap()`` exits 101) on a guess that is not a number.
+CRASHES_ON_GARBAGE = PY_INTERACTOR.replace(
+    "g = int(input())", "line = input()\n    g = int(line) if line.strip().isdigit() else sys.exit(101)"
+)
+
+
+async def test_an_interactor_crashing_on_the_solutions_garbage_is_a_wrong_answer(pool: SandboxPool) -> None:
+    # Was: exit code 101 -> checker_failed -> infra_error -> None, so printing garbage dodged the 0.
+    verdict = await grade(pool, "```python\nprint('abc', flush=True)\n```", suite("python", CRASHES_ON_GARBAGE))
+    assert (verdict.status, verdict.reward, verdict.infra_error) == ("failed", 0.0, False), verdict
+    assert "exit code 101" in verdict.cases[0].message
+    assert (await grade(pool, BINARY_SEARCH, suite("python", CRASHES_ON_GARBAGE))).reward == 1.0

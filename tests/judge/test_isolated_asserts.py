@@ -211,13 +211,15 @@ async def test_the_names_the_solution_sees_say_nothing_of_the_tests_strings(pool
     )
 
 
-async def test_an_object_that_is_always_equal_is_never_a_pass_nor_a_zero(pool: SandboxPool) -> None:
+async def test_an_object_that_is_always_equal_is_never_a_pass_nor_a_none(pool: SandboxPool) -> None:
     plain = await _grade(pool, ALWAYS_EQUAL, ["assert f(1) == 2"], False)
     assert plain.reward == 1.0  # the hole
+    # The solution chose to return what is not data: comparing it fails the case (it was cannot_isolate,
+    # reward None, which let a wrong solution dodge its zero).
     for test in ("assert f(1) == 2", "assert 2 == f(1)", "assert [f(1)] == [2]", "assert f(1) in {2}"):
         verdict = await _grade(pool, ALWAYS_EQUAL, [test], True)
-        assert verdict.status == "infra_error" and verdict.reward is None, (test, verdict)
-        assert verdict.error is not None and verdict.error.startswith("cannot_isolate:")
+        assert (verdict.status, verdict.reward) == ("failed", 0.0), (test, verdict)
+        assert "not plain data" in verdict.cases[0].message, verdict.cases[0]
 
 
 CORRECT = """
@@ -322,11 +324,16 @@ def wrong_sort(xs):
         assert "sys.exit(0)" in messages[2] and "exited (code 0)" in messages[3], messages
 
 
-async def test_values_that_are_not_data_give_cannot_isolate(pool: SandboxPool) -> None:
+async def test_values_that_are_not_data_fail_the_case_or_give_cannot_isolate(pool: SandboxPool) -> None:
     code = "class Box:\n    pass\ndef make():\n    return Box()\ndef ident(x):\n    return x\n"
-    for test in ("assert make() == make()", "assert ident(lambda: 1) is not None", "assert {make(): 1}"):
+    # Comparing or hashing what the solution returned: the solution's doing, the case fails.
+    for test in ("assert make() == make()", "assert {make(): 1}"):
         verdict = await _grade(pool, code, [test], True)
-        assert verdict.status == "infra_error" and verdict.reward is None, (test, verdict)
+        assert (verdict.status, verdict.reward) == ("failed", 0.0), (test, verdict)
+    # A test that hands the solution something that is not data: the test's doing, no reward.
+    verdict = await _grade(pool, code, ["assert ident(lambda: 1) is not None"], True)
+    assert verdict.status == "infra_error" and verdict.reward is None, verdict
+    assert (verdict.error or "").startswith("cannot_isolate:"), verdict.error
     # Using an object without asking it to decide anything is fine.
     verdict = await _grade(pool, code, ["b = make()\nassert isinstance(b, Box) and ident(b) is b"], True)
     assert verdict.status == "ok", verdict.cases
@@ -412,7 +419,7 @@ async def test_on_docker_too() -> None:
             peek = await _grade(pool, MEMORY_PEEK, ["assert f(1) == 918273645"], True, timeout_s=10.0)
     finally:
         await backend.aclose()
-    assert (forged.reward, equal.reward, equal.status) == (0.0, None, "infra_error")
+    assert (forged.reward, equal.reward, equal.status) == (0.0, 0.0, "failed")
     assert right.status == "ok", right.cases
     assert peek.reward == 0.0 and peek.cases[0].message.startswith("AssertionError"), peek.cases
 
@@ -500,8 +507,8 @@ async def test_the_rl_adapters_pass_it_on() -> None:
     scores = [(await compute_score("x", response, truth, isolate_asserts=on))["score"] for on in (False, True)]
     assert scores == [1.0, 0.0]
     equal = await compute_score("x", "```python\n" + ALWAYS_EQUAL + "```", truth, isolate_asserts=True)
-    assert (equal["score"], equal["status"]) == (0.0, "infra_error")  # verl scores what it cannot judge 0.0
+    assert (equal["score"], equal["status"]) == (0.0, "failed")  # a wrong answer, not "could not judge"
     with SandboxReward("subprocess", max_concurrency=2, isolate_asserts=True) as reward:
         completions = [response, "```python\n" + ALWAYS_EQUAL + "```"]
         rewards = await reward(prompts=["p"] * 2, completions=completions, completion_ids=[[1]] * 2, tests=[truth] * 2)
-    assert rewards == [0.0, None]  # TRL leaves what could not be judged out of the group
+    assert rewards == [0.0, 0.0]  # a number, never the None TRL leaves out of the group

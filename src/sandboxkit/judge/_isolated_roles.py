@@ -158,7 +158,11 @@ class _Died(BaseException):
     """The solution's process ended (or sent garbage) while the test still needed it."""
 
 
-_STATE = {"cannot": None, "died": None}
+class _Refused(BaseException):
+    """The test compared (hashed, computed with) a value of the solution's that is not plain data."""
+
+
+_STATE = {"cannot": None, "died": None, "refused": None}
 _REMOTES = {}
 _EXC_CLASSES = {}
 
@@ -173,6 +177,16 @@ def _died(why):
     if _STATE["died"] is None:
         _STATE["died"] = why
     raise _Died(why)
+
+
+def _refused(why):
+    # The solution chose to return what cannot leave its process as data (an object, a generator, a
+    # self-referencing or too deeply nested container): comparing it would let its own code decide, and
+    # calling that "cannot isolate" (no reward) would let it dodge its zero. The case fails; a BaseException,
+    # so the test's own ``except Exception`` cannot turn it into a pass.
+    if _STATE["refused"] is None:
+        _STATE["refused"] = why
+    raise _Refused(why)
 
 
 def _checker_other(o):
@@ -268,7 +282,7 @@ def _rpc(op, hid, arg):
             value = _dec(reply[1], _checker_handle)
         else:
             raise ValueError("unknown reply")
-    except (_Cannot, _Died):
+    except (_Cannot, _Died, _Refused):
         raise
     except _NoNumpy:
         _no_numpy()
@@ -283,8 +297,9 @@ def _rpc(op, hid, arg):
 
 def _refuse(what):
     def method(self, *args):
-        _cannot("the test %s an object of the solution's (not plain data): only the solution's own code "
-                "could decide that, and it cannot be trusted to" % what)
+        _refused("the test %s a value of the solution's that is not plain data (an object, a generator, a "
+                 "self-referencing or too deeply nested container): only the solution's own code could decide "
+                 "that, so the case fails; return plain data" % what)
     return method
 
 
@@ -363,7 +378,12 @@ for _name, _what in (
 
 
 def _no_numpy():
-    _cannot("the solution returned a numpy value and the checker cannot import numpy to rebuild it")
+    if "numpy" in sys.modules and sys.modules["numpy"] is None:  # only the test can block it here
+        _cannot("the test hides numpy from its own process, so a numpy value cannot be rebuilt in it")
+    # numpy the checker cannot import from the paths the program cannot write: the solution's "numpy"
+    # is not the sandbox's (a module it made or planted), so the value is the solution's to answer for.
+    _refused("the solution returned a numpy value and numpy cannot be imported outside its process to "
+             "rebuild it, so the case fails")
 
 
 def _check(case):
@@ -398,12 +418,14 @@ def _checked(case):
         test = marshal.loads(bytes.fromhex(case["bc"])) if "bc" in case else compile(code, "<test>", "exec")
         exec(test, ns)
         result = "ok"
-    except (_Cannot, _Died):
+    except (_Cannot, _Died, _Refused):
         pass
     except BaseException as e:
         result = _failure(e, code)
     if _STATE["died"] is not None:
         result = "died\n" + _STATE["died"]
+    elif _STATE["refused"] is not None:
+        result = "err\n" + _STATE["refused"]
     elif _STATE["cannot"] is not None:
         result = "cannot\n" + _STATE["cannot"]
     elif result is None:

@@ -31,6 +31,7 @@ import anyio
 from sandboxkit.errors import InvalidRequest, SandboxError
 from sandboxkit.judge._job import Job, Outcome, account, all_compile_error, compile_message, judge_run, timed_run
 from sandboxkit.judge._python import run_harness
+from sandboxkit.judge._sessions import Attempt, run_in_sessions
 from sandboxkit.judge.banned import compile_patterns, find_banned
 from sandboxkit.judge.cases import (
     AssertCase,
@@ -90,8 +91,8 @@ async def grade(
         checker: a special judge for the stdio cases (default: the tests' own ``checker``, else
             comparison); see :mod:`sandboxkit.judge.checkers`.
         isolate_asserts: run Python assert cases' test code in a process of its own, so a wrong solution
-            cannot forge a pass (the default; see :mod:`sandboxkit.judge.isolated`); a test that needs
-            to compare an object the solution returned then gives ``infra_error`` (reward ``None``).
+            cannot forge a pass (the default; see :mod:`sandboxkit.judge.isolated`); a test that compares
+            a value the solution returned that is not plain data then fails that case.
             ``False`` runs the test code in the solution's process, trusting it (about twice as fast).
 
     Returns:
@@ -127,6 +128,11 @@ async def grade(
     hit = find_banned(extraction.code, patterns)
     if hit is not None:
         return _early(started, "banned", lang.name, error=hit, total=total, shape=shape, extraction=extraction)
+    unwritable = _unwritable(extraction.code, lang)
+    if unwritable is not None:
+        return _early(
+            started, "compile_error", lang.name, error=unwritable, total=total, shape=shape, extraction=extraction
+        )
 
     sandboxed = special if special is not None and special.sandboxed else None
     job = Job(pool, extraction.code, lang, run_limits, options, shape.stop_on_first_failure, sandboxed, isolate_asserts)
@@ -212,6 +218,27 @@ def _positive(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise InvalidTests(f"timeout_s must be a positive number of seconds, got {value!r}")
     return float(value)
+
+
+#: Linux's longest file name, in bytes (NAME_MAX).
+_NAME_MAX = 255
+
+
+def _unwritable(code: str, lang: Language) -> str | None:
+    """Why the program cannot be written to a source file (a compile error: the program's own doing).
+
+    A backend refuses such a request (``InvalidRequest``), which would make the verdict ``invalid`` and
+    the reward ``None``: a completion with a lone surrogate, or a Java class name longer than a file
+    name may be, would dodge its zero.
+    """
+    try:
+        code.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"the code is not valid Unicode text ({exc.reason} at position {exc.start})"
+    name = lang.source_name(code)
+    if len(name.encode("utf-8")) > _NAME_MAX:
+        return f"the code's source file name ({name[:40]!r}..., from its class name) is longer than a file name may be"
+    return None
 
 
 def _check_supported(suite: TestSuite, lang: Language) -> None:
@@ -382,25 +409,34 @@ def _first_run_verdict(job: Job, group: list[tuple[int, Any]], result: RunResult
 
 
 async def _stdio_in_session(job: Job, group: list[tuple[int, StdioCase]]) -> Outcome:
-    outcome = Outcome()
-    # The pool's own limits let the session take a warm idle sandbox; each run carries the case limits.
-    async with job.pool.session() as session:
-        (first_index, first_case), rest = group[0], group[1:]
-        first = await timed_run(
-            job, session.run(job.code, language=job.lang.name, stdin=first_case.stdin, limits=job.limits)
-        )
-        verdict = _first_run_verdict(job, group, first)
-        if verdict is not None:
-            return verdict
-        outcome.cases[first_index] = judge_run(first_index, first_case, first, job, outcome)
-        if job.stop and not outcome.cases[first_index].passed:
-            return outcome
-        for index, case in rest:
-            result = await timed_run(job, _run_compiled(session, job, case.stdin))
-            outcome.cases[index] = judge_run(index, case, result, job, outcome)
-            if job.stop and not outcome.cases[index].passed:
-                break
-    return outcome
+    return await run_in_sessions(job, group, _stdio_session_pass)
+
+
+async def _stdio_session_pass(
+    job: Job, attempt: Attempt, group: list[tuple[int, StdioCase]], outcome: Outcome
+) -> Outcome | None:
+    """The first case's run compiles the solution in the session; the others run the binary it left.
+
+    The pool's own limits let the session take a warm idle sandbox; each run carries the case limits.
+    """
+    session = attempt.session
+    (first_index, first_case), rest = group[0], group[1:]
+    first = await timed_run(
+        job, session.run(job.code, language=job.lang.name, stdin=first_case.stdin, limits=job.limits)
+    )
+    attempt.program_ran = True
+    verdict = _first_run_verdict(job, group, first)
+    if verdict is not None:
+        return verdict
+    outcome.cases[first_index] = judge_run(first_index, first_case, first, job, outcome)
+    if job.stop and not outcome.cases[first_index].passed:
+        return None
+    for index, case in rest:
+        result = await timed_run(job, _run_compiled(session, job, case.stdin))
+        outcome.cases[index] = judge_run(index, case, result, job, outcome)
+        if job.stop and not outcome.cases[index].passed:
+            break
+    return None
 
 
 async def _run_compiled(session: Session, job: Job, stdin: str) -> RunResult:

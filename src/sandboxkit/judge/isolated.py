@@ -16,11 +16,15 @@ are raised in the checker, so ``except ValueError`` works. The checker and the h
 non-dumpable (no ptrace, no ``/proc/PID/mem`` or ``/proc/PID/fd``) and the solution holds no
 descriptor but its two request pipes; only the checker holds the report pipe.
 
-What cannot be carried as data stays in the solution process as a handle: the checker may call it,
-read its attributes, iterate it, take its ``len``/``bool``/``str``, but the moment the test asks it to
-compare, hash or compute (which would let the solution's code decide the outcome) the case is
-*cannot isolate*: :class:`CannotIsolate`, an infrastructure error (reward ``None``), never a wrong 0
-nor a forged 1. Out of scope: a solution that reads the test's source from its own memory (it is a
+What cannot be carried as data (an object, a generator, a self-referencing or too deeply nested
+container) stays in the solution process as a handle: the checker may call it, read its attributes,
+iterate it, take its ``len``/``bool``/``str``, but the moment the test asks it to compare, hash or
+compute (which would let the solution's code decide the outcome) the case **fails** (``error``, "not
+plain data"): the solution chose to return it, and reading that as "cannot isolate" (no reward) let a
+wrong solution dodge its zero. :class:`CannotIsolate` (an infrastructure error, reward ``None``) is left
+for what the solution cannot cause: the test hands the solution something that is not data (a
+lambda), the test hides numpy from itself, or the sandbox cannot make the checker non-dumpable. Out of
+scope: a solution that reads the test's source from its own memory (it is a
 fork of the harness, which holds every case) to compute the expected answers.
 
 A problem's only case needs no forked checker: the harness process is its checker (:func:`runs_inline`).
@@ -82,13 +86,13 @@ _MAX_RUN_S = 24 * 3600.0
 
 
 class CannotIsolate(SandboxError):
-    """An assert case needed a value that cannot leave the solution's process as data.
+    """An assert case could not be kept out of the solution's process, for a reason the solution cannot cause.
 
-    The test compared, hashed or computed with an object the solution returned (or passed the
-    solution something that is not data), or the sandbox cannot make the checker non-dumpable.
-    Grading it in-process would let the solution's own code decide, so the verdict is an
-    infrastructure error (reward ``None``): grade such tests without ``isolate_asserts``, or make the
-    solution return plain data.
+    The test passed the solution something that is not data (a lambda, a generator of its own), the
+    test hid numpy from its own process, or the sandbox cannot make the checker non-dumpable. Grading it
+    in-process would let the solution's own code decide, so the verdict is an infrastructure error
+    (reward ``None``): grade such tests without ``isolate_asserts``, or make them pass plain data. (A
+    test comparing a value the *solution* returned that is not data fails the case instead.)
     """
 
     kind = "cannot_isolate"

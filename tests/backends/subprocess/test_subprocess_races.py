@@ -1,0 +1,245 @@
+"""A process the sandbox keeps between calls races the host's file operations with symlink swaps.
+
+The attacker is the one issue 27 describes: a ``Session.python`` cell starts a thread that
+loops ``renameat2(RENAME_EXCHANGE)`` between a real directory ``d`` and a link ``l`` to a
+root-only host directory (the canary), while the host reads, writes, fetches and checkpoints
+paths through ``d``. A host that checks a path and then opens it by name follows the link half
+of the time the swap lands in between. Every test holds: no byte of the canary ever reaches the
+host's caller or a checkpoint, nothing in the canary is created or changed, and each operation
+ends with the sandbox's own data, an absent file, or an error.
+
+The last tests hold the other two halves: the kernel is really frozen while the host holds
+the files (and thawed after an error), and a checkpoint keeps holes and stays within ``disk_mb``.
+
+Each race test runs with the kernel frozen around host file operations (the default) and
+with freezing switched off: the fd walk alone must already make the race harmless.
+``SANDBOXKIT_RACE_ATTEMPTS`` raises the attempts per operation (CI: a few hundred, seconds).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import pathlib
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+
+from sandboxkit.backends.subprocess import SubprocessSandbox
+from sandboxkit.backends.subprocess import _freeze as freeze
+from sandboxkit.backends.subprocess._fork import DirectorySnapshot, _copy_tree
+from sandboxkit.errors import SandboxError
+from sandboxkit.models import RunRequest
+from support import kernels
+from support.marks import missing
+from support.subprocess_sandboxes import FAST, RecordingBackend
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the canary must be a root-only host directory")
+
+ATTEMPTS = int(os.environ.get("SANDBOXKIT_RACE_ATTEMPTS", "300"))
+OWN = b"the sandbox's own data"
+MODEL = b"text the model chose"
+
+#: The model's cell: a thread that keeps swapping ``d`` (a directory) and ``l`` (a link to the canary).
+SWAPPER = """
+import ctypes, os, threading
+libc = ctypes.CDLL(None, use_errno=True)
+os.makedirs('d/sub', exist_ok=True)
+with open('d/secret', 'wb') as f:
+    f.write({own!r})
+if os.path.lexists('l'):
+    os.unlink('l')
+os.symlink({canary!r}, 'l')
+def swap():
+    while True:
+        libc.renameat2(-100, b'd', -100, b'l', 2)
+threading.Thread(target=swap, daemon=True).start()
+'swapping'
+"""
+
+
+class Canary:
+    """A root-only host directory holding one secret file; the attack aims the sandbox's link at it."""
+
+    def __init__(self) -> None:
+        self.path = tempfile.mkdtemp(prefix="sandboxkit-canary-")
+        os.chmod(self.path, 0o700)
+        self.secret = f"HOST-SECRET-{secrets.token_hex(8)}".encode()
+        with open(os.path.join(self.path, "secret"), "wb") as f:
+            f.write(self.secret)
+        self._before = self.state()
+
+    def state(self) -> dict[str, tuple[int, int, bytes]]:
+        out = {}
+        for top, dirs, files in os.walk(self.path):
+            for name in dirs + files:
+                full = os.path.join(top, name)
+                st = os.lstat(full)
+                body = b""
+                if os.path.isfile(full) and not os.path.islink(full):
+                    with open(full, "rb") as f:
+                        body = f.read()
+                out[os.path.relpath(full, self.path)] = (st.st_mtime_ns, st.st_uid, body)
+        return out
+
+    def assert_untouched(self) -> None:
+        assert self.state() == self._before, "the host created or changed a file in a root-only host directory"
+
+    def assert_not_in(self, data: bytes) -> None:
+        assert self.secret not in data, "a host file's content reached the caller"
+
+
+@pytest.fixture
+def canary() -> Iterator[Canary]:
+    c = Canary()
+    try:
+        yield c
+    finally:
+        shutil.rmtree(c.path, ignore_errors=True)
+
+
+@pytest.fixture(params=["frozen", "fd-walk-alone"])
+def freezing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "fd-walk-alone":
+        monkeypatch.setattr(freeze, "ENABLED", False)
+    return str(request.param)
+
+
+async def _start_swapper(sb: SubprocessSandbox, canary: Canary) -> None:
+    result = await kernels.cell(sb, SWAPPER.format(own=OWN, canary=canary.path))
+    assert result.value == "'swapping'", result
+
+
+def _check_read(found: dict[str, bytes], canary: Canary) -> None:
+    for body in found.values():
+        canary.assert_not_in(body)
+        assert body in (OWN, MODEL), body[:80]
+
+
+async def test_reads_through_a_swapped_link_never_return_host_files(
+    sandbox: SubprocessSandbox, canary: Canary, freezing: str
+) -> None:
+    await _start_swapper(sandbox, canary)
+    for _ in range(ATTEMPTS):
+        for path in ("d/secret", "l/secret"):
+            try:
+                _check_read(await sandbox.read_files([path]), canary)
+            except SandboxError:
+                pass  # a clear error is a fair end; a host file's bytes are not
+    canary.assert_untouched()
+
+
+async def test_writes_through_a_swapped_link_never_touch_host_files(
+    sandbox: SubprocessSandbox, canary: Canary, freezing: str
+) -> None:
+    await _start_swapper(sandbox, canary)
+    writes = [{"d/secret": MODEL}, {"l/new": MODEL}, {"d/sub/deeper/x": MODEL}, {"l/sub/y": MODEL}]
+    errors = 0
+    for i in range(ATTEMPTS):
+        for files in writes:
+            try:
+                await sandbox.write_files(files)
+            except SandboxError:
+                errors += 1  # a clear error is a fair end; a write that reached the host is not
+        if i % 16 == 0:
+            canary.assert_untouched()
+    canary.assert_untouched()
+    assert errors < ATTEMPTS * len(writes), "every write failed: the sandbox's own files must stay writable"
+
+
+async def test_fetch_through_a_swapped_link_never_returns_host_files(
+    sandbox: SubprocessSandbox, canary: Canary, freezing: str
+) -> None:
+    await _start_swapper(sandbox, canary)
+    for _ in range(max(ATTEMPTS // 10, 20)):  # a run costs a fork; each fetches several racing paths
+        try:
+            result = await sandbox.run(RunRequest(code="pass", language="python", fetch_files=["d/secret", "l/secret"]))
+        except SandboxError:
+            continue
+        _check_read(result.files, canary)
+    canary.assert_untouched()
+
+
+async def test_checkpoints_never_copy_host_files(sandbox: SubprocessSandbox, canary: Canary, freezing: str) -> None:
+    await _start_swapper(sandbox, canary)
+    for _ in range(max(ATTEMPTS // 10, 20)):
+        try:
+            snap = await sandbox.snapshot()
+        except SandboxError:
+            continue  # a clear error is a fair end
+        assert isinstance(snap, DirectorySnapshot)
+        try:
+            for top, _dirs, files in os.walk(snap.path):
+                for name in files:
+                    full = os.path.join(top, name)
+                    if not os.path.islink(full):
+                        with open(full, "rb") as f:
+                            canary.assert_not_in(f.read())
+        finally:
+            await snap.release()
+    canary.assert_untouched()
+
+
+def _task_states(freezer: freeze.Freezer) -> list[str]:
+    """The scheduler state of every thread in the freezer's cgroup ('D' while frozen)."""
+    states = []
+    with open(os.path.join(freezer.directory, "cgroup.procs")) as f:
+        pids = f.read().split()
+    for pid in pids:
+        with contextlib.suppress(FileNotFoundError):
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with contextlib.suppress(FileNotFoundError), open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+    return states
+
+
+async def test_the_kernel_is_frozen_while_the_host_holds_its_files_and_thawed_after_an_error(
+    sandbox: SubprocessSandbox,
+) -> None:
+    busy = "import threading\nthreading.Thread(target=lambda: [0 for _ in iter(int, 1)], daemon=True).start()\n1"
+    assert (await kernels.cell(sandbox, busy)).value == "1"
+    freezer = sandbox._freezer
+    if freezer is None:
+        missing("no cgroup freezer for the kernel (cgroup v1 freezer or v2 cgroup.freeze, as root)")
+    assert freezer is not None
+    with pytest.raises(RuntimeError), freeze.frozen(freezer):
+        states = _task_states(freezer)
+        assert states and set(states) == {"D"}, states
+        raise RuntimeError("the host's file operation failed")
+    assert "D" not in _task_states(freezer), "the kernel stayed frozen after the host's error"
+    assert (await kernels.cell(sandbox, "2")).value == "2"
+    await sandbox.close()
+    assert not os.path.exists(freezer.directory) or freezer.version == 2, "the freezer cgroup outlived the kernel"
+
+
+async def test_checkpoints_keep_holes_and_stay_within_the_disk_limit(backend: RecordingBackend) -> None:
+    sb = await backend.open(FAST.merged(file_size_mb=16 << 10))
+    try:
+        made = await sb.exec("truncate -s 8G sparse && head -c 4096 /dev/urandom > data && truncate -s 1M data")
+        assert made.ok, made
+        snap = await sb.snapshot()
+        assert isinstance(snap, DirectorySnapshot)
+        try:
+            sparse = os.stat(os.path.join(snap.path, "sparse"))
+            assert sparse.st_size == 8 << 30 and sparse.st_blocks == 0, "a hole was copied as data"
+            data = os.stat(os.path.join(snap.path, "data"))
+            assert data.st_size == 1 << 20 and data.st_blocks * 512 < 64 << 10
+            assert snap.size_bytes == 4096
+        finally:
+            await snap.release()
+    finally:
+        await sb.close()
+
+
+def test_a_copy_stops_at_its_budget(tmp_path: pathlib.Path) -> None:
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    dst.mkdir()
+    (src / "a").write_bytes(b"x" * 3000)
+    with pytest.raises(OSError) as caught:
+        _copy_tree(str(src), str(dst), None, budget=2000)
+    assert caught.value.errno == errno.ENOSPC

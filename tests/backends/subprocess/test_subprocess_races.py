@@ -30,6 +30,7 @@ from collections.abc import Iterator
 import pytest
 
 from sandboxkit.backends.subprocess import SubprocessSandbox
+from sandboxkit.backends.subprocess import _beneath as beneath
 from sandboxkit.backends.subprocess import _freeze as freeze
 from sandboxkit.backends.subprocess._fork import DirectorySnapshot, _copy_tree
 from sandboxkit.errors import SandboxError
@@ -102,10 +103,13 @@ def canary() -> Iterator[Canary]:
         shutil.rmtree(c.path, ignore_errors=True)
 
 
-@pytest.fixture(params=["frozen", "fd-walk-alone"])
+@pytest.fixture(params=["frozen", "fd-walk-alone", "openat-chain-alone"])
 def freezing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "fd-walk-alone":
+    """Frozen kernel; no freezing (the fd walk alone); no freezing and no ``openat2`` (an old kernel's walk)."""
+    if request.param != "frozen":
         monkeypatch.setattr(freeze, "ENABLED", False)
+    if request.param == "openat-chain-alone":
+        monkeypatch.setattr(beneath._OPENAT2, "usable", False)
     return str(request.param)
 
 
@@ -243,3 +247,69 @@ def test_a_copy_stops_at_its_budget(tmp_path: pathlib.Path) -> None:
     with pytest.raises(OSError) as caught:
         _copy_tree(str(src), str(dst), None, budget=2000)
     assert caught.value.errno == errno.ENOSPC
+
+
+def test_an_rllm_agent_cannot_reach_host_files_with_its_own_tool_calls(canary: Canary, freezing: str) -> None:
+    """Issue 27 item 2: one ``code_interpreter`` call starts the swapper, then ``str_replace_editor``
+    views and creates files on the swapped paths. The transcript never shows a host file, and the
+    model's text never lands in a host directory."""
+    from sandboxkit.integrations.rllm import SandboxEnv
+
+    task = {"problem_statement": "swap", "files": {"/testbed/README.md": "readme\n"}, "solution_path": "/testbed/s.py"}
+    env = SandboxEnv.from_dict({**task, "backend": "subprocess", "stateful_python": True})
+
+    def step(name: str, **arguments: str) -> str:
+        observation, _, done, info = env.step({"name": name, "arguments": arguments})
+        assert not done and not info.get("infra_error"), (observation, info)
+        canary.assert_not_in(observation.encode())
+        return str(observation)
+
+    try:
+        env.reset()
+        assert "swapping" in step("code_interpreter", code=SWAPPER.format(own=OWN, canary=canary.path))
+        for i in range(max(ATTEMPTS // 3, 30)):
+            step("str_replace_editor", command="view", path="d/secret")
+            step("str_replace_editor", command="view", path="l/secret")
+            step("str_replace_editor", command="create", path=f"l/new-{i % 3}", file_text=MODEL.decode())
+            step("str_replace_editor", command="create", path="d/secret", file_text=MODEL.decode())
+        canary.assert_untouched()
+    finally:
+        env.close()
+    canary.assert_untouched()
+
+
+@pytest.mark.parametrize("openat2", [True, False], ids=["openat2", "openat-chain"])
+def test_open_beneath_refuses_a_link_at_any_component(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, openat2: bool
+) -> None:
+    monkeypatch.setattr(beneath._OPENAT2, "usable", openat2 and beneath._OPENAT2.usable)
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "f").write_bytes(b"host")
+    ws = tmp_path / "ws"
+    (ws / "a" / "b").mkdir(parents=True)
+    (ws / "a" / "b" / "f").write_bytes(b"own")
+    (ws / "a" / "up").symlink_to(tmp_path / "outside")
+    (ws / "a" / "in").symlink_to("b")  # even a link that stays inside is refused: the host never follows one
+    (ws / "last").symlink_to(tmp_path / "outside" / "f")
+    os.mkfifo(ws / "fifo")
+    top = beneath.open_dir(str(ws))
+    try:
+        fd = beneath.open_beneath(top, "a/b/f", os.O_RDONLY)
+        assert os.read(fd, 10) == b"own"
+        os.close(fd)
+        for rel in ("a/up/f", "a/in/f", "last"):
+            with pytest.raises(OSError) as caught:
+                beneath.open_beneath(top, rel, os.O_RDONLY)
+            assert caught.value.errno in (errno.ELOOP, errno.ENOTDIR), rel
+        with pytest.raises(OSError) as caught:
+            beneath.open_beneath(top, "fifo", os.O_WRONLY | os.O_NONBLOCK)
+        assert caught.value.errno == errno.ENXIO, "a FIFO without a reader must not block the host"
+        for bad in ("../outside/f", "/etc/passwd", "a/./b/f", ""):
+            with pytest.raises(OSError):
+                beneath.open_beneath(top, bad, os.O_RDONLY)
+        made = beneath.make_dirs(top, ["a", "up", "new"], None)  # the link in the way becomes a directory
+        os.close(made)
+        assert (ws / "a" / "up").is_dir() and not (ws / "a" / "up").is_symlink()
+        assert sorted(os.listdir(tmp_path / "outside")) == ["f"]
+    finally:
+        os.close(top)

@@ -24,6 +24,7 @@ import os
 import pathlib
 import secrets
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 
@@ -66,8 +67,8 @@ threading.Thread(target=swap, daemon=True).start()
 class Canary:
     """A root-only host directory holding one secret file; the attack aims the sandbox's link at it."""
 
-    def __init__(self) -> None:
-        self.path = tempfile.mkdtemp(prefix="sandboxkit-canary-")
+    def __init__(self, base: str | None = None) -> None:
+        self.path = tempfile.mkdtemp(prefix="sandboxkit-canary-", dir=base)
         os.chmod(self.path, 0o700)
         self.secret = f"HOST-SECRET-{secrets.token_hex(8)}".encode()
         with open(os.path.join(self.path, "secret"), "wb") as f:
@@ -313,3 +314,71 @@ def test_open_beneath_refuses_a_link_at_any_component(
         assert sorted(os.listdir(tmp_path / "outside")) == ["f"]
     finally:
         os.close(top)
+
+
+#: The same attack on a rootfs view, from a process of the view's uid outside it: it swaps
+#: ``/testbed/d`` with a link to the canary, and ``/testbed`` itself with another.
+HOST_SWAPPER = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+os.symlink(sys.argv[1], 'testbed/l')
+os.symlink(sys.argv[1], 'tb')
+print('swapping', flush=True)
+while True:
+    libc.renameat2(-100, b'testbed/d', -100, b'testbed/l', 2)
+    libc.renameat2(-100, b'testbed', -100, b'tb', 2)
+    libc.renameat2(-100, b'tb', -100, b'testbed', 2)
+"""
+
+
+async def test_a_rootfs_view_swapped_under_the_host_never_reaches_host_files(
+    tmp_path: pathlib.Path, freezing: str
+) -> None:
+    from sandboxkit.backends.subprocess import SubprocessBackend
+    from sandboxkit.backends.subprocess._rootfs import ROOTFS_UID
+    from support.rootfs import CACHE, busybox_rootfs
+
+    image = busybox_rootfs()
+    if image is None:
+        missing("no static busybox here: apt-get install busybox-static (scripts/bootstrap.sh --all)")
+    assert image is not None
+    canary = Canary(str(tmp_path))  # not below /tmp: the view's /tmp is private, and that is refused before any race
+    os.chmod(tmp_path, 0o711)
+    root = tempfile.mkdtemp(prefix="sandboxkit-race-rootfs-")
+    os.chmod(root, 0o711)
+    backend = SubprocessBackend(rootfs=image, rootfs_cache=CACHE, root=root)
+    sb = await backend.open(FAST)
+    swapper = None
+    try:
+        await sb.write_files({"/testbed/d/secret": OWN})
+        assert sb.view is not None
+        swapper = subprocess.Popen(
+            [backend.server_python or "/usr/bin/python3", "-c", HOST_SWAPPER, canary.path],  # one the uid may run
+            cwd=sb.view.root,
+            user=ROOTFS_UID,
+            group=ROOTFS_UID,
+            stdout=subprocess.PIPE,
+        )
+        assert swapper.stdout is not None and swapper.stdout.readline() == b"swapping\n"
+        for i in range(ATTEMPTS):
+            for path in ("d/secret", "l/secret", "/testbed/d/secret", "/testbed/l/secret", "/tb/d/secret"):
+                try:
+                    _check_read(await sb.read_files([path]), canary)
+                except SandboxError:
+                    pass
+            for files in ({"d/secret": OWN}, {"l/new": MODEL}, {"/testbed/l/deep/x": MODEL}, {"/tb/y": MODEL}):
+                try:
+                    await sb.write_files(files)
+                except SandboxError:
+                    pass
+            if i % 16 == 0:
+                canary.assert_untouched()
+        canary.assert_untouched()
+    finally:
+        if swapper is not None:
+            swapper.kill()
+            swapper.wait()
+        await sb.close()
+        await backend.aclose()
+        shutil.rmtree(root, ignore_errors=True)
+    canary.assert_untouched()

@@ -27,7 +27,7 @@ import os
 import shutil
 import stat
 
-__all__ = ["DIR_FLAGS", "make_dirs", "open_beneath", "open_dir", "remove_entry", "split_rel"]
+__all__ = ["DIR_FLAGS", "RACED", "make_dirs", "open_beneath", "open_dir", "remove_entry", "split_rel"]
 
 #: Flags of a directory opened to walk from or list (never a link, never a FIFO's block).
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -37,6 +37,10 @@ _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_NO_SYMLINKS = 0x04
 _RESOLVE_BENEATH = 0x08
 _RESOLVE = _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS
+#: What an operation raises when the program changed the path under it (a link or another kind of
+#: file swapped in; ``rmtree`` refusing a directory that became a link has no errno): the
+#: program's doing, which callers report as such rather than as a broken sandbox.
+RACED = frozenset({errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno.ENXIO, errno.EBUSY, errno.ENOENT, None})
 #: Tries to put a directory in place of what the program keeps putting there.
 _TRIES = 8
 
@@ -181,7 +185,10 @@ def _enter_or_make(fd: int, name: str, owner: tuple[int, int] | None, mode: int)
         except OSError as exc:
             if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
                 raise
-            remove_entry(fd, name)  # a link (ELOOP) or a non-directory (ENOTDIR) in the way
+            try:
+                remove_entry(fd, name)  # a link (ELOOP) or a non-directory (ENOTDIR) in the way
+            except OSError:
+                continue  # swapped again while it was removed: look at what is there now
         try:
             os.mkdir(name, mode, dir_fd=fd)
         except FileExistsError:

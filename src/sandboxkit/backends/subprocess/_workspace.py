@@ -120,20 +120,25 @@ class Workspace:
         """Write files (parents created), owned by the sandbox user; never blocks, never follows a link.
 
         Raises:
-            InvalidRequest: a bad path or text that is not valid Unicode.
-            OSError: the workspace is full (ENOSPC) or gone, or the program keeps replacing a
-                path's directories (EBUSY).
+            InvalidRequest: a bad path, text that is not valid Unicode, or a path a process of the
+                sandbox keeps replacing with a link while the host writes it (the program's doing).
+            OSError: the workspace is full (ENOSPC) or gone.
         """
-        encoded = [(self._check(rel).split("/"), self._encode(rel, body)) for rel, body in files.items()]
-        base = self.open_base()
+        encoded = [(rel, self._check(rel).split("/"), self._encode(rel, body)) for rel, body in files.items()]
         try:
-            for parts, data in encoded:
-                parent = beneath.make_dirs(base, parts[:-1], self.owner) if len(parts) > 1 else base
+            base = self.open_base()
+        except OSError as exc:
+            if exc.errno in beneath.RACED:
+                raise self._raced("the working directory", exc) from exc
+            raise
+        try:
+            for rel, parts, data in encoded:
                 try:
-                    fd = _open_for_write(parent, parts[-1])
-                finally:
-                    if parent != base:
-                        os.close(parent)
+                    fd = self._create(base, parts)
+                except OSError as exc:
+                    if exc.errno in beneath.RACED:
+                        raise self._raced(repr(rel), exc) from exc
+                    raise
                 try:
                     if self.owner is not None:
                         os.fchown(fd, *self.owner)
@@ -144,6 +149,24 @@ class Workspace:
                     os.close(fd)
         finally:
             os.close(base)
+
+    def _create(self, base: int, parts: list[str]) -> int:
+        parent = beneath.make_dirs(base, parts[:-1], self.owner) if len(parts) > 1 else base
+        try:
+            return _open_for_write(parent, parts[-1])
+        finally:
+            if parent != base:
+                os.close(parent)
+
+    def _raced(self, what: str, exc: OSError) -> InvalidRequest:
+        """The program changed a path while the host wrote it: its doing, reported to the caller as such."""
+        return InvalidRequest(
+            f"cannot write {what}: a process of the sandbox kept replacing it (or a directory on its way) "
+            f"with a link or another kind of file ({exc}); nothing was written through it. Stop the "
+            "process that renames it (a kernel's thread), or write another path",
+            backend=BACKEND,
+            sandbox_id=self.sandbox_id,
+        )
 
     def _encode(self, rel: str, body: bytes | str) -> bytes:
         if not isinstance(body, str):
@@ -207,7 +230,10 @@ def _open_for_write(dirfd: int, name: str) -> int:
     """Open ``name`` in ``dirfd`` as a fresh regular file, removing whatever the program left in its place."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     for _ in range(3):
-        _remove_unless_regular(dirfd, name)
+        try:
+            _remove_unless_regular(dirfd, name)
+        except OSError:
+            continue  # swapped again while it was removed
         try:
             fd = os.open(name, flags, 0o644, dir_fd=dirfd)
         except OSError as exc:  # ELOOP/ENXIO/EISDIR: replaced between the check and the open

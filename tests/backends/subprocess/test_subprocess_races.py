@@ -46,7 +46,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the canary must be a 
 ATTEMPTS = int(os.environ.get("SANDBOXKIT_RACE_ATTEMPTS", "300"))
 #: Runs, checkpoints and agent steps cost a fork or a copy each: CI does fewer, a stress run (the
 #: variable set) does ``ATTEMPTS`` of every kind.
-SLOW_ATTEMPTS = ATTEMPTS if "SANDBOXKIT_RACE_ATTEMPTS" in os.environ else 30
+SLOW_ATTEMPTS = ATTEMPTS if "SANDBOXKIT_RACE_ATTEMPTS" in os.environ else 100
 OWN = b"the sandbox's own data"
 MODEL = b"text the model chose"
 
@@ -342,10 +342,19 @@ libc = ctypes.CDLL(None, use_errno=True)
 os.symlink(sys.argv[1], 'testbed/l')
 os.symlink(sys.argv[1], 'tb')
 print('swapping', flush=True)
+n = 0
 while True:
     libc.renameat2(-100, b'testbed/d', -100, b'testbed/l', 2)
     libc.renameat2(-100, b'testbed', -100, b'tb', 2)
     libc.renameat2(-100, b'tb', -100, b'testbed', 2)
+    n += 1
+    for top, name in (('testbed', 'l'), ('.', 'tb')):
+        if n % 64 == 0 and not os.path.islink(os.path.join(top, name)):
+            try:  # the host made a link a directory: plant a new one
+                os.rename(os.path.join(top, name), os.path.join(top, 'old-%d' % n))
+                os.symlink(sys.argv[1], os.path.join(top, name))
+            except OSError:
+                pass
 """
 
 
@@ -353,7 +362,6 @@ async def test_a_rootfs_view_swapped_under_the_host_never_reaches_host_files(
     tmp_path: pathlib.Path, freezing: str
 ) -> None:
     from sandboxkit.backends.subprocess import SubprocessBackend
-    from sandboxkit.backends.subprocess._rootfs import ROOTFS_UID
     from support.rootfs import CACHE, busybox_rootfs
 
     image = busybox_rootfs()
@@ -373,8 +381,8 @@ async def test_a_rootfs_view_swapped_under_the_host_never_reaches_host_files(
         swapper = subprocess.Popen(
             [backend.server_python or "/usr/bin/python3", "-c", HOST_SWAPPER, canary.path],  # one the uid may run
             cwd=sb.view.root,
-            user=ROOTFS_UID,
-            group=ROOTFS_UID,
+            user=sb.uid,  # the view's owner (its own uid, or the shared ROOTFS_UID without idmapped layers)
+            group=sb.uid,
             stdout=subprocess.PIPE,
         )
         assert swapper.stdout is not None and swapper.stdout.readline() == b"swapping\n"

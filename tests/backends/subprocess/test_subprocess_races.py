@@ -187,6 +187,19 @@ async def test_fetch_through_a_swapped_link_never_returns_host_files(
     canary.assert_untouched()
 
 
+async def test_exec_cwd_through_a_swapped_link_never_probes_host_directories(
+    sandbox: SubprocessSandbox, canary: Canary, freezing: str
+) -> None:
+    """``only-on-host`` exists in the canary, not in ``d``: a cwd check that stats it through the
+    link tells the caller that a host directory exists (the command runs instead of being refused)."""
+    os.mkdir(os.path.join(canary.path, "only-on-host"))
+    await _start_swapper(sandbox, canary)
+    for _ in range(SLOW_ATTEMPTS):
+        for cwd in ("d/only-on-host", "l/only-on-host"):
+            with pytest.raises(SandboxError):
+                await sandbox.exec("true", cwd=cwd)
+
+
 async def test_checkpoints_never_copy_host_files(sandbox: SubprocessSandbox, canary: Canary, freezing: str) -> None:
     await _start_swapper(sandbox, canary)
     for _ in range(SLOW_ATTEMPTS):

@@ -153,6 +153,21 @@ class SubprocessSandbox(Sandbox):
                 raise InvalidRequest(str(exc), backend=NAME, sandbox_id=self.id) from None
         return self.workspace.resolve(str(cwd), strict=True)
 
+    def _is_dir(self, host: str) -> bool:
+        """Whether ``exec``'s working directory (a host path from :meth:`_cwd`) is a directory, by fd.
+
+        ``_cwd`` resolved the sandbox's links by name; the check walks the answer below the
+        workspace (or the view's root) with no link followed, so a directory swapped for a
+        link meanwhile is refused rather than stat'ed on the host.
+        """
+        if self.view is not None:
+            return Workspace(self.view.root, self.view.owner, self.id).is_dir(host)
+        try:
+            real = os.path.realpath(host)  # in-workspace links are the program's (``_cwd`` checked they stay inside)
+        except OSError:  # changed while it was read
+            return False
+        return self.workspace.is_dir(real)
+
     def _text(self, value: str, what: str) -> bytes:
         """``value`` as UTF-8, or InvalidRequest for text that cannot be (lone surrogates)."""
         try:
@@ -595,7 +610,7 @@ class SubprocessSandbox(Sandbox):
         sinks = (sink(on_stdout, "on_stdout", backend=NAME), sink(on_stderr, "on_stderr", backend=NAME))
         async with self._lock:
             self._check_open()
-            if not os.path.isdir(workdir):
+            if not self._is_dir(workdir):
                 raise InvalidRequest(f"cwd {cwd!r} is not a directory in the sandbox", backend=NAME, sandbox_id=self.id)
             outcome = await self._spawn(
                 argv,

@@ -88,6 +88,27 @@ class Workspace:
         finally:
             os.close(top)
 
+    def is_dir(self, host: str) -> bool:
+        """Whether ``host`` (the workspace or a path below it, links already resolved) is a directory now.
+
+        Walked by fd with no link followed: a directory swapped for a link to a host directory
+        answers False, so the answer never tells anyone what exists on the host.
+        """
+        try:
+            base = self.open_base()
+        except OSError:
+            return False
+        try:
+            if host == self.path:
+                return True
+            rel = os.path.relpath(host, self.path)
+            os.close(beneath.open_beneath(base, rel, beneath.DIR_FLAGS))
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(base)
+
     def _check(self, rel: str) -> str:
         try:
             return check_relative_path(rel)
@@ -105,9 +126,12 @@ class Workspace:
         """
         norm = self._check(rel)
         full = os.path.join(self.path, norm)
-        if not strict or "/" not in norm:
+        if not strict:
             return full
-        real = os.path.realpath(full)
+        try:
+            real = os.path.realpath(full)
+        except OSError:  # a link swapped for something else while it was read (EINVAL): the program's doing
+            real = ""
         if real != self.path and not real.startswith(self.path + os.sep):
             raise InvalidRequest(
                 f"file path {rel!r} resolves outside the sandbox workspace through a symlink",

@@ -1,8 +1,11 @@
 """Checkpoint and fork for the subprocess backend: a frozen copy, and overlay children on top of it.
 
 A checkpoint (:class:`DirectorySnapshot`) is one copy of the workspace's files on a private
-tmpfs, taken between commands (no process of the sandbox survives a command, so the files are
-quiescent). A sandbox forked from it does not copy anything: its workspace is an overlay mount
+tmpfs, taken between commands. No command's process survives it, but a session's kernel does
+(and a thread a cell started may still be renaming files): the kernel is frozen while the copy
+runs (``_freeze``), and the copy walks by fd without following a link (``_copy_tree``), so even
+an unfrozen swap cannot make the host copy its own files. Holes stay holes, and the data copied
+is capped at ``disk_mb``. A sandbox forked from it does not copy anything: its workspace is an overlay mount
 whose lower layer is the checkpoint and whose upper layer lives on the child's own size-capped
 tmpfs, so a child costs a mount and a few inodes however large the workspace is, and its writes
 never reach the checkpoint, its parent or its siblings.
@@ -37,6 +40,7 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.to_thread
 
+from sandboxkit.backends.subprocess import _beneath as beneath
 from sandboxkit.backends.subprocess import _isolation as isolation
 from sandboxkit.backends.subprocess._idmap import idmapped_bind
 from sandboxkit.backends.subprocess._workspace import Workspace
@@ -104,54 +108,148 @@ class DirectorySnapshot(Snapshot):
         return f"<DirectorySnapshot {self.id} files={len(self.entries)} bytes={self.size_bytes}>"
 
 
-def _copy_tree(src: str, dst: str, entries: list[str] | None) -> int:
-    """Copy regular files, directories and symlinks of ``src`` into ``dst``; return the bytes copied.
+def _copy_tree(
+    src: str, dst: str, entries: list[str] | None, *, budget: int, owner: tuple[int, int] | None = None
+) -> int:
+    """Copy regular files, directories and symlinks of ``src`` into ``dst``; return the bytes of data copied.
 
-    The source is a workspace the program controlled: links are copied as links (never followed),
-    files are opened with ``O_NOFOLLOW | O_NONBLOCK`` (a FIFO cannot block us), and anything that
-    is not a file, a directory or a link is left out.
+    The source is a workspace the program controlled, and a process it keeps (a kernel's thread)
+    may still be swapping its directories for links: every directory is entered by fd with
+    ``O_NOFOLLOW | O_DIRECTORY`` from its parent's fd and listed through that fd, links are
+    copied as links (read with ``readlinkat``), files are opened ``O_NOFOLLOW | O_NONBLOCK``
+    (a FIFO cannot block us), and anything else is left out. A directory swapped for a link
+    after it was listed is skipped: its name no longer opens as a directory.
+
+    Files keep their holes (only data extents are copied), and the data copied is capped at
+    ``budget`` bytes, so a sparse file of any apparent size costs what it holds.
+
+    Raises:
+        OSError: ENOSPC past ``budget``, or what copying raised.
     """
-    copied = 0
-    stack = [""]
-    while stack:
-        rel_dir = stack.pop()
-        with os.scandir(os.path.join(src, rel_dir)) as it:
-            items = sorted(it, key=lambda e: e.name)
-        for item in items:
-            rel = os.path.join(rel_dir, item.name)
-            target = os.path.join(dst, rel)
+    copied = [0, budget]
+    src_fd, dst_fd = beneath.open_dir(src), beneath.open_dir(dst)
+    try:
+        _copy_dir(src_fd, dst_fd, "", entries, owner, copied)
+    finally:
+        os.close(src_fd)
+        os.close(dst_fd)
+    return copied[0]
+
+
+def _copy_dir(
+    src_fd: int, dst_fd: int, rel_dir: str, entries: list[str] | None, owner: tuple[int, int] | None, copied: list[int]
+) -> None:
+    """Copy one directory's entries; subdirectories depth first (parents listed before children)."""
+    stack: list[tuple[int, int, str, list[str]]] = [(src_fd, dst_fd, rel_dir, sorted(os.listdir(src_fd)))]
+    try:
+        while stack:
+            s_fd, d_fd, rel_dir, names = stack[-1]
+            if not names:
+                stack.pop()
+                if s_fd != src_fd:
+                    os.close(s_fd)
+                    os.close(d_fd)
+                continue
+            name = names.pop(0)
+            rel = os.path.join(rel_dir, name)
             try:
-                st = item.stat(follow_symlinks=False)
+                st = os.stat(name, dir_fd=s_fd, follow_symlinks=False)
             except FileNotFoundError:
                 continue
             if stat.S_ISDIR(st.st_mode):
-                os.mkdir(target, st.st_mode & _KEEP_MODE)
-                stack.append(rel)
+                try:
+                    child = os.open(name, beneath.DIR_FLAGS, dir_fd=s_fd)
+                except OSError:  # swapped for a link (ELOOP/ENOTDIR) or removed since the stat
+                    continue
+                try:
+                    listing = sorted(os.listdir(child))
+                    os.mkdir(name, st.st_mode & _KEEP_MODE, dir_fd=d_fd)
+                    out = os.open(name, beneath.DIR_FLAGS, dir_fd=d_fd)
+                except BaseException:
+                    os.close(child)
+                    raise
+                if owner is not None:
+                    os.fchown(out, *owner)
+                _add(entries, rel)
+                stack.append((child, out, rel, listing))
             elif stat.S_ISLNK(st.st_mode):
-                os.symlink(os.readlink(item.path), target)
-            elif stat.S_ISREG(st.st_mode):
-                copied += _copy_file(item.path, target, st.st_mode & _KEEP_MODE)
-            else:
-                continue  # FIFOs, sockets, devices: not files a checkpoint carries
-            if entries is not None:
-                entries.append(rel)
-    return copied
+                try:
+                    target = os.readlink(name, dir_fd=s_fd)
+                except OSError:
+                    continue
+                os.symlink(target, name, dir_fd=d_fd)
+                if owner is not None:
+                    os.chown(name, *owner, dir_fd=d_fd, follow_symlinks=False)
+                _add(entries, rel)
+            elif stat.S_ISREG(st.st_mode) and _copy_file(s_fd, d_fd, name, st.st_mode & _KEEP_MODE, owner, copied):
+                _add(entries, rel)
+            # FIFOs, sockets, devices: not files a checkpoint carries
+    finally:
+        for s_fd, d_fd, _, _ in stack:
+            if s_fd != src_fd:
+                os.close(s_fd)
+                os.close(d_fd)
 
 
-def _copy_file(src: str, dst: str, mode: int) -> int:
-    fd_in = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+def _add(entries: list[str] | None, rel: str) -> None:
+    if entries is not None:
+        entries.append(rel)
+
+
+def _copy_file(
+    src_dir: int, dst_dir: int, name: str, mode: int, owner: tuple[int, int] | None, copied: list[int]
+) -> bool:
+    """Copy one regular file's data extents (holes stay holes); False when it is no regular file now."""
     try:
-        fd_out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        fd_in = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=src_dir)
+    except OSError:  # replaced by a link, or removed, since it was listed
+        return False
+    try:
+        size = os.fstat(fd_in)
+        if not stat.S_ISREG(size.st_mode):
+            return False
+        fd_out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=dst_dir)
         try:
-            done = 0
-            while n := os.sendfile(fd_out, fd_in, None, 1 << 30):  # in the kernel; tmpfs has no reflink
-                done += n
+            for start, end in _extents(fd_in, size.st_size):
+                os.lseek(fd_out, start, os.SEEK_SET)
+                offset = start
+                while offset < end:
+                    if copied[0] >= copied[1]:
+                        raise OSError(errno.ENOSPC, f"the checkpoint holds more than {copied[1]} bytes of data")
+                    chunk = min(end - offset, copied[1] - copied[0], 1 << 30)
+                    n = os.sendfile(fd_out, fd_in, offset, chunk)  # in the kernel; tmpfs has no reflink
+                    if n == 0:  # the file shrank meanwhile
+                        break
+                    offset += n
+                    copied[0] += n
+            os.ftruncate(fd_out, size.st_size)  # a trailing hole, without data
+            if owner is not None:
+                os.fchown(fd_out, *owner)
             os.fchmod(fd_out, mode)
-            return done
         finally:
             os.close(fd_out)
     finally:
         os.close(fd_in)
+    return True
+
+
+def _extents(fd: int, size: int) -> list[tuple[int, int]]:
+    """``(start, end)`` of each data extent of ``fd`` (``SEEK_DATA``/``SEEK_HOLE``); all of it where unsupported."""
+    out = []
+    pos = 0
+    while pos < size:
+        try:
+            start = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # no data past pos: the rest is a hole
+                break
+            return [(0, size)]  # EINVAL: this filesystem cannot tell
+        end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+        if end <= start:
+            break
+        out.append((start, end))
+        pos = end
+    return out
 
 
 def _new_dir(backend: SubprocessBackend, suffix: str) -> str:
@@ -164,7 +262,8 @@ def _new_dir(backend: SubprocessBackend, suffix: str) -> str:
 def _snapshot_now(sandbox: SubprocessSandbox, snap: DirectorySnapshot) -> None:
     if snap.mounted:
         isolation.mount_tmpfs(snap.path, size_mb=sandbox._backend.disk_mb, uid=0, gid=0)
-    snap.size_bytes = _copy_tree(sandbox.workspace.path, snap.path, snap.entries)
+    budget = sandbox._backend.disk_mb << 20
+    snap.size_bytes = _copy_tree(sandbox.workspace.path, snap.path, snap.entries, budget=budget)
 
 
 async def take_snapshot(sandbox: SubprocessSandbox) -> DirectorySnapshot:
@@ -229,11 +328,7 @@ def _fork_into(sandbox: SubprocessSandbox, snap: DirectorySnapshot) -> None:
                 for rel in snap.entries:
                     os.lchown(os.path.join(merged, rel), *owner)
         return
-    _copy_tree(snap.path, base, None)
-    if owner is not None:
-        for root, dirs, files in os.walk(base):
-            for name in dirs + files:
-                os.lchown(os.path.join(root, name), *owner)
+    _copy_tree(snap.path, base, None, budget=sandbox._backend.disk_mb << 20, owner=owner)
 
 
 async def open_forked(backend: SubprocessBackend, snapshot: Snapshot, limits: Limits) -> SubprocessSandbox:

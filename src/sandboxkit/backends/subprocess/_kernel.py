@@ -4,7 +4,8 @@ The kernel (``sandboxkit.kernel._kernel_main``) cannot live inside the fork serv
 server runs one command at a time and sweeps every leftover process after each. So it gets
 its own instance of the sandbox's wrapper, built by the same code: the same bubblewrap
 namespaces around the same workspace, the same seccomp filter, the sandbox's private uid and
-its cgroup (joined before ``exec``, so nothing of the kernel ever runs outside it), and the
+its cgroup (joined before ``exec``, so nothing of the kernel ever runs outside it; on cgroup v1
+also a freezer cgroup, so the host can hold it still while it touches the sandbox's files), and the
 command's rlimits on the process that runs cells (minus CPU time, which would add up over a
 session; the per-cell timeout holds a busy cell instead).
 
@@ -24,6 +25,7 @@ import subprocess
 import time
 from typing import TYPE_CHECKING
 
+from sandboxkit.backends.subprocess._freeze import Freezer
 from sandboxkit.errors import ToolchainMissing
 from sandboxkit.kernel import PipeLink, kernel_argv, process_tree
 from sandboxkit.languages import resolve_language
@@ -59,6 +61,9 @@ def start_kernel(sandbox: SubprocessSandbox) -> PipeLink:
     prefix, fds = sandbox._prefix(limits.network)
     argv = [*prefix, *kernel_argv(python, limits, rlimits)]
     procs = [os.path.join(d, "cgroup.procs") for d in sandbox.cgroup.dirs] if sandbox.cgroup is not None else []
+    freezer = Freezer.create(sandbox.cgroup, sandbox.id) if sandbox.uid is not None else None
+    if freezer is not None and freezer.procs is not None:
+        procs.append(freezer.procs)  # frozen whenever the host touches the sandbox's files (``_freeze``)
     user = (sandbox.uid, sandbox.uid) if sandbox.uid is not None else None
 
     def child_setup() -> None:  # between fork and exec: join the cgroup as root, then drop to the sandbox uid
@@ -82,13 +87,20 @@ def start_kernel(sandbox: SubprocessSandbox) -> PipeLink:
             preexec_fn=child_setup,
             pass_fds=fds,
         )
+    except BaseException:
+        if freezer is not None:
+            freezer.remove()
+        raise
     finally:
         for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
+    sandbox._freezer = freezer
     isolated = bool(prefix)
 
     def kill() -> None:
+        if freezer is not None:
+            freezer.thaw()  # a v1-frozen task takes SIGKILL only once thawed
         if not isolated and proc.stdin is not None:
             with contextlib.suppress(OSError):
                 proc.stdin.close()  # the supervisor kills everything below it and exits
@@ -104,6 +116,10 @@ def start_kernel(sandbox: SubprocessSandbox) -> PipeLink:
         with contextlib.suppress(subprocess.SubprocessError):
             proc.wait(5)
         _wait_gone(tree)  # so "reset" and "close" mean no process of the kernel is left when they return
+        if freezer is not None:
+            if sandbox._freezer is freezer:
+                sandbox._freezer = None
+            freezer.remove()
 
     return PipeLink(proc, kill)
 

@@ -24,9 +24,11 @@ starve each other (one holding 128 inotify instances broke ``inotify_init`` in a
 Where the image's filesystem cannot be idmapped (Linux < 5.19 for overlays over idmapped layers),
 sandboxes fall back to sharing :data:`ROOTFS_UID`, and ``capabilities.missing_protections`` says so.
 
-Host-side file access resolves paths against the sandbox's root, component by component
-(:func:`resolve_in_root`, like ``openat2(RESOLVE_IN_ROOT)``): a planted ``etc -> /etc`` link names
-the image's ``/etc``, never the host's, and ``..`` stops at the root.
+Host-side file access resolves paths against the sandbox's root, component by component and by
+directory fd (:func:`resolve_in_root`, like ``openat2(RESOLVE_IN_ROOT)``): a planted ``etc -> /etc``
+link names the image's ``/etc``, never the host's, and ``..`` stops at the root. The resolved
+name is then opened below the root's fd with no link followed at all (``_beneath``), so a link
+swapped in after the resolution makes the open fail; it never reaches the host.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ import tarfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from sandboxkit.backends.subprocess import _beneath as beneath
 from sandboxkit.backends.subprocess._idmap import can_idmap, idmapped_bind
 from sandboxkit.backends.subprocess._untar import unpack_tarball
 from sandboxkit.backends.subprocess._workspace import Workspace
@@ -105,39 +108,72 @@ def resolve_in_root(root: str, path: str, *, follow_last: bool) -> str:
     """The host path of ``path`` (absolute, as the sandbox sees it) under the host directory ``root``.
 
     Symlinks are resolved against ``root``, never the host's ``/``: an absolute target restarts
-    from ``root``, ``..`` stops there. Every component of the answer that exists is a real
-    directory (or, with ``follow_last=False``, the last one may be a link, which the caller
-    opens with ``O_NOFOLLOW``). Components past a missing one are kept as written.
+    from ``root``, ``..`` stops there. The walk holds a directory fd per component and looks each
+    name up relative to it (``fstatat``, ``readlinkat``, ``openat(O_NOFOLLOW)``), so a link swapped
+    in meanwhile is read as a link of the view, never followed by the host. Every component of
+    the answer that existed was a real directory (with ``follow_last=False`` the last one may be a
+    link). Components past a missing one are kept as written.
+
+    The answer is a name, not an open file: the caller opens it below ``root`` with no link
+    followed (``Workspace``), so a swap after this walk makes that open fail, never escape.
 
     Raises:
-        OSError: ELOOP after 40 links (a cycle).
+        OSError: ELOOP after 40 links (a cycle), or when ``root`` itself cannot be opened.
     """
+    top = beneath.open_dir(root)
+    try:
+        return os.path.join(root, *_walk_in_root(top, path, follow_last))
+    finally:
+        os.close(top)
+
+
+def _walk_in_root(top: int, path: str, follow_last: bool) -> list[str]:
     parts = [p for p in path.split("/") if p not in ("", ".")]
-    done: list[str] = []
+    done: list[tuple[str, int | None]] = []  # (name, fd of that directory, or None past a missing one)
     links = 0
-    while parts:
-        name = parts.pop(0)
-        if name == "..":
-            if done:
-                done.pop()
-            continue
-        host = os.path.join(root, *done, name)
-        try:
-            mode = os.lstat(host).st_mode
-        except (FileNotFoundError, NotADirectoryError):
-            done.append(name)
-            continue
-        if stat.S_ISLNK(mode) and (parts or follow_last):
-            links += 1
-            if links > 40:
-                raise OSError(errno.ELOOP, f"too many levels of symbolic links in {path!r}")
-            target = os.readlink(host)
-            if target.startswith("/"):
-                done = []
-            parts = [p for p in target.split("/") if p not in ("", ".")] + parts
-            continue
-        done.append(name)
-    return os.path.join(root, *done)
+    try:
+        while parts:
+            name = parts.pop(0)
+            if name == "..":
+                if done:
+                    _close(done.pop()[1])
+                continue
+            here = done[-1][1] if done else top
+            mode = None
+            if here is not None:
+                try:
+                    mode = os.stat(name, dir_fd=here, follow_symlinks=False).st_mode
+                except (FileNotFoundError, NotADirectoryError):
+                    mode = None
+            if mode is not None and stat.S_ISLNK(mode) and (parts or follow_last):
+                assert here is not None
+                links += 1
+                if links > 40:
+                    raise OSError(errno.ELOOP, f"too many levels of symbolic links in {path!r}")
+                target = os.readlink(name, dir_fd=here)
+                if target.startswith("/"):
+                    for _, fd in done:
+                        _close(fd)
+                    done = []
+                parts = [p for p in target.split("/") if p not in ("", ".")] + parts
+                continue
+            fd = None
+            if mode is not None and stat.S_ISDIR(mode) and parts:
+                assert here is not None
+                try:
+                    fd = os.open(name, beneath.DIR_FLAGS, dir_fd=here)
+                except OSError as exc:  # swapped for a link since the stat: the program's doing
+                    raise OSError(errno.ELOOP, f"{path!r} changed while it was resolved; try again") from exc
+            done.append((name, fd))
+        return [name for name, _ in done]
+    finally:
+        for _, fd in done:
+            _close(fd)
+
+
+def _close(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)
 
 
 def _private_mount(inner: str) -> str | None:
@@ -390,22 +426,19 @@ class RootView:
         The program is root in its view and may remove ``/testbed`` or replace it with a link
         (``ln -s /etc /testbed``); the host's own path to the workspace must never pass through
         such a link, so whatever is in the way is removed and the directory made anew (empty).
+        The walk goes by fd from the view's root (``_beneath.make_dirs``): a process the sandbox
+        kept cannot swap a component for a link between the check and the use.
         """
         if not self.mounted:
             return
-        current = self.root
-        for part in self.workdir.strip("/").split("/"):
-            current = os.path.join(current, part)
-            try:
-                mode: int | None = os.lstat(current).st_mode
-            except FileNotFoundError:
-                mode = None
-            if mode is not None and not stat.S_ISDIR(mode):
-                os.unlink(current)
-                mode = None
-            if mode is None:
-                os.mkdir(current, 0o755)
-                os.lchown(current, *self.owner)
+        parts = [p for p in self.workdir.split("/") if p]
+        if not parts:
+            return
+        top = beneath.open_dir(self.root)
+        try:
+            os.close(beneath.make_dirs(top, parts, self.owner))
+        finally:
+            os.close(top)
 
     def unmount(self) -> None:
         """Detach the overlay (idempotent; lazy, so a straggler's open file cannot block it).

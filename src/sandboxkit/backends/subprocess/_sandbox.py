@@ -23,6 +23,7 @@ from sandboxkit.backends.subprocess import _seccomp as seccomp
 from sandboxkit.backends.subprocess._cgroup import SandboxCgroup
 from sandboxkit.backends.subprocess._cold import Command, run_cold
 from sandboxkit.backends.subprocess._forkserver import ForkServer, ServerLost, ServerStale, ServerStartError
+from sandboxkit.backends.subprocess._freeze import Freezer, frozen
 from sandboxkit.backends.subprocess._output import OutputLimits
 from sandboxkit.backends.subprocess._status import Outcome, classify, rlimits_for
 from sandboxkit.backends.subprocess._workspace import Workspace, program_env
@@ -89,6 +90,8 @@ class SubprocessSandbox(Sandbox):
         self._mounted = False
         self.cgroup: SandboxCgroup | None = None
         self._kernel: Kernel | None = None
+        #: The running kernel's freezer (set by ``start_kernel``): host file access holds it still.
+        self._freezer: Freezer | None = None
         try:
             if owner is not None:
                 os.chown(path, *owner)
@@ -98,7 +101,7 @@ class SubprocessSandbox(Sandbox):
             if image is not None and owner is not None:
                 self.view = rootfs.RootView(image, path, owner, backend.workdir)
                 self.view.mount()
-                self.workspace = Workspace(self.view.workdir_host, owner, self.id)
+                self.workspace = Workspace(self.view.workdir_host, owner, self.id, anchor=self.view.root)
             if self._iso.cgroup.parents():
                 self.cgroup = SandboxCgroup(self._iso.cgroup, tag)
         except BaseException:
@@ -149,6 +152,21 @@ class SubprocessSandbox(Sandbox):
             except OSError as exc:  # a link cycle
                 raise InvalidRequest(str(exc), backend=NAME, sandbox_id=self.id) from None
         return self.workspace.resolve(str(cwd), strict=True)
+
+    def _is_dir(self, host: str) -> bool:
+        """Whether ``exec``'s working directory (a host path from :meth:`_cwd`) is a directory, by fd.
+
+        ``_cwd`` resolved the sandbox's links by name; the check walks the answer below the
+        workspace (or the view's root) with no link followed, so a directory swapped for a
+        link meanwhile is refused rather than stat'ed on the host.
+        """
+        if self.view is not None:
+            return Workspace(self.view.root, self.view.owner, self.id).is_dir(host)
+        try:
+            real = os.path.realpath(host)  # in-workspace links are the program's (``_cwd`` checked they stay inside)
+        except OSError:  # changed while it was read
+            return False
+        return self.workspace.is_dir(real)
 
     def _text(self, value: str, what: str) -> bytes:
         """``value`` as UTF-8, or InvalidRequest for text that cannot be (lone surrogates)."""
@@ -493,7 +511,8 @@ class SubprocessSandbox(Sandbox):
         async with self._lock:
             self._check_open()
             src = lang.source_name(request.code)
-            self.workspace.write({**request.files, src: lang.prepare(request.code)})
+            with frozen(self._freezer):
+                self.workspace.write({**request.files, src: lang.prepare(request.code)})
             env = self._env({**lang.env, **request.env})
             compile_result: ExecResult | None = None
             compile_argv = lang.compile_argv(request.code)
@@ -543,7 +562,10 @@ class SubprocessSandbox(Sandbox):
                     lang=lang,
                     sinks=sinks,
                 )
-            fetched = self.workspace.read(request.fetch_files) if request.fetch_files else {}
+            fetched: dict[str, bytes] = {}
+            if request.fetch_files:
+                with frozen(self._freezer):
+                    fetched = self.workspace.read(request.fetch_files)
         return classify(
             outcome,
             RunResult,
@@ -589,7 +611,7 @@ class SubprocessSandbox(Sandbox):
         sinks = (sink(on_stdout, "on_stdout", backend=NAME), sink(on_stderr, "on_stderr", backend=NAME))
         async with self._lock:
             self._check_open()
-            if not os.path.isdir(workdir):
+            if not self._is_dir(workdir):
                 raise InvalidRequest(f"cwd {cwd!r} is not a directory in the sandbox", backend=NAME, sandbox_id=self.id)
             outcome = await self._spawn(
                 argv,
@@ -612,10 +634,11 @@ class SubprocessSandbox(Sandbox):
             SandboxCrashed: the sandbox is closed.
         """
         self._check_open()
-        if self.view is not None:
-            rootfs.write_files(self.view, self.workspace, files, self.id)
-        else:
-            self.workspace.write(files)
+        with frozen(self._freezer):
+            if self.view is not None:
+                rootfs.write_files(self.view, self.workspace, files, self.id)
+            else:
+                self.workspace.write(files)
 
     async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
         """Read files from the workspace (with a root filesystem: its view); missing ones are absent.
@@ -626,9 +649,10 @@ class SubprocessSandbox(Sandbox):
             SandboxCrashed: the sandbox is closed.
         """
         self._check_open()
-        if self.view is not None:
-            return rootfs.read_files(self.view, self.workspace, paths, self.id)
-        return self.workspace.read(paths)
+        with frozen(self._freezer):
+            if self.view is not None:
+                return rootfs.read_files(self.view, self.workspace, paths, self.id)
+            return self.workspace.read(paths)
 
     async def open_kernel(self) -> Kernel:
         """This sandbox's Python kernel: its own bubblewrap instance with the sandbox's workspace,
@@ -671,9 +695,10 @@ class SubprocessSandbox(Sandbox):
                 backend=NAME,
                 sandbox_id=self.id,
             )
-        async with self._lock:  # between commands: no process of the sandbox is left to change files
+        async with self._lock:  # between commands; a kernel (and its threads) is frozen meanwhile
             self._check_open()
-            return await take_snapshot(self)
+            with frozen(self._freezer):
+                return await take_snapshot(self)
 
     async def alive(self) -> bool:
         """True until closed or discarded (and while the workspace exists). Never raises."""

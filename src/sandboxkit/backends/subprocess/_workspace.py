@@ -3,8 +3,11 @@
 Every host operation on a workspace assumes the program planted traps there between calls:
 symlinks pointing out, FIFOs (an ``open`` for writing blocks until a reader comes, which on the
 event-loop thread would freeze every sandbox of the process), sockets, device nodes, a file
-where a directory is expected. So paths are opened with ``O_NOFOLLOW | O_NONBLOCK``, only
-regular files and directories are used, and anything else in the way is removed first.
+where a directory is expected; and that a process it keeps between calls (a kernel's thread)
+swaps its directories for links while the host works. So every path is walked from the
+workspace's fd with no link followed at any component (``_beneath``), files are opened
+``O_NONBLOCK``, only regular files and directories are used, and anything else in the way is
+removed first.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import shutil
 import stat
 from collections.abc import Mapping, Sequence
 
+from sandboxkit.backends.subprocess import _beneath as beneath
 from sandboxkit.errors import InvalidRequest
 from sandboxkit.models import check_relative_path
 
@@ -45,35 +49,89 @@ def program_env(home: str, path: str, extra: Mapping[str, str] | None = None) ->
 class Workspace:
     """A directory on the host that one sandbox owns.
 
+    Every operation opens the workspace once and walks from that fd (``_beneath``): the
+    program may swap any directory of it for a link at any moment, and a link is never
+    followed, at any component.
+
     Args:
         path: the directory (created by the caller, empty).
         owner: ``(uid, gid)`` the sandboxed program runs as, or ``None`` when it runs as us;
             files written from the host are given to that user so the program may change them.
+        anchor: a directory the host made above ``path`` (a root view's ``/``) when the
+            components between them belong to the program (``/testbed``): ``path`` is then
+            opened below ``anchor`` with no link followed, not by its host name.
     """
 
-    def __init__(self, path: str, owner: tuple[int, int] | None = None, sandbox_id: str | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        owner: tuple[int, int] | None = None,
+        sandbox_id: str | None = None,
+        anchor: str | None = None,
+    ) -> None:
         self.path = path
         self.owner = owner
         self.sandbox_id = sandbox_id
+        self.anchor = anchor
 
-    def resolve(self, rel: str, *, strict: bool = False) -> str:
-        """Absolute host path of a workspace-relative path.
-
-        The program may have planted symlinks pointing outside; the host never follows them.
-        A top-level file name needs no check when opened with ``O_NOFOLLOW`` (as ``read`` and
-        ``write`` do), which keeps the per-run source write cheap; ``strict`` checks anyway.
+    def open_base(self) -> int:
+        """A new fd of the workspace directory (the caller closes it).
 
         Raises:
-            InvalidRequest: the path is absolute, contains ``..`` or escapes through a symlink.
+            OSError: the workspace is gone, or (below an ``anchor``) a component is a link now.
+        """
+        if self.anchor is None or self.anchor == self.path:
+            return beneath.open_dir(self.path)
+        top = beneath.open_dir(self.anchor)
+        try:
+            return beneath.open_beneath(top, os.path.relpath(self.path, self.anchor), beneath.DIR_FLAGS)
+        finally:
+            os.close(top)
+
+    def is_dir(self, host: str) -> bool:
+        """Whether ``host`` (the workspace or a path below it, links already resolved) is a directory now.
+
+        Walked by fd with no link followed: a directory swapped for a link to a host directory
+        answers False, so the answer never tells anyone what exists on the host.
         """
         try:
-            norm = check_relative_path(rel)
+            base = self.open_base()
+        except OSError:
+            return False
+        try:
+            if host == self.path:
+                return True
+            rel = os.path.relpath(host, self.path)
+            os.close(beneath.open_beneath(base, rel, beneath.DIR_FLAGS))
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(base)
+
+    def _check(self, rel: str) -> str:
+        try:
+            return check_relative_path(rel)
         except ValueError as exc:
             raise InvalidRequest(str(exc), backend=BACKEND, sandbox_id=self.sandbox_id) from exc
+
+    def resolve(self, rel: str, *, strict: bool = False) -> str:
+        """Absolute host path of a workspace-relative path, for naming it (``exec``'s cwd), never for opening it.
+
+        ``strict`` also refuses a path whose links lead outside the workspace now: the name is
+        then handed to the sandbox (which resolves it in its own namespaces), not opened here.
+
+        Raises:
+            InvalidRequest: the path is absolute, contains ``..`` or (``strict``) escapes through a symlink.
+        """
+        norm = self._check(rel)
         full = os.path.join(self.path, norm)
-        if not strict and "/" not in norm:
+        if not strict:
             return full
-        real = os.path.realpath(full)
+        try:
+            real = os.path.realpath(full)
+        except OSError:  # a link swapped for something else while it was read (EINVAL): the program's doing
+            real = ""
         if real != self.path and not real.startswith(self.path + os.sep):
             raise InvalidRequest(
                 f"file path {rel!r} resolves outside the sandbox workspace through a symlink",
@@ -83,26 +141,56 @@ class Workspace:
         return full
 
     def write(self, files: Mapping[str, bytes | str]) -> None:
-        """Write files (parents created), owned by the sandbox user; never blocks.
+        """Write files (parents created), owned by the sandbox user; never blocks, never follows a link.
 
         Raises:
-            InvalidRequest: a bad path or text that is not valid Unicode.
+            InvalidRequest: a bad path, text that is not valid Unicode, or a path a process of the
+                sandbox keeps replacing with a link while the host writes it (the program's doing).
             OSError: the workspace is full (ENOSPC) or gone.
         """
-        encoded = [(self.resolve(rel), rel, self._encode(rel, body)) for rel, body in files.items()]
-        for full, _, data in encoded:
-            parent = os.path.dirname(full)
-            if parent != self.path:
-                self._makedirs(parent)
-            fd = self._open_for_write(full)
-            try:
-                if self.owner is not None:
-                    os.fchown(fd, *self.owner)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-            finally:
-                os.close(fd)
+        encoded = [(rel, self._check(rel).split("/"), self._encode(rel, body)) for rel, body in files.items()]
+        try:
+            base = self.open_base()
+        except OSError as exc:
+            if exc.errno in beneath.RACED:
+                raise self._raced("the working directory", exc) from exc
+            raise
+        try:
+            for rel, parts, data in encoded:
+                try:
+                    fd = self._create(base, parts)
+                except OSError as exc:
+                    if exc.errno in beneath.RACED:
+                        raise self._raced(repr(rel), exc) from exc
+                    raise
+                try:
+                    if self.owner is not None:
+                        os.fchown(fd, *self.owner)
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                finally:
+                    os.close(fd)
+        finally:
+            os.close(base)
+
+    def _create(self, base: int, parts: list[str]) -> int:
+        parent = beneath.make_dirs(base, parts[:-1], self.owner) if len(parts) > 1 else base
+        try:
+            return _open_for_write(parent, parts[-1])
+        finally:
+            if parent != base:
+                os.close(parent)
+
+    def _raced(self, what: str, exc: OSError) -> InvalidRequest:
+        """The program changed a path while the host wrote it: its doing, reported to the caller as such."""
+        return InvalidRequest(
+            f"cannot write {what}: a process of the sandbox kept replacing it (or a directory on its way) "
+            f"with a link or another kind of file ({exc}); nothing was written through it. Stop the "
+            "process that renames it (a kernel's thread), or write another path",
+            backend=BACKEND,
+            sandbox_id=self.sandbox_id,
+        )
 
     def _encode(self, rel: str, body: bytes | str) -> bytes:
         if not isinstance(body, str):
@@ -117,85 +205,76 @@ class Workspace:
                 sandbox_id=self.sandbox_id,
             ) from None
 
-    def _open_for_write(self, full: str) -> int:
-        """Open ``full`` as a fresh regular file, removing whatever the program left in its place."""
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        for _ in range(3):
-            _remove_unless_regular(full)
-            try:
-                fd = os.open(full, flags, 0o644)
-            except OSError as exc:  # ELOOP/ENXIO/EISDIR: replaced between the check and the open
-                if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.EEXIST):
-                    continue
-                raise
-            if stat.S_ISREG(os.fstat(fd).st_mode):
-                return fd
-            os.close(fd)
-        raise OSError(errno.EBUSY, f"{full!r} keeps being replaced by something other than a regular file")
-
-    def _makedirs(self, parent: str) -> None:
-        rel_parts = os.path.relpath(parent, self.path).split(os.sep)
-        cur = self.path
-        for part in rel_parts:
-            cur = os.path.join(cur, part)
-            try:
-                mode = os.lstat(cur).st_mode
-            except FileNotFoundError:
-                mode = None
-            if mode is not None and not stat.S_ISDIR(mode):  # a link, FIFO, file... in the way
-                os.unlink(cur)
-                mode = None
-            if mode is None:
-                os.mkdir(cur, 0o755)
-                if self.owner is not None:
-                    os.chown(cur, *self.owner)
-
     def read(self, paths: Sequence[str]) -> dict[str, bytes]:
-        """Read regular files; missing ones (and symlinks, directories) are left out."""
+        """Read regular files; missing ones (and links, at any component, and directories) are left out.
+
+        Raises:
+            InvalidRequest: a bad path.
+        """
+        checked = [(rel, self._check(rel)) for rel in paths]
         out: dict[str, bytes] = {}
-        for rel in paths:
-            full = self.resolve(rel)
-            try:
-                fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-            except OSError:
-                continue
-            try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
+        try:
+            base = self.open_base()
+        except OSError:
+            return out  # below an anchor: the program replaced the working directory; nothing is read through it
+        try:
+            for rel, norm in checked:
+                try:
+                    fd = beneath.open_beneath(base, norm, os.O_RDONLY | os.O_NONBLOCK)
+                except OSError:
                     continue
-                chunks = []
-                while chunk := os.read(fd, 1 << 20):
-                    chunks.append(chunk)
-                out[rel] = b"".join(chunks)
-            finally:
-                os.close(fd)
+                try:
+                    if not stat.S_ISREG(os.fstat(fd).st_mode):
+                        continue
+                    chunks = []
+                    while chunk := os.read(fd, 1 << 20):
+                        chunks.append(chunk)
+                    out[rel] = b"".join(chunks)
+                finally:
+                    os.close(fd)
+        finally:
+            os.close(base)
         return out
 
     def wipe(self) -> None:
-        """Remove everything inside the workspace, keeping the directory itself."""
-        with os.scandir(self.path) as entries:
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path, ignore_errors=True)
-                else:
-                    try:
-                        os.unlink(entry.path)
-                    except FileNotFoundError:
-                        pass
+        """Remove everything inside the workspace, keeping the directory itself (by fd: no link is followed)."""
+        base = self.open_base()
+        try:
+            for name in os.listdir(base):
+                beneath.remove_entry(base, name)
+        finally:
+            os.close(base)
 
     def remove(self) -> None:
         """Delete the workspace directory. Idempotent."""
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-def _remove_unless_regular(path: str) -> None:
-    """Remove ``path`` if it is anything but a regular file (a planted link, FIFO, socket, directory)."""
+def _open_for_write(dirfd: int, name: str) -> int:
+    """Open ``name`` in ``dirfd`` as a fresh regular file, removing whatever the program left in its place."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    for _ in range(3):
+        try:
+            _remove_unless_regular(dirfd, name)
+        except OSError:
+            continue  # swapped again while it was removed
+        try:
+            fd = os.open(name, flags, 0o644, dir_fd=dirfd)
+        except OSError as exc:  # ELOOP/ENXIO/EISDIR: replaced between the check and the open
+            if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.EEXIST):
+                continue
+            raise
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+        os.close(fd)
+    raise OSError(errno.EBUSY, f"{name!r} keeps being replaced by something other than a regular file")
+
+
+def _remove_unless_regular(dirfd: int, name: str) -> None:
+    """Remove ``name`` if it is anything but a regular file (a planted link, FIFO, socket, directory)."""
     try:
-        mode = os.lstat(path).st_mode
+        mode = os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_mode
     except FileNotFoundError:
         return
-    if stat.S_ISREG(mode):
-        return
-    if stat.S_ISDIR(mode):
-        shutil.rmtree(path)
-    else:
-        os.unlink(path)
+    if not stat.S_ISREG(mode):
+        beneath.remove_entry(dirfd, name)

@@ -27,7 +27,8 @@ import secrets
 import time
 from collections.abc import Iterator
 
-from sandboxkit.backends.subprocess._cgroup import SandboxCgroup, _own_cgroups
+from sandboxkit.backends.subprocess._cgroup import SandboxCgroup
+from sandboxkit.backends.subprocess._cgroup_tree import own_cgroups
 
 __all__ = ["ENABLED", "Freezer", "frozen"]
 
@@ -63,7 +64,7 @@ class Freezer:
             if os.path.exists(os.path.join(cgroup.memory_dir, "cgroup.freeze")):
                 return cls(cgroup.memory_dir, 2, owned=False)
             return None
-        own = _own_cgroups().get("freezer")
+        own = own_cgroups().get("freezer")
         if own is None or not os.path.isdir(_V1_ROOT):
             return None
         directory = os.path.join(os.path.normpath(_V1_ROOT + own), f"sandboxkit-{name}-{secrets.token_hex(3)}")

@@ -7,11 +7,12 @@ that harmless; freezing is the second wall, and it also gives a checkpoint a con
 
 Where the sandbox's processes can be frozen:
 
-* cgroup v2: the sandbox's own cgroup (``cgroup.freeze``), which the kernel joined before it
-  ran a line. Everything of the sandbox stops, the fork server too: the host holds the
-  sandbox's files, and nothing of it should run meanwhile;
-* cgroup v1: a ``freezer`` cgroup made for the kernel (``freezer.state``), which the kernel
-  joins with its memory and pids cgroups before ``exec``.
+* cgroup v2 (the sandbox's cgroup is on the unified hierarchy): the sandbox's own cgroup
+  (``cgroup.freeze``), which the kernel joined before it ran a line. Everything of the sandbox
+  stops, the fork server too: the host holds the sandbox's files, and nothing of it should run
+  meanwhile;
+* cgroup v1 (or hybrid): a ``freezer`` cgroup made for the kernel (``freezer.state``) below this
+  process's own freezer cgroup, which the kernel joins with its other cgroups before ``exec``.
 
 Elsewhere (not root, no freezer) nothing is frozen and the fd walk stands alone. A frozen
 cgroup is always thawed when the host is done, on an error or a cancellation too; v1 only
@@ -28,7 +29,7 @@ import time
 from collections.abc import Iterator
 
 from sandboxkit.backends.subprocess._cgroup import SandboxCgroup
-from sandboxkit.backends.subprocess._cgroup_tree import own_cgroups
+from sandboxkit.backends.subprocess._cgroup_tree import cgroup_mounts, host_path, own_cgroups
 
 __all__ = ["ENABLED", "Freezer", "frozen"]
 
@@ -38,7 +39,6 @@ log = logging.getLogger(__name__)
 ENABLED = True
 #: How long the host waits for every task to stop before it goes on anyway (the fd walk still holds).
 FREEZE_WAIT_S = 1.0
-_V1_ROOT = "/sys/fs/cgroup/freezer"
 
 
 class Freezer:
@@ -60,14 +60,15 @@ class Freezer:
     @classmethod
     def create(cls, cgroup: SandboxCgroup | None, name: str) -> Freezer | None:
         """The freezer of a sandbox whose cgroup is ``cgroup``, or None where this host has none."""
-        if cgroup is not None and cgroup.support.version == 2 and cgroup.memory_dir is not None:
-            if os.path.exists(os.path.join(cgroup.memory_dir, "cgroup.freeze")):
-                return cls(cgroup.memory_dir, 2, owned=False)
-            return None
+        for directory in cgroup.dirs if cgroup is not None else ():
+            if os.path.exists(os.path.join(directory, "cgroup.freeze")):  # a v2 cgroup: the kernel is in it
+                return cls(directory, 2, owned=False)
+        mount = cgroup_mounts().v1.get("freezer")
         own = own_cgroups().get("freezer")
-        if own is None or not os.path.isdir(_V1_ROOT):
+        parent = host_path(mount, own) if mount is not None and own is not None else None
+        if parent is None:
             return None
-        directory = os.path.join(os.path.normpath(_V1_ROOT + own), f"sandboxkit-{name}-{secrets.token_hex(3)}")
+        directory = os.path.join(parent, f"sandboxkit-{name}-{secrets.token_hex(3)}")
         try:
             os.mkdir(directory)
         except OSError as exc:

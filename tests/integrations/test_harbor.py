@@ -664,3 +664,13 @@ def test_an_untrusted_workspace_archive_keeps_only_what_stays_inside() -> None:
         assert name in dropped, (name, dropped)
     with pytest.raises(WorkspaceUnreadable):
         parse_archive(b"not a tar archive" * 100, "/testbed")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_workspace_larger_than_the_file_size_limit_is_carried_whole(tmp_path: Path, backend: str) -> None:
+    # Each file is under the sandbox's file size limit (64 MiB by default); the workspace is not.
+    test_sh = "#!/bin/sh\n[ $(cat /testbed/big.* | wc -c) -eq 94371840 ] && echo 1 > /logs/verifier/reward.txt\n"
+    task = make_task(tmp_path / "t", test_sh)
+    write = "for i in 1 2 3; do head -c 31457280 /dev/urandom > big.$i; done"
+    reward, env = run_episode(task, [write], backend_args(backend))
+    assert (reward, env.final_info["reward_status"]) == (1.0, "ok"), (env.final_info, env.verdict)

@@ -10,8 +10,8 @@ no process of the agent's in it; what crosses over is only the answer, the worki
 
 How the workspace crosses, and why each step is safe:
 
-* the agent's sandbox archives its working directory with its own ``tar`` into a file that
-  the host reads back with the backend's file API (which never follows a link out of the
+* the agent's sandbox archives its working directory with its own ``tar`` (cut into parts with
+  its ``dd``, under the sandbox's file size limit) into files that the host reads back with the backend's file API (which never follows a link out of the
   sandbox). The agent controls that ``tar``, so the archive is data it chose, exactly as the
   workspace is; nothing it says is executed;
 * the host parses the archive (:func:`parse_archive`) and keeps regular files, directories and
@@ -51,7 +51,7 @@ __all__ = [
     "restore_workspace",
 ]
 
-#: Where the agent's sandbox leaves the archive (a directory every Harbor sandbox has and may write).
+#: Where the agent's sandbox leaves the archive's parts (``.0``, ``.1``...): a directory every Harbor sandbox may write.
 ARCHIVE = "/logs/verifier/.sandboxkit-workspace.tar"
 #: The largest workspace archive carried over; a bigger one is the agent's doing and scores 0.
 MAX_WORKSPACE_BYTES = 512 << 20
@@ -95,31 +95,44 @@ def _quote(path: str) -> str:
 async def capture_workspace(session: Session, workdir: str) -> WorkspaceCopy:
     """Archive ``workdir`` in ``session``'s sandbox and parse it (the sandbox is left as it was, less the archive).
 
+    The archive is cut into parts of at most half the sandbox's file size limit (``dd``), so a
+    workspace of many files, each under that limit, is carried whole.
+
     Raises:
         WorkspaceUnreadable: no archive came back, it is too large or it is not a tar archive.
         SandboxError: the sandbox failed.
     """
     # /logs/verifier is scratch space here: the verifier writes into the fresh sandbox's, not this one.
-    archive_dir = posixpath.dirname(ARCHIVE)
+    folder = posixpath.dirname(ARCHIVE)
+    size_mb = session.limits.file_size_mb
+    part_mb = max(1, min(32, size_mb // 2)) if size_mb else 32
+    max_parts = MAX_WORKSPACE_BYTES // (part_mb << 20) + 1
+    part = f"{ARCHIVE}.$i"
     script = (
-        f"chmod -R u+rwX {archive_dir} 2>/dev/null; rm -rf {archive_dir} 2>/dev/null; mkdir -p {archive_dir}; "
-        f"rm -rf {ARCHIVE}; tar -C {_quote(workdir)} -cf {ARCHIVE} . >/dev/null 2>&1; "
-        f"test -f {ARCHIVE} && wc -c < {ARCHIVE}"
+        f"chmod -R u+rwX {folder} 2>/dev/null; rm -rf {folder} 2>/dev/null; mkdir -p {folder}; rm -f {ARCHIVE}.*; "
+        f"tar -C {_quote(workdir)} -cf - . 2>/dev/null | {{ i=0; while [ $i -le {max_parts} ]; do "
+        f"dd of={part} bs=1048576 count={part_mb} iflag=fullblock 2>/dev/null; "
+        f'[ -s {part} ] || {{ rm -f {part}; break; }}; echo "{part} $(wc -c < {part})"; i=$((i+1)); done; '
+        "cat >/dev/null; }"
     )
     made = await session.exec(script, timeout=STEP_TIMEOUT_S)
-    size = made.stdout.strip()
-    if not made.ok or not size.isdigit():
+    parts = [line.split(" ") for line in made.stdout.splitlines() if line.startswith(ARCHIVE)]
+    if not parts or not all(len(p) == 2 and p[1].isdigit() for p in parts):
         raise WorkspaceUnreadable(
-            f"archiving {workdir} in the agent's sandbox failed ({made.status.value}, exit {made.exit_code}): "
+            f"archiving {workdir} in the agent's sandbox gave nothing ({made.status.value}, exit {made.exit_code}): "
             f"{(made.stderr or made.stdout)[-300:]!r}"
         )
-    if int(size) > MAX_WORKSPACE_BYTES:
-        raise WorkspaceUnreadable(f"the workspace archive is {int(size)} bytes, over {MAX_WORKSPACE_BYTES}")
-    data = (await session.read_files([ARCHIVE])).get(ARCHIVE)
-    await session.exec(f"rm -f {ARCHIVE}", timeout=STEP_TIMEOUT_S)
-    if data is None or len(data) > MAX_WORKSPACE_BYTES:
-        raise WorkspaceUnreadable(f"the workspace archive {ARCHIVE} could not be read back (or grew past the cap)")
-    return parse_archive(data, workdir)
+    total = sum(int(size) for _, size in parts)
+    if len(parts) > max_parts or total > MAX_WORKSPACE_BYTES:
+        raise WorkspaceUnreadable(f"the workspace archive is over {MAX_WORKSPACE_BYTES} bytes")
+    data = bytearray()
+    for name, _ in parts:  # one part at a time: the host holds the archive once, not twice
+        body = (await session.read_files([name])).get(name)
+        if body is None or len(data) + len(body) > MAX_WORKSPACE_BYTES:
+            raise WorkspaceUnreadable(f"the workspace archive part {name} could not be read back")
+        data += body
+    await session.exec(f"rm -f {ARCHIVE}.*", timeout=STEP_TIMEOUT_S)
+    return parse_archive(bytes(data), workdir)
 
 
 def _clean(name: str) -> str | None:

@@ -654,13 +654,14 @@ def test_an_untrusted_workspace_archive_keeps_only_what_stays_inside() -> None:
         _member("./hard", tarfile.LNKTYPE, "ok.txt"),
         _member("./fifo", tarfile.FIFOTYPE),
         _member("./lib", tarfile.SYMTYPE, "sub/../ok.txt"),
+        (_member("./" + "n" * 256), b"no file system names a file so"),
     )
     copy = parse_archive(data, "/testbed")
     assert copy.files == {"/testbed/ok.txt": b"fine", "/testbed/hard": b"fine"}
     assert copy.modes == {"/testbed/ok.txt": 0o755, "/testbed/hard": 0o755}  # setuid dropped
     assert copy.links == {"/testbed/bin": "/usr/local/bin", "/testbed/up": "..", "/testbed/lib": "sub/../ok.txt"}
     dropped = " ".join(copy.dropped)
-    for name in ("escape.txt", "/etc/passwd", "bin/python3", "'tests'", "'a'", "'b'", "'proc'", "'fifo'"):
+    for name in ("escape.txt", "/etc/passwd", "bin/python3", "'tests'", "'a'", "'b'", "'proc'", "'fifo'", "n" * 256):
         assert name in dropped, (name, dropped)
     with pytest.raises(WorkspaceUnreadable):
         parse_archive(b"not a tar archive" * 100, "/testbed")
@@ -674,3 +675,22 @@ def test_a_workspace_larger_than_the_file_size_limit_is_carried_whole(tmp_path: 
     write = "for i in 1 2 3; do head -c 31457280 /dev/urandom > big.$i; done"
     reward, env = run_episode(task, [write], backend_args(backend))
     assert (reward, env.final_info["reward_status"]) == (1.0, "ok"), (env.final_info, env.verdict)
+
+
+#: The agent (root in its image) replaces dd, which cuts its workspace archive: the first part becomes a
+#: link to /tmp, a mount the host cannot reach. Its archive is unreadable: its outcome, not "no reward".
+FAKE_DD = (
+    "mkdir -p /usr/local/bin && printf '%s\\n' '#!/bin/sh' 'echo hi > /tmp/x' "
+    '\'for a; do case "$a" in of=*.0) ln -sf /tmp/x "${a#of=}";; of=*) : > "${a#of=}";; esac; done\' '
+    "'cat >/dev/null' > /usr/local/bin/dd && chmod +x /usr/local/bin/dd; true"
+)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_sabotaged_workspace_archive_scores_0_not_none(tmp_path: Path, backend: str) -> None:
+    reward, env = run_episode(make_task(tmp_path / "t"), ["echo 42 > answer.txt", FAKE_DD], backend_args(backend))
+    assert env.final_info["infra_error"] is False, env.final_info
+    if backend == "subprocess-rootfs":  # on Docker the agent is not root: dd stays the image's
+        assert (reward, env.final_info["reward"], env.final_info["reward_status"]) == (0.0, 0.0, "workspace_unreadable")
+    else:
+        assert reward == 1.0

@@ -146,7 +146,10 @@ async def verify_workspace(
 
     try:
         async with pool.session(limits=limits) as fresh:
-            await restore_workspace(fresh, copy)
+            try:
+                await restore_workspace(fresh, copy)
+            except InvalidRequest as exc:  # a name or body the file API refuses: the agent chose it
+                return verdict(0.0, "workspace_unreadable", detail=f"the agent's workspace cannot be restored: {exc}")
             # The image may bring its own /tests or /logs/verifier: the task's tests and an empty directory count.
             cleared = await fresh.exec(
                 f"rm -rf {TESTS_DIR}/* {TESTS_DIR}/.[!.]* {VERIFIER_DIR}/* {VERIFIER_DIR}/.[!.]* 2>/dev/null; "

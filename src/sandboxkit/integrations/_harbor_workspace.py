@@ -38,6 +38,7 @@ import stat
 import tarfile
 from dataclasses import dataclass, field
 
+from sandboxkit.errors import InvalidRequest
 from sandboxkit.session import Session
 
 __all__ = [
@@ -60,6 +61,7 @@ GUARDED_ROOTS = ("/tests", "/logs", "/solution", "/proc", "/sys", "/dev")
 #: Seconds archiving or restoring a workspace may take (in the sandbox).
 STEP_TIMEOUT_S = 300.0
 _LINK_HOPS = 40  # the kernel's own limit on links in one path
+_NAME_MAX = 255  # bytes in one path component
 _FILE_MODE, _DIR_MODE = 0o644, 0o755  # what the file API creates; other modes are set by the script
 
 
@@ -116,18 +118,22 @@ async def capture_workspace(session: Session, workdir: str) -> WorkspaceCopy:
         "cat >/dev/null; }"
     )
     made = await session.exec(script, timeout=STEP_TIMEOUT_S)
-    parts = [line.split(" ") for line in made.stdout.splitlines() if line.startswith(ARCHIVE)]
-    if not parts or not all(len(p) == 2 and p[1].isdigit() for p in parts):
+    # The listing is the agent's shell's output: only the count and sizes are taken from it, never a path.
+    sizes = [line.rsplit(" ", 1)[-1] for line in made.stdout.splitlines() if line.startswith(ARCHIVE)]
+    if not sizes or not all(size.isdigit() for size in sizes):
         raise WorkspaceUnreadable(
             f"archiving {workdir} in the agent's sandbox gave nothing ({made.status.value}, exit {made.exit_code}): "
             f"{(made.stderr or made.stdout)[-300:]!r}"
         )
-    total = sum(int(size) for _, size in parts)
-    if len(parts) > max_parts or total > MAX_WORKSPACE_BYTES:
+    if len(sizes) > max_parts or sum(int(size) for size in sizes) > MAX_WORKSPACE_BYTES:
         raise WorkspaceUnreadable(f"the workspace archive is over {MAX_WORKSPACE_BYTES} bytes")
     data = bytearray()
-    for name, _ in parts:  # one part at a time: the host holds the archive once, not twice
-        body = (await session.read_files([name])).get(name)
+    for index in range(len(sizes)):  # one part at a time: the host holds the archive once, not twice
+        name = f"{ARCHIVE}.{index}"
+        try:
+            body = (await session.read_files([name])).get(name)
+        except InvalidRequest as exc:  # the agent's processes made the part a link to a private mount
+            raise WorkspaceUnreadable(f"the workspace archive part {name} could not be read: {exc.message}") from exc
         if body is None or len(data) + len(body) > MAX_WORKSPACE_BYTES:
             raise WorkspaceUnreadable(f"the workspace archive part {name} could not be read back")
         data += body
@@ -141,7 +147,8 @@ def _clean(name: str) -> str | None:
     if ".." in parts or name.startswith("/"):
         return None
     try:
-        name.encode("utf-8")
+        if any(len(part.encode("utf-8")) > _NAME_MAX for part in parts):
+            return None  # no file system holds it: only a crafted archive has one
     except UnicodeEncodeError:  # a name the file APIs cannot carry (tarfile kept its bytes as surrogates)
         return None
     return "/".join(parts)

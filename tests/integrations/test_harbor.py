@@ -694,3 +694,12 @@ def test_a_sabotaged_workspace_archive_scores_0_not_none(tmp_path: Path, backend
         assert (reward, env.final_info["reward"], env.final_info["reward_status"]) == (0.0, 0.0, "workspace_unreadable")
     else:
         assert reward == 1.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_workspace_of_2000_directories_is_carried(tmp_path: Path, backend: str) -> None:
+    # A file API call per directory took the Docker engine minutes for this; one unpacked archive does not.
+    test_sh = "#!/bin/sh\n[ $(cat /testbed/d*/f | wc -l) -eq 2000 ] && echo 1 > /logs/verifier/reward.txt\n"
+    make = "for i in $(seq 2000); do mkdir d$i && echo $i > d$i/f; done"
+    reward, env = run_episode(make_task(tmp_path / "t", test_sh), [make], backend_args(backend))
+    assert (reward, env.final_info["reward_status"]) == (1.0, "ok"), (env.final_info, env.verdict)

@@ -703,3 +703,16 @@ def test_a_workspace_of_2000_directories_is_carried(tmp_path: Path, backend: str
     make = "for i in $(seq 2000); do mkdir d$i && echo $i > d$i/f; done"
     reward, env = run_episode(make_task(tmp_path / "t", test_sh), [make], backend_args(backend))
     assert (reward, env.final_info["reward_status"]) == (1.0, "ok"), (env.final_info, env.verdict)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_code_the_verifier_runs_that_links_the_reward_file_away_scores_0(tmp_path: Path, backend: str) -> None:
+    # test.sh runs the agent's code (as Harbor's do); that code turns reward.txt into a link to /tmp,
+    # a mount the host cannot read. What the agent's code does is its outcome: 0.0, not "no reward".
+    test_sh = "#!/bin/sh\nsh /testbed/solve.sh\necho 0 > /logs/verifier/reward.txt\n"
+    reward, env = run_episode(
+        make_task(tmp_path / "t", test_sh),
+        ["echo 'ln -sf /tmp/x /logs/verifier/reward.txt' > solve.sh"],
+        backend_args(backend),
+    )
+    assert (reward, env.final_info["reward"], env.final_info["infra_error"]) == (0.0, 0.0, False), env.final_info

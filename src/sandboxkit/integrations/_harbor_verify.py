@@ -165,7 +165,12 @@ async def verify_workspace(
                 env=task.verifier_env or None,
                 timeout=task.verifier_timeout_s,
             )
-            files = await fresh.read_files([REWARD_JSON, REWARD_TXT, TEST_STDOUT])
+            try:
+                files = await fresh.read_files([REWARD_JSON, REWARD_TXT, TEST_STDOUT])
+            except (
+                InvalidRequest
+            ) as exc:  # the agent's code, run by test.sh, made a file a link the host may not follow
+                return verdict(0.0, "bad_reward_file", detail=f"the verifier's files cannot be read: {exc}")
     except SandboxError as exc:
         if isinstance(exc, InvalidRequest):
             raise

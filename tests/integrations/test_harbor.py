@@ -7,10 +7,12 @@ environment/Dockerfile or [environment] docker_image, tests/test.sh writing
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import textwrap
 from collections.abc import Iterator
@@ -22,6 +24,7 @@ import pytest
 from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.backends.subprocess._rootfs import has_overlay_mounts
 from sandboxkit.errors import InvalidRequest
+from sandboxkit.integrations._harbor_workspace import WorkspaceUnreadable, parse_archive
 from sandboxkit.integrations.harbor import (
     HarborEnv,
     HarborTask,
@@ -162,31 +165,39 @@ def test_test_sh_writes_reward_txt_and_the_episode_gets_it(
 VERDICTS = [
     ('echo \'{"reward": 0.5, "accuracy": 1}\' > /logs/verifier/reward.json', 0.5, "ok"),
     ("echo '{\"tests\": 1}' > /logs/verifier/reward.json; echo 0 > /logs/verifier/reward.txt", 1.0, "ok"),
-    ('echo \'{"a": 1, "b": 0}\' > /logs/verifier/reward.json', None, "bad_reward_file"),
-    (": > /logs/verifier/reward.txt", None, "empty_reward_file"),
-    ("echo passed > /logs/verifier/reward.txt", None, "bad_reward_file"),
-    ("echo nan > /logs/verifier/reward.txt", None, "bad_reward_file"),
-    ("echo 'all tests passed'; exit 1", None, "no_reward_file"),
-    ("sleep 30; echo 1 > /logs/verifier/reward.txt", None, "verifier_timeout"),
+    # test.sh ran on what the agent left and gave no number: the agent's outcome, 0.0 (the status says why).
+    ('echo \'{"a": 1, "b": 0}\' > /logs/verifier/reward.json', 0.0, "bad_reward_file"),
+    (": > /logs/verifier/reward.txt", 0.0, "empty_reward_file"),
+    ("echo passed > /logs/verifier/reward.txt", 0.0, "bad_reward_file"),
+    ("echo nan > /logs/verifier/reward.txt", 0.0, "bad_reward_file"),
+    ("echo 'all tests passed'; exit 1", 0.0, "no_reward_file"),
+    ("sleep 30; echo 1 > /logs/verifier/reward.txt", 0.0, "verifier_timeout"),
 ]
 
 
-@pytest.mark.parametrize("_", [pytest.param(None, id="docker", marks=docker_only)])
-def test_a_reward_is_only_what_test_sh_wrote(tmp_path: Path, _) -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_reward_is_only_what_test_sh_wrote(tmp_path: Path, backend: str) -> None:
     toml = f'[environment]\ndocker_image = "{BASE_IMAGE}"\nworkdir = "/testbed"\n[verifier]\ntimeout_sec = 2\n'
     tasks = [
         HarborTask.load(make_task(tmp_path / str(i), f"#!/bin/sh\n{v[0]}\n", toml=toml)) for i, v in enumerate(VERDICTS)
     ]
-    pool = SyncSandboxPool("docker", backend_options=tasks[0].docker_options(), max_concurrency=2)
+    args = backend_args(backend)
+    if backend == "docker":
+        options = tasks[0].docker_options()
+    else:
+        options = {**args["backend_options"], "workdir": tasks[0].workdir}
+    pool = SyncSandboxPool(args["backend"], backend_options=options, max_concurrency=2)
 
     async def verify_each(p: SandboxPool) -> list[HarborVerdict]:
         verdicts = []
         async with p.session() as session:  # one container, verified once per task
             for task in tasks:
                 # The agent plants a perfect score where the verifier writes: it must not count.
-                planted = await session.exec("echo 1 > /logs/verifier/reward.txt; echo 1 > /logs/verifier/reward.json")
+                planted = await session.exec(
+                    "mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; echo 1 > /logs/verifier/reward.json"
+                )
                 assert planted.ok, planted
-                verdicts.append(await verify_session(task, session))
+                verdicts.append(await verify_session(task, session, p))
         return verdicts
 
     try:
@@ -255,6 +266,10 @@ def test_load_checks_the_task_directory(tmp_path: Path) -> None:
     (broken / "task.toml").write_text(f'[environment]\ndocker_image = "{BASE_IMAGE}"\n[verifier]\ntimeout_sec = -1\n')
     with pytest.raises(HarborTaskError, match="positive"):
         HarborTask.load(broken)
+    for workdir in ("/", "/tests", "/logs/agent"):
+        (broken / "task.toml").write_text(f'[environment]\ndocker_image = "{BASE_IMAGE}"\nworkdir = "{workdir}"\n')
+        with pytest.raises(HarborTaskError, match="which the verifier owns"):
+            HarborTask.load(broken)
     (broken / "instruction.md").unlink()
     with pytest.raises(HarborTaskError, match=r"instruction\.md is missing"):
         HarborTask.load(broken)
@@ -341,7 +356,7 @@ def test_trl_environment_factory_contract(tmp_path: Path, _) -> None:
     assert env.get_reward() == 0.0
     broken = make_task(tmp_path / "broken", "#!/bin/sh\nexit 0\n")
     env.reset(task_dir=str(broken))
-    assert env.get_reward() is None  # no reward file: no reward, not 0
+    assert env.get_reward() == 0.0  # test.sh ran on the agent's workspace and wrote no reward: its outcome
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -468,3 +483,236 @@ def test_the_oracle_solution_scores_1(tmp_path: Path, backend: str) -> None:
             unsolved.solve()
     finally:
         unsolved.close()
+
+
+# ---------------------------------------------------------------- attacks on the verifier (issue 27, items 6, 7, 11)
+
+#: A checker in the task's own tests/ that imports json from /tests (its own directory) and runs on python3.
+CHECK_WITH_PYTHON = """\
+#!/bin/sh
+python3 /tests/check.py > /logs/verifier/reward.txt
+"""
+CHECK_PY = "import json\nprint(json.dumps(1 if open('/testbed/answer.txt').read().strip() == '42' else 0))\n"
+FORGE = "#!/bin/sh\necho 1 > /logs/verifier/reward.txt\nexit 0\n"
+#: What the agent runs to plant a forged verdict where the verifier looks (root in its image on rootfs).
+PLANT = [
+    # A json module in /tests, imported by the checker before the standard library's.
+    "mkdir -p /tests && printf 'import os\\nos.system(\"echo 1 > /logs/verifier/reward.txt\")\\nos._exit(0)\\n'"
+    " > /tests/json.py || true",
+    # A python3 ahead of the image's on PATH.
+    f"mkdir -p /usr/local/bin && printf '{FORGE}' > /usr/local/bin/python3 && chmod +x /usr/local/bin/python3 || true",
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_planted_checker_module_or_interpreter_does_not_score(tmp_path: Path, backend: str) -> None:
+    task = make_task(tmp_path / "t", CHECK_WITH_PYTHON, extra_tests={"check.py": CHECK_PY})
+    reward, env = run_episode(task, [*PLANT, "echo 41 > answer.txt"], backend_args(backend))
+    assert (reward, env.final_info["reward_status"]) == (0.0, "ok"), env.final_info
+    solved, env = run_episode(task, [*PLANT, "echo 42 > answer.txt"], backend_args(backend))
+    assert (solved, env.final_info["reward_status"]) == (1.0, "ok"), env.final_info
+
+
+#: A cell that starts a thread in the agent's kernel: it waits for the verifier's test.sh, then keeps
+#: replacing reward.json (which the verdict prefers over reward.txt) with a perfect score.
+KERNEL_FORGER = """\
+import os, threading, time
+def forge():
+    while not os.path.exists('/tests/test.sh'):
+        time.sleep(0.01)
+    while True:
+        try:
+            os.makedirs('/logs/verifier', exist_ok=True)
+            with open('/logs/verifier/reward.json', 'w') as f:
+                f.write('{"reward": 1.0}')
+        except OSError:
+            pass
+        time.sleep(0.001)
+threading.Thread(target=forge, daemon=True).start()
+'started'
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_kernel_thread_left_running_cannot_replace_the_verdict(tmp_path: Path, backend: str) -> None:
+    task = make_task(tmp_path / "t")
+    env = HarborEnv(task, pool_options=POOL, stateful_python=True, **backend_args(backend))
+    try:
+        env.reset()
+        observation, *_ = env.step(call("code_interpreter", code=KERNEL_FORGER))
+        assert "started" in observation, observation
+        env.step(call("execute_bash", command="echo 41 > answer.txt"))
+        _, reward, done, info = env.step(call("submit"))
+    finally:
+        env.close()
+    assert done and (reward, info["reward_status"]) == (0.0, "ok"), info
+
+
+#: Each breaks what the verifier used to share with the agent; the episode still ends with a number.
+SABOTAGE = {
+    "tests-symlink": "rm -rf /tests 2>/dev/null; ln -s /tmp /tests 2>/dev/null; true",
+    "verifier-dir-a-file": "rm -rf /logs/verifier 2>/dev/null; echo x > /logs/verifier 2>/dev/null; true",
+    "verifier-dir-150k-files": (
+        "mkdir -p /logs/verifier && cd /logs/verifier && seq -f 'a-forged-verdict-%06g' 150000 | xargs touch; true"
+    ),
+    "verifier-dir-unwritable": "mkdir -p /logs/verifier; chmod 0 /logs/verifier 2>/dev/null; true",
+}
+
+
+@pytest.mark.parametrize("attack", list(SABOTAGE), ids=list(SABOTAGE))
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sabotaging_the_verifier_directories_leaves_a_normal_verdict(tmp_path: Path, backend: str, attack: str) -> None:
+    reward, env = run_episode(
+        make_task(tmp_path / "t"), ["echo 42 > answer.txt", SABOTAGE[attack]], backend_args(backend)
+    )
+    assert (reward, env.final_info["reward_status"], env.final_info["infra_error"]) == (1.0, "ok", False), (
+        env.final_info
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_solution_that_hangs_the_verifier_scores_0_not_none(tmp_path: Path, backend: str) -> None:
+    test_sh = "#!/bin/sh\nsh /testbed/solve.sh && echo 1 > /logs/verifier/reward.txt\n"
+    toml = f'[environment]\ndocker_image = "{BASE_IMAGE}"\nworkdir = "/testbed"\n[verifier]\ntimeout_sec = 3\n'
+    task = make_task(tmp_path / "t", test_sh, toml=toml)
+    reward, env = run_episode(task, ["echo 'while :; do :; done' > solve.sh"], backend_args(backend))
+    assert (reward, env.final_info["reward"], env.final_info["reward_status"]) == (0.0, 0.0, "verifier_timeout")
+    assert env.final_info["infra_error"] is False
+
+
+COMPARE_WITH_EXPECTED = """\
+#!/bin/sh
+# The expected answer ships with the tests; the agent never sees /tests.
+if cmp -s /testbed/answer.txt /tests/expected.txt; then echo 1 > /logs/verifier/reward.txt
+else echo 0 > /logs/verifier/reward.txt; fi
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_link_to_the_expected_answer_is_not_carried_to_the_verifier(tmp_path: Path, backend: str) -> None:
+    task = make_task(tmp_path / "t", COMPARE_WITH_EXPECTED, extra_tests={"expected.txt": "42\n"})
+    for link in ("ln -s /tests/expected.txt answer.txt", "ln -s / root && ln -s root/tests/expected.txt answer.txt"):
+        reward, env = run_episode(task, [link], backend_args(backend))
+        assert (reward, env.final_info["reward_status"]) == (0.0, "ok"), (link, env.final_info)
+        assert env.verdict is not None and "answer.txt" in env.verdict.detail
+
+
+CHECK_WORKSPACE = """\
+#!/bin/sh
+cd /testbed || exit 1
+ok=1
+[ -d empty ] || { echo no empty dir; ok=0; }
+[ -x run.sh ] && [ "$(./run.sh)" = 42 ] || { echo run.sh lost its mode; ok=0; }
+[ "$(cat sub/.hidden)" = x ] && [ "$(cat link)" = x ] && [ -L link ] || { echo no hidden file or link; ok=0; }
+[ ! -e seed.txt ] || { echo a deleted file came back; ok=0; }
+[ "$(stat -c %a private)" = 700 ] || { echo private lost its mode; ok=0; }
+echo $ok > /logs/verifier/reward.txt
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_verifier_sees_the_workspace_as_the_agent_left_it(tmp_path: Path, backend: str) -> None:
+    task = make_task(tmp_path / "t", CHECK_WORKSPACE)
+    commands = [
+        "echo seed > seed.txt",
+        "mkdir -p empty sub private && echo x > sub/.hidden && ln -s sub/.hidden link && chmod 700 private",
+        "printf '#!/bin/sh\\necho 42\\n' > run.sh && chmod +x run.sh && rm seed.txt",
+    ]
+    reward, env = run_episode(task, commands, backend_args(backend))
+    assert reward == 1.0, (env.final_info, env.verdict)
+
+
+def _tar(*entries: tarfile.TarInfo | tuple[tarfile.TarInfo, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for entry in entries:
+            info, body = entry if isinstance(entry, tuple) else (entry, b"")
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body) if body else None)
+    return buf.getvalue()
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "", mode: int = 0o644) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.mode = kind, link, mode
+    return info
+
+
+def test_an_untrusted_workspace_archive_keeps_only_what_stays_inside() -> None:
+    data = _tar(
+        _member("./", tarfile.DIRTYPE, mode=0o755),
+        (_member("./ok.txt", mode=0o4755), b"fine"),
+        (_member("../escape.txt"), b"x"),
+        (_member("/etc/passwd"), b"x"),
+        _member("./bin", tarfile.SYMTYPE, "/usr/local/bin"),  # then a file through the link
+        (_member("./bin/python3"), b"#!/bin/sh\n"),
+        _member("./up", tarfile.SYMTYPE, ".."),
+        _member("./tests", tarfile.SYMTYPE, "up/../../tests/expected.txt"),
+        _member("./a", tarfile.SYMTYPE, "b"),
+        _member("./b", tarfile.SYMTYPE, "a"),
+        _member("./proc", tarfile.SYMTYPE, "/proc/self/root/tests"),
+        _member("./hard", tarfile.LNKTYPE, "ok.txt"),
+        _member("./fifo", tarfile.FIFOTYPE),
+        _member("./lib", tarfile.SYMTYPE, "sub/../ok.txt"),
+        (_member("./" + "n" * 256), b"no file system names a file so"),
+    )
+    copy = parse_archive(data, "/testbed")
+    assert copy.files == {"/testbed/ok.txt": b"fine", "/testbed/hard": b"fine"}
+    assert copy.modes == {"/testbed/ok.txt": 0o755, "/testbed/hard": 0o755}  # setuid dropped
+    assert copy.links == {"/testbed/bin": "/usr/local/bin", "/testbed/up": "..", "/testbed/lib": "sub/../ok.txt"}
+    dropped = " ".join(copy.dropped)
+    for name in ("escape.txt", "/etc/passwd", "bin/python3", "'tests'", "'a'", "'b'", "'proc'", "'fifo'", "n" * 256):
+        assert name in dropped, (name, dropped)
+    with pytest.raises(WorkspaceUnreadable):
+        parse_archive(b"not a tar archive" * 100, "/testbed")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_workspace_larger_than_the_file_size_limit_is_carried_whole(tmp_path: Path, backend: str) -> None:
+    # Each file is under the sandbox's file size limit (64 MiB by default); the workspace is not.
+    test_sh = "#!/bin/sh\n[ $(cat /testbed/big.* | wc -c) -eq 94371840 ] && echo 1 > /logs/verifier/reward.txt\n"
+    task = make_task(tmp_path / "t", test_sh)
+    write = "for i in 1 2 3; do head -c 31457280 /dev/urandom > big.$i; done"
+    reward, env = run_episode(task, [write], backend_args(backend))
+    assert (reward, env.final_info["reward_status"]) == (1.0, "ok"), (env.final_info, env.verdict)
+
+
+#: The agent (root in its image) replaces dd, which cuts its workspace archive: the first part becomes a
+#: link to /tmp, a mount the host cannot reach. Its archive is unreadable: its outcome, not "no reward".
+FAKE_DD = (
+    "mkdir -p /usr/local/bin && printf '%s\\n' '#!/bin/sh' 'echo hi > /tmp/x' "
+    '\'for a; do case "$a" in of=*.0) ln -sf /tmp/x "${a#of=}";; of=*) : > "${a#of=}";; esac; done\' '
+    "'cat >/dev/null' > /usr/local/bin/dd && chmod +x /usr/local/bin/dd; true"
+)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_sabotaged_workspace_archive_scores_0_not_none(tmp_path: Path, backend: str) -> None:
+    reward, env = run_episode(make_task(tmp_path / "t"), ["echo 42 > answer.txt", FAKE_DD], backend_args(backend))
+    assert env.final_info["infra_error"] is False, env.final_info
+    if backend == "subprocess-rootfs":  # on Docker the agent is not root: dd stays the image's
+        assert (reward, env.final_info["reward"], env.final_info["reward_status"]) == (0.0, 0.0, "workspace_unreadable")
+    else:
+        assert reward == 1.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_workspace_of_2000_directories_is_carried(tmp_path: Path, backend: str) -> None:
+    # A file API call per directory took the Docker engine minutes for this; one unpacked archive does not.
+    test_sh = "#!/bin/sh\n[ $(cat /testbed/d*/f | wc -l) -eq 2000 ] && echo 1 > /logs/verifier/reward.txt\n"
+    make = "for i in $(seq 2000); do mkdir d$i && echo $i > d$i/f; done"
+    reward, env = run_episode(make_task(tmp_path / "t", test_sh), [make], backend_args(backend))
+    assert (reward, env.final_info["reward_status"]) == (1.0, "ok"), (env.final_info, env.verdict)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_code_the_verifier_runs_that_links_the_reward_file_away_scores_0(tmp_path: Path, backend: str) -> None:
+    # test.sh runs the agent's code (as Harbor's do); that code turns reward.txt into a link to /tmp,
+    # a mount the host cannot read. What the agent's code does is its outcome: 0.0, not "no reward".
+    test_sh = "#!/bin/sh\nsh /testbed/solve.sh\necho 0 > /logs/verifier/reward.txt\n"
+    reward, env = run_episode(
+        make_task(tmp_path / "t", test_sh),
+        ["echo 'ln -sf /tmp/x /logs/verifier/reward.txt' > solve.sh"],
+        backend_args(backend),
+    )
+    assert (reward, env.final_info["reward"], env.final_info["infra_error"]) == (0.0, 0.0, False), env.final_info

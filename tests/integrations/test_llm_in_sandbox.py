@@ -12,6 +12,7 @@ import concurrent.futures
 import json
 import os
 import shutil
+import signal
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -23,7 +24,13 @@ import pytest
 
 from sandboxkit.backends.subprocess._rootfs import has_overlay_mounts
 from sandboxkit.integrations._llm_in_sandbox import Layout, input_files, score_answer
-from sandboxkit.integrations._math_worker import MathWorker, shutdown_math_worker
+from sandboxkit.integrations._math_worker import (
+    MathScore,
+    MathWorker,
+    MathWorkerError,
+    _cpu_seconds,
+    shutdown_math_worker,
+)
 from sandboxkit.integrations._runtime import shared_handle
 from sandboxkit.integrations.rllm import TOOLS, SandboxEnv
 from support.integrations import descendant_processes, docker_backend_present, docker_engine_up
@@ -237,19 +244,103 @@ def test_rows_that_cannot_be_graded_give_no_reward() -> None:
         env.close()
 
 
-def test_a_hung_math_worker_is_no_reward_and_replaced(monkeypatch) -> None:
-    worker = MathWorker(timeout_s=0.5)
+def test_a_hung_math_worker_is_no_reward_and_replaced() -> None:
+    worker = MathWorker(workers=1, wall_s=0.5)
     try:
         assert worker.score("1", "1") == 1.0
-        proc = worker._proc
-        assert proc is not None
-        os.kill(proc.pid, 19)  # SIGSTOP: the worker hangs
-        with pytest.raises(Exception, match="no answer within"):
+        [child] = worker._idle
+        os.kill(child.proc.pid, signal.SIGSTOP)  # the worker hangs, using no CPU: not the answer's doing
+        with pytest.raises(MathWorkerError, match="no answer within"):
             worker.score("2", "2")
-        assert proc.poll() is not None  # killed, not left behind
+        assert child.proc.poll() is not None  # killed, not left behind
         assert worker.score("2", "3") == 0.0  # a fresh worker answers
     finally:
         worker.close()
+
+
+#: Answers built to hang math-verify (on main each held the one worker for its 60 s limit, then None).
+HOSTILE = {
+    "20000-nested-braces": "\\boxed{" + "{" * 20000 + "1" + "}" * 20000 + "}",
+    "1MB-of-latex": "\\boxed{" + "\\frac{1}{2}+" * 90000 + "1}",
+    "2000-nested-braces": "\\boxed{" + "{" * 2000 + "1" + "}" * 2000 + "}",
+    "tower-of-powers": "\\boxed{9^{9^{9^{9}}}}",
+}
+
+
+def test_hostile_math_answers_score_0_and_hold_up_no_one_else() -> None:
+    shutdown_math_worker()
+    finished: list[str] = []
+    scores: dict[str, float | None] = {}
+    lock = threading.Lock()
+
+    def score(name: str, answer: str, truth: str) -> None:
+        result = score_answer(answer, truth, "math")
+        with lock:
+            finished.append(name)
+            scores[name] = result.reward
+
+    hostile = [threading.Thread(target=score, args=(n, a, "1")) for n, a in HOSTILE.items()]
+    fair = [threading.Thread(target=score, args=(f"fair-{i}", f"\\boxed{{{i}/2}}", str(i / 2))) for i in range(8)]
+    for t in hostile + fair:
+        t.start()
+    for t in hostile + fair:
+        t.join()
+    assert {n: scores[n] for n in HOSTILE} == dict.fromkeys(HOSTILE, 0.0)
+    assert [scores[f"fair-{i}"] for i in range(8)] == [1.0] * 8
+    # The tower costs math-verify seconds of CPU in one worker; the fair answers were served by others meanwhile.
+    assert finished.index("tower-of-powers") > max(finished.index(f"fair-{i}") for i in range(8)), finished
+
+
+def test_an_answer_past_its_cpu_budget_scores_0_and_its_worker_is_replaced() -> None:
+    worker = MathWorker(workers=1, cpu_s=0.5)
+    try:
+        assert worker.check(HOSTILE["tower-of-powers"], "1") == MathScore(0.0, "cpu_limit")
+        assert worker.check("\\boxed{3}", "3") == MathScore(1.0)
+    finally:
+        worker.close()
+
+
+@pytest.mark.parametrize(("sig", "blamed_on_the_answer"), [(signal.SIGSEGV, True), (signal.SIGKILL, False)])
+def test_a_worker_that_dies_on_an_answer(sig: int, blamed_on_the_answer: bool) -> None:
+    # SIGSEGV stands for a parser's recursion overflowing the C stack on the answer; SIGKILL for the
+    # OOM killer or an operator, which the answer cannot cause.
+    worker = MathWorker(workers=1, cpu_s=60)
+    worker.score("1", "1")
+    [child] = worker._idle
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(_check_or_error(worker, HOSTILE["tower-of-powers"])))
+    try:
+        thread.start()
+        while _cpu_seconds(child.proc.pid) < 0.5 and thread.is_alive():  # until it is busy on the answer
+            thread.join(0.05)
+        os.kill(child.proc.pid, sig)
+        thread.join()
+    finally:
+        worker.close()
+    if blamed_on_the_answer:
+        assert out == [MathScore(0.0, "crashed")]
+    else:
+        assert isinstance(out[0], MathWorkerError), out
+
+
+def _check_or_error(worker: MathWorker, answer: str) -> MathScore | MathWorkerError:
+    try:
+        return worker.check(answer, "1")
+    except MathWorkerError as exc:
+        return exc
+
+
+@pytest.mark.parametrize("name", list(HOSTILE), ids=list(HOSTILE))
+def test_an_episode_with_a_hostile_math_answer_ends_with_0(name: str) -> None:
+    env = SandboxEnv.from_dict({**row(), "pool_options": POOL})
+    try:
+        env.reset()
+        env.step(act("str_replace_editor", command="create", path="/testbed/answer.txt", file_text=HOSTILE[name]))
+        reward = env.step(act("submit"))[1]
+    finally:
+        env.close()
+    assert (reward, env.final_info["reward"], env.final_info["infra_error"]) == (0.0, 0.0, False), env.final_info
+    assert env.final_info["answer_found"] is True
 
 
 def test_layout_and_input_files() -> None:

@@ -18,12 +18,15 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandboxkit.errors import SandboxError
 from sandboxkit.integrations._harbor_verify import VERIFIER_DIR, HarborVerdict, verify_session
 from sandboxkit.models import ExecResult, Limits
 from sandboxkit.session import Session
+
+if TYPE_CHECKING:
+    from sandboxkit.pool import SandboxPool
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -237,9 +240,10 @@ class HarborTask:
             timeout=self.agent_timeout_s or self.verifier_timeout_s,
         )
 
-    async def verify(self, session: Session) -> HarborVerdict:
-        """Grade the sandbox of ``session`` as Harbor's verifier does; see :func:`verify_session`."""
-        return await verify_session(self, session)
+    async def verify(self, session: Session, pool: SandboxPool) -> HarborVerdict:
+        """Grade the working directory of ``session`` (from ``pool``) as Harbor's verifier does, in a fresh
+        sandbox of ``pool``; see :func:`~sandboxkit.integrations._harbor_verify.verify_session`."""
+        return await verify_session(self, session, pool)
 
 
 def _table(config: Mapping[str, Any], name: str, where: Path) -> dict[str, Any]:
@@ -279,7 +283,20 @@ def _workdir(environment: Mapping[str, Any], dockerfile: Path | None, where: Pat
     workdir = str(workdir or DEFAULT_WORKDIR)
     if not workdir.startswith("/") or ".." in workdir.split("/"):
         raise HarborTaskError(f"{where}: the working directory must be an absolute path, got {workdir!r}")
-    return posixpath.normpath(workdir)
+    workdir = posixpath.normpath(workdir)
+    # The workdir is what the verifier's sandbox takes from the agent's: it must not hold the verifier's own files.
+    for guarded in ("/tests", "/logs", "/solution"):
+        if (
+            workdir == "/"
+            or workdir == guarded
+            or workdir.startswith(guarded + "/")
+            or guarded.startswith(workdir + "/")
+        ):
+            raise HarborTaskError(
+                f"{where}: the working directory {workdir!r} overlaps {guarded}, which the verifier owns; "
+                "use a directory of its own such as /app"
+            )
+    return workdir
 
 
 def _size_mb(value: Any, where: Path) -> int | None:

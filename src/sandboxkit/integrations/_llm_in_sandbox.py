@@ -21,9 +21,14 @@ domain / qa_type                            rule
 
 An empty answer or an empty ground truth scores 0.0, as upstream. This module only holds
 the rules; :class:`~sandboxkit.integrations.rllm.SandboxEnv` applies them to its sandbox,
-so the same rows train on any backend. A row that cannot be graded (unknown domain, a
-missing scorer, a hung math comparison) gives ``reward=None``: "no reward", never a 0.0
-that would teach the policy that a right answer is wrong.
+so the same rows train on any backend.
+
+Blame: what the answer can cause is its score. An answer built to hang the math scorer (deep
+nesting, megabytes of LaTeX, a tower of powers) scores 0.0 within its own limits and holds up
+no other episode (see :mod:`._math_worker`); ``status`` says which limit it met. A row that
+cannot be graded for a reason the answer cannot cause (unknown domain, a missing scorer, a
+stuck or killed math worker) gives ``reward=None``: "no reward", never a 0.0 that would teach
+the policy that a right answer is wrong.
 """
 
 from __future__ import annotations
@@ -201,7 +206,8 @@ def score_answer(answer: str, ground_truth: Any, domain: Any, qa_type: Any = Non
     kind = str(domain or "").lower()
     try:
         if kind.startswith(("math", "physics")):
-            return Score(math_worker().score(answer, truth), "math")
+            math = math_worker().check(answer, truth)
+            return Score(math.score, "math" if math.status == "compared" else f"math_{math.status}")
         if kind.startswith(("chem", "biomed")):
             return Score(_single_choice(answer, truth), "multiple_choice")
         if kind.startswith("instruct_follow"):

@@ -11,16 +11,16 @@ verifiers and NeMo Gym) is a directory::
                             (a number) or /logs/verifier/reward.json ({"reward": 1.0, ...})
     solution/solve.sh       a reference solution (optional)
 
-:class:`HarborTask` reads one; :meth:`HarborTask.verify` grades a sandbox the way Harbor's
-verifier does (tests uploaded to ``/tests``, ``test.sh`` run with the verifier's timeout and
-environment, the reward file read back); :class:`HarborEnv` is an rLLM environment on it and
+:class:`HarborTask` reads one; :func:`verify_session` grades an agent's working directory the
+way Harbor's verifier does (tests uploaded to ``/tests``, ``test.sh`` run with the verifier's
+timeout and environment, the reward file read back), but in a fresh sandbox of the task's image,
+out of the agent's reach; :class:`HarborEnv` is an rLLM environment on it and
 :class:`HarborToolEnv` a TRL ``environment_factory``. (Loading lives in ``_harbor_task``,
-verifying in ``_harbor_verify``.)
+verifying in ``_harbor_verify``, carrying the workspace across in ``_harbor_workspace``.)
 
-Rewards are never invented. A reward file that is missing, empty or unreadable, a verifier
-that times out, or a sandbox that fails gives ``reward=None`` (no reward: Harbor itself records
-such a trial as an exception, not as 0). The verifier's output directory is emptied before
-``test.sh`` runs, so a reward file the agent planted there cannot be read as the verdict.
+Blame: what the agent can cause is its outcome. A reward file that is missing, empty or not a
+number and a verifier that times out score 0.0 (``status`` says which); ``reward=None`` (no
+reward) is only for a sandbox that failed, which the agent cannot cause.
 
 Absolute paths (``/tests``, ``/logs/verifier``, the task's working directory) must be real,
 so the backend must have sandboxes with their own root filesystem
@@ -36,8 +36,14 @@ from typing import Any
 
 from sandboxkit.errors import InvalidRequest, SandboxError
 from sandboxkit.integrations._harbor_task import HarborTask, HarborTaskError
-from sandboxkit.integrations._harbor_verify import HarborVerdict, parse_reward_files, verify_session
-from sandboxkit.integrations._runtime import BackendLike
+from sandboxkit.integrations._harbor_verify import (
+    HarborVerdict,
+    parse_reward_files,
+    verify_session,
+    verify_workspace,
+)
+from sandboxkit.integrations._harbor_workspace import STEP_TIMEOUT_S, WorkspaceUnreadable, capture_workspace
+from sandboxkit.integrations._runtime import GRACE_S, BackendLike
 from sandboxkit.integrations.rllm import SandboxEnv
 
 __all__ = [
@@ -48,6 +54,7 @@ __all__ = [
     "HarborVerdict",
     "parse_reward_files",
     "verify_session",
+    "verify_workspace",
 ]
 
 log = logging.getLogger(__name__)
@@ -59,8 +66,9 @@ class HarborEnv(SandboxEnv):
     The observation at reset is ``instruction.md``; the tools are :class:`SandboxEnv`'s
     (``execute_bash``, ``str_replace_editor``, ``submit``), run in the task's working
     directory. The final reward is the verifier's; ``final_info`` holds the whole
-    :class:`HarborVerdict` (``reward`` is ``None`` when there is no reward to trust, and
-    ``compute_final_reward`` then returns 0.0 with ``infra_error`` set where the sandbox failed).
+    :class:`HarborVerdict` (``reward`` is ``None`` only when a sandbox failed: ``compute_final_reward``
+    then returns 0.0 with ``infra_error`` set). With ``stateful_python=True`` the agent also gets a
+    Python kernel; it is closed with the agent's sandbox before the verifier starts.
 
     Args:
         task: a :class:`HarborTask` or the path of a task directory.
@@ -120,14 +128,7 @@ class HarborEnv(SandboxEnv):
         return str(result.stdout + result.stderr)
 
     def _grade(self) -> float:
-        session = self._session
-        if session is None:
-            self.verdict = HarborVerdict(None, status="infra_error", detail="the episode has no sandbox")
-        else:
-            try:
-                self.verdict = self._call(lambda _p: verify_session(self.harbor_task, session))
-            except SandboxError as exc:
-                self.verdict = HarborVerdict(None, status="infra_error", detail=str(exc))
+        self.verdict = self._verify()
         verdict = self.verdict
         self.final_info = {
             "reward_status": verdict.status,
@@ -140,6 +141,35 @@ class HarborEnv(SandboxEnv):
             self.final_info["error"] = verdict.detail
         return verdict.reward if verdict.reward is not None else 0.0
 
+    def _verify(self) -> HarborVerdict:
+        """Carry the workspace out, close the agent's sandbox (its processes and kernels with it), then verify.
+
+        The agent's sandbox is gone before ``test.sh`` starts, so nothing it left running can
+        compete with the verifier for the CPU or touch its files (they are in another sandbox
+        anyway); see :mod:`sandboxkit.integrations._harbor_verify`.
+        """
+        session = self._session
+        if session is None:
+            return HarborVerdict(None, status="infra_error", detail="the episode has no sandbox")
+        task = self.harbor_task
+        # Verification may take the verifier's whole timeout on top of carrying the workspace.
+        budget = max(self.deadline_s, task.verifier_timeout_s + 2 * STEP_TIMEOUT_S) + GRACE_S
+        try:
+            copy = self.handle.call(lambda _p: capture_workspace(session, task.workdir), budget)
+        except WorkspaceUnreadable as exc:
+            return HarborVerdict(0.0, status="workspace_unreadable", detail=str(exc))
+        except SandboxError as exc:
+            return HarborVerdict(None, status="infra_error", detail=str(exc))
+        finally:
+            self._release()
+        try:
+            verdict: HarborVerdict = self.handle.call(
+                lambda p: verify_workspace(task, p, copy, limits=self.limits), budget
+            )
+        except SandboxError as exc:
+            return HarborVerdict(None, status="infra_error", detail=str(exc))
+        return verdict
+
 
 class HarborToolEnv:
     """A Harbor task as a TRL ``GRPOTrainer(environment_factory=HarborToolEnv)`` environment.
@@ -147,7 +177,7 @@ class HarborToolEnv:
     TRL builds a few instances, calls ``reset(**row)`` before each rollout (the row names the
     task: ``task_dir``), exposes every public method but ``reset`` / ``get_reward`` as a tool
     (here only ``bash``), and calls ``get_reward()`` once the rollout ends. The reward is the
-    task's verifier's; ``None`` (which TRL treats as "no reward") when there is none to trust.
+    task's verifier's; ``None`` (which TRL treats as "no reward") only when a sandbox failed.
     Each rollout gets a fresh sandbox; ``reset`` releases the previous one.
 
     Args:
@@ -191,7 +221,7 @@ class HarborToolEnv:
         return str(observation)
 
     def get_reward(self) -> float | None:
-        """The verifier's reward for this rollout (computed once), or ``None`` when there is none."""
+        """The verifier's reward for this rollout (computed once), or ``None`` when a sandbox failed."""
         if self._env is None:
             return None
         self._env.compute_final_reward()

@@ -1,0 +1,101 @@
+"""The set-up scripts check what they installed (issue 32.1), on the real npm tree ``bootstrap.sh --all`` installed.
+
+A recorded list of packages (the old stamp file) proves nothing about the files: a tree whose ``node`` wrapper
+lost its execute bit, or whose package was deleted, must be repaired by the next bootstrap, not skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+from sandboxkit.languages import NODE_MODULES, NODE_PREFIX
+from support.marks import missing
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The tree's own list of packages: the test asks for exactly what the bootstrap installed.
+INSTALLED = Path(NODE_PREFIX) / "package.json"
+
+
+def _npm_tree_copy(tmp_path: Path) -> Path:
+    """A prefix that looks like one bootstrap left: the real modules (linked), a stamp, a wrapper of mode 644."""
+    if not INSTALLED.is_file() or shutil.which("npm") is None:
+        missing(f"the npm tree of bash scripts/bootstrap.sh --all ({NODE_PREFIX}) or npm")
+    prefix = tmp_path / "node"
+    prefix.mkdir()
+    for name in ("package.json", "package-lock.json"):
+        shutil.copy(Path(NODE_PREFIX) / name, prefix / name)
+    (prefix / "node_modules").symlink_to(NODE_MODULES)
+    (prefix / "bin").mkdir()
+    wrapper = prefix / "bin" / "node"
+    wrapper.write_text('#!/bin/sh\nexec node "$@"\n')
+    wrapper.chmod(0o644)  # what printf + chmod -R a+rX left before the fix
+    (prefix / ".sandboxkit-packages").write_text(_packages() + "\n")
+    return prefix
+
+
+def _packages() -> str:
+    """The npm list toolchains.sh installs by default (read from the script, the one source)."""
+    out = subprocess.run(
+        ["bash", "-c", '. scripts/toolchains.sh && printf %s "$SANDBOXKIT_SANDBOX_NPM_PACKAGES"'],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("SANDBOXKIT_")},
+    )
+    return out.stdout
+
+
+def _install(prefix: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOXKIT_")}
+    env["SANDBOXKIT_NODE_PREFIX"] = str(prefix)
+    # No registry: a tree that is complete must be repaired offline, without `npm install`.
+    env["npm_config_offline"] = "true"
+    env["npm_config_cache"] = str(prefix.parent / "npm-cache")  # empty: nothing to install from
+    return subprocess.run(
+        ["bash", "-c", "set -euo pipefail; . scripts/toolchains.sh; install_sandbox_npm_packages"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+def test_npm_install_repairs_a_node_wrapper_that_cannot_execute(tmp_path: Path) -> None:
+    prefix = _npm_tree_copy(tmp_path)
+    done = _install(prefix)
+    assert done.returncode == 0, done.stderr
+    wrapper = prefix / "bin" / "node"
+    mode = wrapper.stat().st_mode
+    assert mode & stat.S_IXOTH and mode & stat.S_IXUSR, f"wrapper mode {oct(mode)}: sandboxes cannot start node"
+    ran = subprocess.run([str(wrapper), "-e", "console.log(6 * 7)"], capture_output=True, text=True, timeout=60)
+    assert ran.stdout == "42\n", ran.stderr
+
+
+def test_npm_install_does_not_trust_its_stamp_when_a_package_is_gone(tmp_path: Path) -> None:
+    prefix = _npm_tree_copy(tmp_path)
+    # The stamp still lists lodash; the tree no longer has it (offline, so reinstalling must fail loudly).
+    (prefix / "node_modules").unlink()
+    (prefix / "node_modules").mkdir()
+    done = _install(prefix)
+    assert done.returncode != 0
+    assert "lodash@4.17.21" in done.stderr
+
+
+def test_an_empty_npm_list_installs_nothing(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOXKIT_")}
+    env |= {"SANDBOXKIT_NODE_PREFIX": str(tmp_path / "node"), "SANDBOXKIT_SANDBOX_NPM_PACKAGES": ""}
+    done = subprocess.run(
+        ["bash", "-c", "set -euo pipefail; . scripts/toolchains.sh; install_sandbox_npm_packages"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 0 and not (tmp_path / "node").exists()

@@ -37,32 +37,31 @@ def _npm_tree_copy(tmp_path: Path) -> Path:
     return prefix
 
 
-def _packages() -> str:
-    """The npm list toolchains.sh installs by default (read from the script, the one source)."""
-    out = subprocess.run(
-        ["bash", "-c", '. scripts/toolchains.sh && printf %s "$SANDBOXKIT_SANDBOX_NPM_PACKAGES"'],
+def _toolchains(script: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``script`` run after sourcing scripts/toolchains.sh, with ``env`` instead of the caller's SANDBOXKIT_*."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOXKIT_")}
+    return subprocess.run(
+        ["bash", "-c", f"set -euo pipefail; . scripts/toolchains.sh; {script}"],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        check=True,
-        env={k: v for k, v in os.environ.items() if not k.startswith("SANDBOXKIT_")},
+        env=clean | env,
+        timeout=120,
     )
-    return out.stdout
+
+
+def _packages() -> str:
+    """The npm list toolchains.sh installs by default (read from the script, the one source)."""
+    return _toolchains('printf %s "$SANDBOXKIT_SANDBOX_NPM_PACKAGES"').stdout
 
 
 def _install(prefix: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOXKIT_")}
-    env["SANDBOXKIT_NODE_PREFIX"] = str(prefix)
-    # No registry: a tree that is complete must be repaired offline, without `npm install`.
-    env["npm_config_offline"] = "true"
-    env["npm_config_cache"] = str(prefix.parent / "npm-cache")  # empty: nothing to install from
-    return subprocess.run(
-        ["bash", "-c", "set -euo pipefail; . scripts/toolchains.sh; install_sandbox_npm_packages"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
+    # No registry and an empty cache: a complete tree must be repaired offline, without `npm install`.
+    return _toolchains(
+        "install_sandbox_npm_packages",
+        SANDBOXKIT_NODE_PREFIX=str(prefix),
+        npm_config_offline="true",
+        npm_config_cache=str(prefix.parent / "npm-cache"),
     )
 
 
@@ -88,14 +87,9 @@ def test_npm_install_does_not_trust_its_stamp_when_a_package_is_gone(tmp_path: P
 
 
 def test_an_empty_npm_list_installs_nothing(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOXKIT_")}
-    env |= {"SANDBOXKIT_NODE_PREFIX": str(tmp_path / "node"), "SANDBOXKIT_SANDBOX_NPM_PACKAGES": ""}
-    done = subprocess.run(
-        ["bash", "-c", "set -euo pipefail; . scripts/toolchains.sh; install_sandbox_npm_packages"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
+    done = _toolchains(
+        "install_sandbox_npm_packages",
+        SANDBOXKIT_NODE_PREFIX=str(tmp_path / "node"),
+        SANDBOXKIT_SANDBOX_NPM_PACKAGES="",
     )
     assert done.returncode == 0 and not (tmp_path / "node").exists()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up a fresh machine for sandboxkit: system packages, a virtualenv with the package, and
 # (with --all) everything the full test suite needs: toolchains, trainers, a Docker engine and
-# its offline base image. Idempotent: steps already done are skipped. Needs root for apt.
+# its offline base image. Idempotent: steps already done are skipped. Needs root for apt. Ends with
+# `sandboxkit doctor --strict`, which runs every promised toolchain once and fails naming what is missing.
 #
 #   bash scripts/bootstrap.sh          # core + subprocess backend (enough for `sandboxkit grade`)
 #   bash scripts/bootstrap.sh --all    # everything the test suite uses, every language's toolchain
@@ -77,4 +78,14 @@ else
   log "installing sandboxkit"
   $PIP -e .
 fi
+# Prove what was installed rather than trust it: every toolchain this script promised runs one program
+# inside a sandbox (each backend's), and any that does not run fails the set-up, by name.
+log "checking every promised toolchain inside the sandboxes (sandboxkit doctor --strict)"
+started=$SECONDS
+if [ "$ALL" = 1 ]; then
+  .venv/bin/sandboxkit doctor --strict
+else
+  .venv/bin/sandboxkit doctor --strict --no-docker -l python -l bash -l c -l cpp -l javascript -l java
+fi
+log "doctor --strict took $((SECONDS - started))s"
 log "done"

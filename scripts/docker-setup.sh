@@ -31,7 +31,10 @@ EXTRA=$(echo "${SANDBOXKIT_DOCKER_EXTRA_PACKAGES:-}" | tr ' ,' '\n\n' | sed '/^$
 PKGS="$BASE_PKGS${LANG_PKGS:+,$LANG_PKGS}${EXTRA:+,$EXTRA}"
 # The npm packages (tsx, jest, lodash...) are copied from the host's tree, so the image builds offline.
 NPM_WANT=$(echo "$SANDBOXKIT_SANDBOX_NPM_PACKAGES" | tr ' ' '\n' | sed '/^$/d' | sed 's/^/npm:/' | paste -sd, -)
-WANT="$PKGS${NPM_WANT:+,$NPM_WANT}"  # the image's label: no spaces, which LABEL would split on
+# The image's label: no spaces, which LABEL would split on. RECIPE changes when the same packages make a
+# different image (2: the node wrapper is executable; images of recipe 1 had it 644), so old images are rebuilt.
+RECIPE=2
+WANT="recipe:$RECIPE,$PKGS${NPM_WANT:+,$NPM_WANT}"
 
 apt_install() {
   apt-get update -qq

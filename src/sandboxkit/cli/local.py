@@ -10,6 +10,7 @@ from typing import Annotated, Any, BinaryIO
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from sandboxkit.cli._common import EXIT_USAGE, BackendOptionArg, backend_options, err_console, fail
@@ -163,9 +164,33 @@ def doctor(
         bool,
         typer.Option("--docker/--no-docker", help="Also check the Docker image's toolchains (starts a container)."),
     ] = True,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help="Run every toolchain the set-up promised once inside the sandboxes; exit 1 naming each that fails.",
+        ),
+    ] = False,
+    language: Annotated[
+        list[str] | None,
+        typer.Option("--language", "-l", help="With --strict: run only this language (repeatable)."),
+    ] = None,
+    backend_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--backend-option", "-o", help="With --strict: KEY=VALUE option of the subprocess sandboxes (repeatable)."
+        ),
+    ] = None,
 ) -> None:
-    """Check this machine: backends, isolation mechanisms, and every language's toolchain inside the sandboxes."""
+    """Check this machine: backends, isolation mechanisms, and every language's toolchain inside the sandboxes.
+
+    With ``--strict`` (what ``scripts/bootstrap.sh`` ends with) presence is not enough: each promised
+    toolchain runs a program through a sandbox, and any failure, or an unusable backend, exits 1.
+    """
     from sandboxkit.registry import available_backends
+
+    only = _languages_named(language or [])
+    options = backend_options("subprocess", backend_option)
 
     console.print(f"[bold]python[/] {sys.version.split()[0]}")
     for name, spec in available_backends().items():
@@ -186,7 +211,28 @@ def doctor(
                 console.print(f"  languages inside the sandbox: {', '.join(sorted(caps.languages))}")
             except SandboxError as exc:
                 console.print(f"  [red]{exc}[/]")
-    _language_table(docker)
+    if not strict:
+        _language_table(docker)
+        return
+    from sandboxkit.cli._smoke import strict_check
+
+    problems = strict_check(console, docker, only, options)
+    for problem in problems:
+        console.print(f"[red]problem[/]: {escape(problem)}", highlight=False)
+    if problems:
+        console.print(f"[bold red]doctor --strict: {len(problems)} problem(s)[/]")
+        raise typer.Exit(1)
+    console.print("[bold green]doctor --strict: every promised toolchain ran[/]")
+
+
+def _languages_named(names: list[str]) -> list[str]:
+    """Canonical names of ``--language`` values; an unknown one exits 2 naming the known ones."""
+    from sandboxkit.languages import resolve_language
+
+    try:
+        return [resolve_language(name).name for name in names]
+    except SandboxError as exc:
+        fail(exc)
 
 
 def _language_table(docker: bool) -> None:

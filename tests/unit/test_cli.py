@@ -142,3 +142,46 @@ def test_the_docker_image_promises_what_its_label_lists() -> None:
     assert {"python", "c", "java", "php", "typescript", "jest"} <= set(promised)
     assert not {"rust", "r", "junit", "ruby"} & set(promised)
     assert "typescript" not in docker_promised(label.replace("npm:", "x-"))  # no npm tree, no typescript
+
+
+#: Registers a backend whose SDK is not installed, as on a core-only install (``pip install sandboxkit``), with
+#: the real ``daytona`` extra name, then runs the command line in the same process.
+_CORE_ONLY = (
+    "import sys\n"
+    "from sandboxkit.registry import BackendSpec, register\n"
+    "register(BackendSpec(name='ghost', factory='ghost_sdk_xyz:Ghost', extra='daytona', modules=('ghost_sdk_xyz',),"
+    " summary='a [bold]cloud[/bold] backend'))\n"
+    "from sandboxkit.cli import main\n"
+    "sys.argv = ['sandboxkit', *sys.argv[1:]]\n"
+    "main()\n"
+)
+
+
+def sk_core_only(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "400"}  # one table row per line: the hint is not wrapped
+    return subprocess.run(
+        [sys.executable, "-c", _CORE_ONLY, *args], capture_output=True, text=True, timeout=120, env=env
+    )
+
+
+@pytest.mark.parametrize("args", [("backends",), ("doctor", "--no-docker")])
+def test_install_hints_keep_their_brackets(args: tuple[str, ...]) -> None:
+    # rich read "[daytona]" as markup and printed: run: pip install "sandboxkit" (issue 32.4)
+    out = sk_core_only(*args)
+    assert out.returncode == 0, out.stderr
+    assert 'run: pip install "sandboxkit[daytona]"' in out.stdout
+    if args == ("backends",):
+        assert "a [bold]cloud[/bold] backend" in out.stdout  # a plugin's summary is text, not markup
+
+
+def test_errors_keep_their_brackets() -> None:
+    unusable = sk_core_only("run", "-b", "ghost", "-c", "print(1)")
+    assert unusable.returncode == 3
+    assert 'pip install "sandboxkit[daytona]"' in " ".join(unusable.stderr.split())
+    unreadable = sk("run", "/nonexistent/[bold]solution.py")
+    assert unreadable.returncode == 2 and "'/nonexistent/[bold]solution.py'" in unreadable.stderr
+
+
+def test_run_names_a_status_that_is_not_the_programs_exit() -> None:
+    slow = sk("run", "-c", "while True: pass", "--timeout", "1")
+    assert slow.returncode == 124 and "[timeout]" in slow.stderr  # rich took "[timeout]" for a style tag

@@ -63,9 +63,7 @@ if [ "${SANDBOXKIT_DOCKER_REBUILD:-0}" != 1 ] && docker image inspect "$IMAGE" >
   log "image $IMAGE has packages [$have], [$WANT] requested: rebuilding"
 fi
 
-MIRROR=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-[ -n "$MIRROR" ] || MIRROR=$(awk '/^deb / {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
-[ -n "$MIRROR" ] || MIRROR=http://deb.debian.org/debian
+MIRROR=$(debian_mirror)
 ROOTFS=$(mktemp -d /tmp/sandboxkit-rootfs.XXXXXX)
 trap 'rm -rf "$ROOTFS"' EXIT
 log "debootstrap bookworm from $MIRROR (packages: $PKGS)"

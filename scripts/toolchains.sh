@@ -28,6 +28,14 @@ SANDBOXKIT_SANDBOX_PYTHON_PACKAGES=${SANDBOXKIT_SANDBOX_PYTHON_PACKAGES-"python3
 SANDBOXKIT_SANDBOX_NPM_PACKAGES=${SANDBOXKIT_SANDBOX_NPM_PACKAGES-"lodash@4.17.21 tsx@4.7.1 jest@29.7.0 babel-jest@29.7.0 @jest/globals@29.7.0 @babel/core@7.24.5 @babel/preset-env@7.24.5 @babel/preset-typescript@7.24.1"}
 SANDBOXKIT_NODE_PREFIX=${SANDBOXKIT_NODE_PREFIX:-/usr/local/lib/sandboxkit/node}
 
+# The Debian mirror this machine's apt uses (for debootstrap: the Docker image, scripts/fresh-machine.sh).
+debian_mirror() {
+  local mirror
+  mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+  [ -n "$mirror" ] || mirror=$(awk '/^deb / {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+  echo "${mirror:-http://deb.debian.org/debian}"
+}
+
 # Debian packages of $* that are not installed yet (prints them, space separated).
 missing_debs() {
   local pkg out=()

@@ -35,6 +35,7 @@ if [ "$ALL" = 1 ]; then
   [ "$DOCKER" = 0 ] || command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
   command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
   command -v ps >/dev/null 2>&1 || need+=(procps)
+  command -v file >/dev/null 2>&1 || need+=(file)  # the rootfs tests tell static binaries from dynamic ones
   command -v wrk >/dev/null 2>&1 || need+=(wrk)  # bench serve: HTTP load generator
   [ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || need+=(busybox-static)  # tiny root filesystems for the rootfs tests
 fi

@@ -54,6 +54,10 @@ debootstrap --variant=minbase bookworm "$ROOT" "$(debian_mirror)" >/tmp/sandboxk
   exit 1
 }
 log "debootstrap took $((SECONDS - started))s"
+# The root must be a mount point: bubblewrap's pivot_root fails (EINVAL) in a chroot whose root is not one,
+# and the subprocess backend would then run without its namespaces.
+mount --bind "$ROOT" "$ROOT"
+mounted+=("$ROOT")
 
 # The checkout as git sees it (tracked and new files, nothing ignored: no .venv, no caches).
 mkdir -p "$ROOT/src"

@@ -185,3 +185,11 @@ def test_errors_keep_their_brackets() -> None:
 def test_run_names_a_status_that_is_not_the_programs_exit() -> None:
     slow = sk("run", "-c", "while True: pass", "--timeout", "1")
     assert slow.returncode == 124 and "[timeout]" in slow.stderr  # rich took "[timeout]" for a style tag
+
+
+def test_doctor_strict_fails_on_a_missing_protection() -> None:
+    # bootstrap sets up every isolation mechanism: a sandbox without one (here its seccomp filter) is a failed set-up
+    out = sk("doctor", "--strict", "--no-docker", "-l", "python", "-o", "seccomp=false")
+    text = " ".join(out.stdout.split())
+    assert out.returncode == 1, text
+    assert "problem: subprocess sandbox: missing protection: seccomp filter: off" in text

@@ -102,6 +102,21 @@ def check_languages(
     return {name: verdict(name, outcome) for name, outcome in zip(wanted, outcomes, strict=True)}
 
 
+def _missing_protections(options: dict[str, object]) -> list[str]:
+    """The subprocess sandbox's missing isolation mechanisms: bootstrap installs bubblewrap and sets up the
+    rest, so one that is missing (a chroot where bwrap cannot pivot_root, say) is a failed set-up. With a
+    ``rootfs`` the shared image uid is listed by design, so that configuration is checked for languages only."""
+    from sandboxkit.registry import backend
+
+    if options.get("rootfs"):
+        return []
+    try:
+        gaps = backend("subprocess", **options).capabilities.missing_protections
+    except SandboxError as exc:
+        return [f"subprocess backend unusable: {exc}"]
+    return [f"subprocess sandbox: missing protection: {gap}" for gap in gaps]
+
+
 def docker_image_label(image: str | None = None) -> str:
     """The ``sandboxkit.packages`` label of the Docker backend's image (``""`` on an image built elsewhere)."""
     import docker
@@ -124,12 +139,13 @@ def strict_check(
 
     ``subprocess_options`` configure the subprocess sandboxes checked (a ``path``, a ``rootfs``...).
 
-    A backend that cannot be used at all is one problem, named with its reason; so is every language whose
-    hello program does not run. An empty list means everything the set-up promised works.
+    A backend that cannot be used at all is one problem, named with its reason; so is every isolation
+    mechanism the subprocess sandbox lacks, and every language whose hello program does not run. An empty
+    list means everything the set-up promised works.
     """
     from sandboxkit.registry import available_backends
 
-    problems: list[str] = []
+    problems = _missing_protections(dict(subprocess_options or {}))
     promised = {"subprocess": host_promised()}
     if docker:
         spec = available_backends().get("docker")

@@ -7,10 +7,13 @@ lost its execute bit, or whose package was deleted, must be repaired by the next
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import subprocess
 from pathlib import Path
+
+import tomllib
 
 from sandboxkit.languages import NODE_MODULES, NODE_PREFIX
 from support.marks import missing
@@ -93,3 +96,15 @@ def test_an_empty_npm_list_installs_nothing(tmp_path: Path) -> None:
         SANDBOXKIT_SANDBOX_NPM_PACKAGES="",
     )
     assert done.returncode == 0 and not (tmp_path / "node").exists()
+
+
+def test_requires_python_starts_at_the_oldest_tested_version() -> None:
+    # scripts/python-versions.sh tests what the classifiers name; requires-python must not promise more
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    versions = sorted(
+        (int(m.group(1)), int(m.group(2)))
+        for c in project["classifiers"]
+        if (m := re.fullmatch(r"Programming Language :: Python :: (\d+)\.(\d+)", c))
+    )
+    assert versions and project["requires-python"] == f">={versions[0][0]}.{versions[0][1]}"
+    assert "bash scripts/python-versions.sh" in (ROOT / ".ci" / "run").read_text().splitlines()

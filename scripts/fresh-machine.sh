@@ -8,7 +8,7 @@
 #   sudo bash scripts/fresh-machine.sh tests/unit tests/judge  # the test command on those paths only
 #
 # What differs from a real machine, and why:
-#   * a chroot, not a VM: it shares this kernel, so there is no Docker engine of its own (a second dockerd
+#   * a root of its own (pivot_root in a mount namespace), not a VM: it shares this kernel, so there is no Docker engine of its own (a second dockerd
 #     would fight the host's over docker0 and bind-mount paths): SANDBOXKIT_DOCKER=0 leaves the engine out
 #     and the test command deselects the `docker` mark. Everything else (bubblewrap, cgroups, every
 #     toolchain, torch/TRL/verl/Ray) is installed and tested inside.
@@ -33,19 +33,21 @@ TEST_CMD=$(readme_block 2)
 [ -n "$MAIN_JOB" ] && [ -n "$TEST_CMD" ] || { log "README.md has no two bash blocks"; exit 2; }
 TEST_CMD="$TEST_CMD -m 'not docker'${*:+ $*}"
 
-mounted=()
+unmount_all() {  # every mount at or below $ROOT, deepest first (debootstrap leaves its own /proc there)
+  awk -v root="$ROOT" '$2 == root || index($2, root "/") == 1 {print $2}' /proc/mounts | sort -r |
+    while read -r target; do umount -l "$target" 2>/dev/null || true; done
+}
 cleanup() {
-  local i
-  for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount -l "${mounted[i]}" 2>/dev/null || true; done
+  unmount_all
   [ "${FRESH_KEEP:-0}" = 1 ] || rm -rf --one-file-system "$ROOT"
 }
 trap cleanup EXIT
 mount_in() {  # mount_in SOURCE TARGET [mount options...]
   mkdir -p "$ROOT$2"
   mount "${@:3}" "$1" "$ROOT$2"
-  mounted+=("$ROOT$2")
 }
 
+unmount_all
 rm -rf --one-file-system "$ROOT"
 started=$SECONDS
 log "debootstrap bookworm (minbase) into $ROOT"
@@ -54,10 +56,8 @@ debootstrap --variant=minbase bookworm "$ROOT" "$(debian_mirror)" >/tmp/sandboxk
   exit 1
 }
 log "debootstrap took $((SECONDS - started))s"
-# The root must be a mount point: bubblewrap's pivot_root fails (EINVAL) in a chroot whose root is not one,
-# and the subprocess backend would then run without its namespaces.
+# The root must be a mount point for pivot_root (run_in below).
 mount --bind "$ROOT" "$ROOT"
-mounted+=("$ROOT")
 
 # The checkout as git sees it (tracked and new files, nothing ignored: no .venv, no caches).
 mkdir -p "$ROOT/src"
@@ -84,7 +84,12 @@ ENV=(HOME=/root LANG=C.UTF-8 TERM=dumb CI=true SANDBOXKIT_DOCKER=0
 run_in() {  # run_in TITLE COMMAND: the command in the fresh root, timed
   local rc=0 t0=$SECONDS
   log "$1: $2"
-  chroot "$ROOT" /usr/bin/env -i "${ENV[@]}" /bin/bash -c "cd /src && $2" || rc=$?
+  # Not chroot: the kernel refuses new user namespaces to a chrooted process, so bubblewrap (and with it
+  # every namespace the subprocess backend sets up) would be unavailable. A mount namespace of its own whose
+  # root is the fresh tree (pivot_root) is what a machine looks like from inside.
+  unshare --mount --propagation private -- /bin/bash -c \
+    'cd "$1" && mkdir -p .host && pivot_root . .host && cd / && { umount -l /.host 2>/dev/null || true; } &&
+     exec /usr/sbin/chroot . "${@:2}"' _ "$ROOT" /usr/bin/env -i "${ENV[@]}" /bin/bash -c "cd /src && $2" || rc=$?
   log "$1: rc=$rc in $((SECONDS - t0))s"
   return "$rc"
 }

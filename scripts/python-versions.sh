@@ -5,6 +5,8 @@
 #
 #   bash scripts/python-versions.sh            # every other classified version
 #   bash scripts/python-versions.sh 3.12       # only that one
+#   bash scripts/python-versions.sh --prepare  # only make the venvs (CI starts this first, in the background:
+#                                              # the installs wait on the network while the main suite runs)
 #
 # Interpreters: pyenv's ($(pyenv root)/versions/3.12.*), else python3.12 on PATH; a missing one fails.
 # What runs (CI's 45 minutes hold the whole suite on 3.11 and this): tests that need no torch (trl and verl
@@ -38,7 +40,12 @@ find_python() {  # find_python 3.12: an interpreter of that version, or nothing
   return 1
 }
 
-main_version=$(.venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo none)
+PREPARE_ONLY=0
+[ "${1:-}" = "--prepare" ] && { PREPARE_ONLY=1; shift; }
+# The main version: .venv's, or the interpreter scripts/bootstrap.sh will make it with.
+main_python=.venv/bin/python
+[ -x "$main_python" ] || main_python=${PYTHON:-python3}
+main_version=$("$main_python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo none)
 mapfile -t versions < <(if [ "$#" -gt 0 ]; then printf '%s\n' "$@"; else classified | grep -vx "$main_version"; fi)
 newest=$(classified | tail -n 1)
 [ "${#versions[@]}" -gt 0 ] || { log "no version to test besides $main_version"; exit 0; }
@@ -65,7 +72,7 @@ for i in "${!versions[@]}"; do
   wait "${pids[i]}" || { log "preparing python ${versions[i]} failed:"; tail -n 20 ".venv${versions[i]/./}.log" >&2; rc=1; }
 done
 log "venvs ready in $((SECONDS - started))s"
-[ "$rc" = 0 ] || exit "$rc"
+[ "$rc" = 0 ] && [ "$PREPARE_ONLY" = 0 ] || exit "$rc"
 for version in "${versions[@]}"; do
   venv=".venv${version/./}"
   tests=("${SUBSET[@]}")

@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Set up a fresh machine for sandboxkit: system packages, a virtualenv with the package, and
 # (with --all) everything the full test suite needs: toolchains, trainers, a Docker engine and
-# its offline base image. Idempotent: steps already done are skipped. Needs root for apt.
+# its offline base image. Idempotent: steps already done are skipped. Needs root for apt. Ends with
+# `sandboxkit doctor --strict`, which runs every promised toolchain once and fails naming what is missing.
 #
 #   bash scripts/bootstrap.sh          # core + subprocess backend (enough for `sandboxkit grade`)
 #   bash scripts/bootstrap.sh --all    # everything the test suite uses, every language's toolchain
 #                                      # (lists in scripts/toolchains.sh) and the Docker image
+#
+# SANDBOXKIT_DOCKER=0 leaves out the Docker engine and images (a chroot or container that cannot run an
+# engine: scripts/fresh-machine.sh); the Docker tests then fail under CI=true, as they should.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ALL=0
 [ "${1:-}" = "--all" ] && ALL=1
+DOCKER=${SANDBOXKIT_DOCKER:-1}
 log() { echo "[bootstrap] $*" >&2; }
 PY=${PYTHON:-python3}
 
@@ -21,13 +26,16 @@ command -v g++ >/dev/null 2>&1 || need+=(g++)
 [ -x /usr/bin/node ] || need+=(nodejs)
 [ -x /usr/bin/javac ] || need+=(default-jdk-headless)
 [ -x /usr/bin/python3 ] || need+=(python3-minimal)
+# Debian splits venv's pip bootstrap out of python3: without python3-venv, `python3 -m venv` fails.
+if [ ! -x .venv/bin/python ] && ! "$PY" -c "import ensurepip" >/dev/null 2>&1; then need+=(python3-venv); fi
 if [ "$ALL" = 1 ]; then
   # System-wide toolchains: a rustup/go install under /root is invisible to the sandbox's user.
   [ -x /usr/bin/go ] || need+=(golang-go)
   [ -x /usr/bin/rustc ] || need+=(rustc)
-  command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
+  [ "$DOCKER" = 0 ] || command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
   command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
   command -v ps >/dev/null 2>&1 || need+=(procps)
+  command -v file >/dev/null 2>&1 || need+=(file)  # the rootfs tests tell static binaries from dynamic ones
   command -v wrk >/dev/null 2>&1 || need+=(wrk)  # bench serve: HTTP load generator
   [ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || need+=(busybox-static)  # tiny root filesystems for the rootfs tests
 fi
@@ -67,14 +75,30 @@ if [ "$ALL" = 1 ]; then
   # (tests/support/plugin_dist.py), so a user's `sandboxkit backends` never lists it.
   log "installing sandboxkit[all] + verl 0.9.1"
   $PIP -e ".[all]" "verl==0.9.1"
-  log "starting Docker and building the base image"
-  bash scripts/docker-setup.sh
-  log "building the small test images (busybox only, Debian without Python) and the static runner"
-  bash scripts/docker-test-images.sh
-  .venv/bin/python -c "from sandboxkit.backends.docker._static import static_runner; static_runner()" ||
-    log "the static runner did not build (the Docker tests of images without Python will fail)"
+  if [ "$DOCKER" = 0 ]; then
+    log "SANDBOXKIT_DOCKER=0: no Docker engine nor images"
+  else
+    log "starting Docker and building the base image"
+    bash scripts/docker-setup.sh
+    log "building the small test images (busybox only, Debian without Python) and the static runner"
+    bash scripts/docker-test-images.sh
+    .venv/bin/python -c "from sandboxkit.backends.docker._static import static_runner; static_runner()" ||
+      log "the static runner did not build (the Docker tests of images without Python will fail)"
+  fi
 else
   log "installing sandboxkit"
   $PIP -e .
 fi
+# Prove what was installed rather than trust it: every toolchain this script promised runs one program
+# inside a sandbox (each backend's), and any that does not run fails the set-up, by name.
+log "checking every promised toolchain inside the sandboxes (sandboxkit doctor --strict)"
+started=$SECONDS
+if [ "$ALL" = 1 ] && [ "$DOCKER" != 0 ]; then
+  .venv/bin/sandboxkit doctor --strict
+elif [ "$ALL" = 1 ]; then
+  .venv/bin/sandboxkit doctor --strict --no-docker
+else
+  .venv/bin/sandboxkit doctor --strict --no-docker -l python -l bash -l c -l cpp -l javascript -l java
+fi
+log "doctor --strict took $((SECONDS - started))s"
 log "done"

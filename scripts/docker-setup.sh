@@ -31,7 +31,10 @@ EXTRA=$(echo "${SANDBOXKIT_DOCKER_EXTRA_PACKAGES:-}" | tr ' ,' '\n\n' | sed '/^$
 PKGS="$BASE_PKGS${LANG_PKGS:+,$LANG_PKGS}${EXTRA:+,$EXTRA}"
 # The npm packages (tsx, jest, lodash...) are copied from the host's tree, so the image builds offline.
 NPM_WANT=$(echo "$SANDBOXKIT_SANDBOX_NPM_PACKAGES" | tr ' ' '\n' | sed '/^$/d' | sed 's/^/npm:/' | paste -sd, -)
-WANT="$PKGS${NPM_WANT:+,$NPM_WANT}"  # the image's label: no spaces, which LABEL would split on
+# The image's label: no spaces, which LABEL would split on. RECIPE changes when the same packages make a
+# different image (2: the node wrapper is executable; images of recipe 1 had it 644), so old images are rebuilt.
+RECIPE=2
+WANT="recipe:$RECIPE,$PKGS${NPM_WANT:+,$NPM_WANT}"
 
 apt_install() {
   apt-get update -qq
@@ -60,9 +63,7 @@ if [ "${SANDBOXKIT_DOCKER_REBUILD:-0}" != 1 ] && docker image inspect "$IMAGE" >
   log "image $IMAGE has packages [$have], [$WANT] requested: rebuilding"
 fi
 
-MIRROR=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-[ -n "$MIRROR" ] || MIRROR=$(awk '/^deb / {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
-[ -n "$MIRROR" ] || MIRROR=http://deb.debian.org/debian
+MIRROR=$(debian_mirror)
 ROOTFS=$(mktemp -d /tmp/sandboxkit-rootfs.XXXXXX)
 trap 'rm -rf "$ROOTFS"' EXIT
 log "debootstrap bookworm from $MIRROR (packages: $PKGS)"

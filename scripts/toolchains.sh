@@ -28,6 +28,14 @@ SANDBOXKIT_SANDBOX_PYTHON_PACKAGES=${SANDBOXKIT_SANDBOX_PYTHON_PACKAGES-"python3
 SANDBOXKIT_SANDBOX_NPM_PACKAGES=${SANDBOXKIT_SANDBOX_NPM_PACKAGES-"lodash@4.17.21 tsx@4.7.1 jest@29.7.0 babel-jest@29.7.0 @jest/globals@29.7.0 @babel/core@7.24.5 @babel/preset-env@7.24.5 @babel/preset-typescript@7.24.1"}
 SANDBOXKIT_NODE_PREFIX=${SANDBOXKIT_NODE_PREFIX:-/usr/local/lib/sandboxkit/node}
 
+# The Debian mirror this machine's apt uses (for debootstrap: the Docker image, scripts/fresh-machine.sh).
+debian_mirror() {
+  local mirror
+  mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+  [ -n "$mirror" ] || mirror=$(awk '/^deb / {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+  echo "${mirror:-http://deb.debian.org/debian}"
+}
+
 # Debian packages of $* that are not installed yet (prints them, space separated).
 missing_debs() {
   local pkg out=()
@@ -37,23 +45,42 @@ missing_debs() {
   echo "${out[*]:-}"
 }
 
-# Install the npm packages into $SANDBOXKIT_NODE_PREFIX, once per list (the list is recorded there). Needs the
-# npm registry, so it runs at bootstrap; the Docker image copies the tree and builds offline.
+# npm packages of $SANDBOXKIT_SANDBOX_NPM_PACKAGES that the tree in $SANDBOXKIT_NODE_PREFIX lacks or holds at another
+# version (prints them, space separated). Asks the tree itself (`npm ls`, offline), one package at a time: given
+# several, `npm ls` succeeds when any one of them is there.
+missing_npm_packages() {
+  local spec out=()
+  for spec in $SANDBOXKIT_SANDBOX_NPM_PACKAGES; do
+    npm ls --prefix "$SANDBOXKIT_NODE_PREFIX" --depth=0 "$spec" >/dev/null 2>&1 || out+=("$spec")
+  done
+  echo "${out[*]:-}"
+}
+
+# Install the npm packages into $SANDBOXKIT_NODE_PREFIX where the tree lacks any of them, and (re)write the node
+# wrapper. Checks the files, not a record of an earlier run: a tree missing a package, or a wrapper without its
+# execute bit (every typescript/jest run was then ToolchainMissing), is repaired. Needs the npm registry only when
+# a package is missing, so it runs at bootstrap; the Docker image copies the tree and builds offline.
 install_sandbox_npm_packages() {
-  local stamp="$SANDBOXKIT_NODE_PREFIX/.sandboxkit-packages"
+  local want
   [ -n "$SANDBOXKIT_SANDBOX_NPM_PACKAGES" ] || return 0
-  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$SANDBOXKIT_SANDBOX_NPM_PACKAGES" ]; then
-    return 0
-  fi
   command -v npm >/dev/null 2>&1 || { echo "npm not found: install nodejs (with npm) first" >&2; return 1; }
   mkdir -p "$SANDBOXKIT_NODE_PREFIX"
-  # shellcheck disable=SC2086  # the list is word-split on purpose
-  npm install --prefix "$SANDBOXKIT_NODE_PREFIX" --no-audit --no-fund --loglevel=error \
-    $SANDBOXKIT_SANDBOX_NPM_PACKAGES >/dev/null
+  want=$(missing_npm_packages)
+  if [ -n "$want" ]; then
+    echo "npm packages missing from $SANDBOXKIT_NODE_PREFIX: $want" >&2
+    # shellcheck disable=SC2086  # the list is word-split on purpose
+    npm install --prefix "$SANDBOXKIT_NODE_PREFIX" --no-audit --no-fund --loglevel=error $want >/dev/null || {
+      echo "npm install failed for: $want" >&2
+      return 1
+    }
+    want=$(missing_npm_packages)
+    [ -z "$want" ] || { echo "npm install left these packages missing: $want" >&2; return 1; }
+  fi
   # typescript and jest start node through this wrapper: where the tree is missing (an image built without
   # it), the command itself is missing, which every backend reports as ToolchainMissing, not a failed run.
+  # install sets the mode itself: `chmod -R a+rX` below adds x only where some x bit is already set.
   mkdir -p "$SANDBOXKIT_NODE_PREFIX/bin"
-  printf '#!/bin/sh\nexec node "$@"\n' >"$SANDBOXKIT_NODE_PREFIX/bin/node"
+  printf '#!/bin/sh\nexec node "$@"\n' | install -m 0755 /dev/stdin "$SANDBOXKIT_NODE_PREFIX/bin/node"
   chmod -R a+rX "$SANDBOXKIT_NODE_PREFIX"  # sandboxes run as unprivileged users
-  echo "$SANDBOXKIT_SANDBOX_NPM_PACKAGES" >"$stamp"
+  rm -f "$SANDBOXKIT_NODE_PREFIX/.sandboxkit-packages"  # the old stamp: nothing reads it any more
 }

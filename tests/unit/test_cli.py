@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
+from sandboxkit.cli._smoke import docker_promised, hello_program, host_promised
 from sandboxkit.configs import SubprocessConfig
 
 SK = [sys.executable, "-m", "sandboxkit.cli"]
@@ -97,3 +100,96 @@ def test_serve_checks_backend_options_before_serving() -> None:
     assert out.returncode == 2
     message = " ".join(out.stderr.split())
     assert "unknown option 'urll' (did you mean 'url'?)" in message and "Valid options:" in message
+
+
+def test_doctor_strict_passes_where_the_toolchains_run() -> None:
+    out = sk("doctor", "--strict", "--no-docker", "-l", "python", "-l", "c")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "every promised toolchain ran" in out.stdout
+
+
+def test_doctor_strict_runs_each_toolchain_and_names_the_broken_ones() -> None:
+    # A sandbox PATH (outside /tmp, which each sandbox has its own of) with a working python3, a perl that is
+    # installed but broken, and no lua: presence alone would call perl fine; running it shows it is not.
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as bindir:
+        os.chmod(bindir, 0o755)  # sandboxes run as other users
+        os.symlink("/usr/bin/python3", f"{bindir}/python3")  # the system one, as SANDBOX_PATH has
+        with open(f"{bindir}/perl", "w") as perl:
+            perl.write('#!/bin/sh\necho "perl: broken install" >&2\nexit 3\n')
+        os.chmod(f"{bindir}/perl", 0o755)
+        out = sk("doctor", "--strict", "--no-docker", "-l", "python", "-l", "perl", "-l", "lua", "-o", f"path={bindir}")
+    text = " ".join(out.stdout.split())
+    assert out.returncode == 1, text
+    assert "problem: perl on subprocess: failed (exit 3): perl: broken install" in text
+    assert "problem: lua on subprocess:" in text and "apt-get install lua5.4" in text
+    assert "python on" not in text and "doctor --strict: 2 problem(s)" in text
+
+
+def test_doctor_strict_refuses_an_unknown_language() -> None:
+    out = sk("doctor", "--strict", "--no-docker", "-l", "cobol")
+    assert out.returncode == 2 and "unknown language 'cobol'" in " ".join(out.stderr.split())
+
+
+def test_every_promised_language_has_a_program_that_proves_it() -> None:
+    for name in host_promised():
+        assert hello_program(name).strip(), name
+    assert "julia" not in host_promised()  # unavailable languages are not promised
+
+
+def test_the_docker_image_promises_what_its_label_lists() -> None:
+    label = "python3-minimal,bash,gcc,g++,nodejs,default-jdk-headless,php-cli,npm:tsx@4.7.1,npm:jest@29.7.0"
+    promised = docker_promised(label)
+    assert {"python", "c", "java", "php", "typescript", "jest"} <= set(promised)
+    assert not {"rust", "r", "junit", "ruby"} & set(promised)
+    assert "typescript" not in docker_promised(label.replace("npm:", "x-"))  # no npm tree, no typescript
+
+
+#: Registers a backend whose SDK is not installed, as on a core-only install (``pip install sandboxkit``), with
+#: the real ``daytona`` extra name, then runs the command line in the same process.
+_CORE_ONLY = (
+    "import sys\n"
+    "from sandboxkit.registry import BackendSpec, register\n"
+    "register(BackendSpec(name='ghost', factory='ghost_sdk_xyz:Ghost', extra='daytona', modules=('ghost_sdk_xyz',),"
+    " summary='a [bold]cloud[/bold] backend'))\n"
+    "from sandboxkit.cli import main\n"
+    "sys.argv = ['sandboxkit', *sys.argv[1:]]\n"
+    "main()\n"
+)
+
+
+def sk_core_only(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "400"}  # one table row per line: the hint is not wrapped
+    return subprocess.run(
+        [sys.executable, "-c", _CORE_ONLY, *args], capture_output=True, text=True, timeout=120, env=env
+    )
+
+
+@pytest.mark.parametrize("args", [("backends",), ("doctor", "--no-docker")])
+def test_install_hints_keep_their_brackets(args: tuple[str, ...]) -> None:
+    # rich read "[daytona]" as markup and printed: run: pip install "sandboxkit" (issue 32.4)
+    out = sk_core_only(*args)
+    assert out.returncode == 0, out.stderr
+    assert 'run: pip install "sandboxkit[daytona]"' in out.stdout
+    if args == ("backends",):
+        assert "a [bold]cloud[/bold] backend" in out.stdout  # a plugin's summary is text, not markup
+
+
+def test_errors_keep_their_brackets() -> None:
+    unusable = sk_core_only("run", "-b", "ghost", "-c", "print(1)")
+    assert unusable.returncode == 3
+    assert 'pip install "sandboxkit[daytona]"' in " ".join(unusable.stderr.split())
+    unreadable = sk("run", "/nonexistent/[bold]solution.py")
+    assert unreadable.returncode == 2 and "'/nonexistent/[bold]solution.py'" in unreadable.stderr
+
+
+def test_run_names_a_status_that_is_not_the_programs_exit() -> None:
+    slow = sk("run", "-c", "while True: pass", "--timeout", "1")
+    assert slow.returncode == 124 and "[timeout]" in slow.stderr  # rich took "[timeout]" for a style tag
+
+
+def test_doctor_strict_fails_on_a_missing_protection() -> None:
+    # bootstrap sets up every isolation mechanism: a sandbox without one (here its seccomp filter) is a failed set-up
+    out = sk("doctor", "--strict", "--no-docker", "-l", "python", "-o", "seccomp=false")
+    text = " ".join(out.stdout.split())
+    assert out.returncode == 1, text
+    assert "problem: subprocess sandbox: missing protection: seccomp filter: off" in text

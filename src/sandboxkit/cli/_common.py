@@ -1,4 +1,9 @@
-"""Helpers shared by the CLI subcommands: exit codes, error printing, backend options."""
+"""Helpers shared by the CLI subcommands: exit codes, error printing, backend options.
+
+Every message that shows a value (an error, a path, an install hint, a program's output) escapes it with
+``rich.markup.escape`` or prints with ``markup=False``: rich reads ``[word]`` as a style tag and drops it,
+which turned ``pip install "sandboxkit[daytona]"`` into ``pip install "sandboxkit"`` (issue 32.4).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from sandboxkit.errors import InvalidRequest, SandboxError
 
@@ -18,7 +24,7 @@ err_console = Console(stderr=True)
 def fail(exc: SandboxError) -> NoReturn:
     """Print an infrastructure or usage error and exit with the matching code."""
     code = EXIT_USAGE if isinstance(exc, InvalidRequest) else EXIT_INFRA
-    err_console.print(f"[bold red]error[/]: {exc}", highlight=False, markup=True)
+    err_console.print(f"[bold red]error[/]: {escape(str(exc))}", highlight=False)
     raise typer.Exit(code)
 
 

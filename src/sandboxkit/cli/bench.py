@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from sandboxkit.cli._common import EXIT_USAGE, err_console
 
@@ -64,15 +65,15 @@ def bench(
     chosen = [n.replace("-", "_") for n in names] if names else available
     unknown = [n for n in chosen if n not in available]
     if unknown:
-        err_console.print(f"error: unknown benchmark(s) {unknown!r}; available: {', '.join(available)}")
+        err_console.print(f"error: unknown benchmark(s) {unknown!r}; available: {', '.join(available)}", markup=False)
         raise typer.Exit(EXIT_USAGE)
     rows = []
     for name in chosen:
-        console.print(f"[bold]running {name}[/] ...")
+        console.print(f"[bold]running {escape(name)}[/] ...")
         rows.extend(_load(directory, name).run(quick=quick))
     console.print(render(rows))
     if json_out:
         json_out.write_text(json.dumps([r.as_dict() for r in rows], indent=2))
     if plot:
         save_plot(rows, str(plot))
-        console.print(f"chart saved to {plot}")
+        console.print(f"chart saved to {plot}", markup=False)

@@ -23,6 +23,7 @@ from typing import Annotated, Any, TextIO
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from sandboxkit.cli._common import EXIT_INFRA, EXIT_USAGE, err_console, fail
@@ -71,12 +72,12 @@ def grade(
         parse_shaping(shaping)
         resolve_language(language)
     except (ValueError, SandboxError) as exc:
-        err_console.print(f"error: {exc}")
+        err_console.print(f"error: {exc}", markup=False)
         raise typer.Exit(EXIT_USAGE) from exc
     try:
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        err_console.print(f"error: cannot read {str(file)!r}: {getattr(exc, 'strerror', None) or exc}")
+        err_console.print(f"error: cannot read {str(file)!r}: {getattr(exc, 'strerror', None) or exc}", markup=False)
         raise typer.Exit(EXIT_USAGE) from exc
     ids, rows, broken = _read_rows(text)
     defaults: dict[str, Any] = {"language": language, "shaping": shaping}
@@ -93,7 +94,7 @@ def grade(
     summary_console.print(_summary(results, wall, backend, metrics))
     summary_console.print(_per_language(results, wall, jobs))
     if output != "-":
-        summary_console.print(f"results written to {output}", highlight=False)
+        summary_console.print(f"results written to {output}", highlight=False, markup=False)
     if any(r.get("infra_error") for r in results):
         err_console.print(
             "error: the sandbox infrastructure failed for some rows (reward None); see 'error' in the results"
@@ -198,7 +199,7 @@ def _write(results: list[dict[str, Any]], output: str) -> None:
             for row in results:
                 handle.write(json.dumps(row) + "\n")
     except OSError as exc:
-        err_console.print(f"error: cannot write {output!r}: {exc.strerror}")
+        err_console.print(f"error: cannot write {output!r}: {exc.strerror}", markup=False)
         raise typer.Exit(EXIT_USAGE) from exc
 
 
@@ -210,7 +211,7 @@ def _summary(results: list[dict[str, Any]], wall: float, backend: str, metrics: 
     rewards = [r["reward"] for r in results if r["reward"] is not None]
     latencies = [r["duration_s"] for r in graded]
     counts = Counter(r["status"] for r in results)
-    table = Table(title=f"sandboxkit grade ({backend})", show_header=False)
+    table = Table(title=f"sandboxkit grade ({escape(backend)})", show_header=False)
     table.add_column("metric", style="bold")
     table.add_column("value", justify="right")
     table.add_row("problems", str(n))
@@ -219,7 +220,7 @@ def _summary(results: list[dict[str, Any]], wall: float, backend: str, metrics: 
     table.add_row("mean pass rate", f"{mean_rate:.3f}")
     table.add_row("mean reward", f"{statistics.fmean(rewards):.3f}" if rewards else "-")
     for status, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
-        table.add_row(f"  status {status}", str(count))
+        table.add_row(f"  status {escape(str(status))}", str(count))
     table.add_row("programs/s", f"{len(graded) / wall:.1f}" if wall > 0 else "-")
     table.add_row("latency p50 / p99", f"{percentile(latencies, 0.5):.3f}s / {percentile(latencies, 0.99):.3f}s")
     table.add_row("sandboxes opened", str(metrics.get("sandboxes_created", "-")))
@@ -253,7 +254,7 @@ def _per_language(results: list[dict[str, Any]], wall: float, jobs: int) -> Tabl
             return f"{statistics.fmean(t.get(key, 0.0) for t in timing):.3f}" if timing else "-"
 
         table.add_row(
-            language,
+            escape(language),
             str(len(rows)),
             f"{len(rows) / share:.1f}" if share > 0 else "-",
             f"{percentile([r['duration_s'] for r in rows], 0.5):.3f}",

@@ -10,6 +10,7 @@ from typing import Annotated, Any, BinaryIO
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from sandboxkit.cli._common import EXIT_USAGE, BackendOptionArg, backend_options, err_console, fail
@@ -58,7 +59,7 @@ def run(
         try:
             code = file.read_text()
         except OSError as exc:
-            err_console.print(f"error: cannot read {str(file)!r}: {exc.strerror}")
+            err_console.print(f"error: cannot read {str(file)!r}: {exc.strerror}", markup=False)
             raise typer.Exit(EXIT_USAGE) from exc
     if stdin == "-":
         stdin = sys.stdin.read()
@@ -90,7 +91,7 @@ def run(
         sys.stdout.write(result.stdout)
         sys.stderr.write(result.stderr)
     if result.status is not Status.OK and result.status is not Status.FAILED:
-        err_console.print(f"[{result.status.value}]", highlight=False)
+        err_console.print(f"[{result.status.value}]", highlight=False, markup=False)
     code_out = result.exit_code if result.exit_code is not None else 1
     raise typer.Exit(code_out if result.status is not Status.TIMEOUT else 124)
 
@@ -153,8 +154,8 @@ def backends(
     for col in ("backend", "usable", "why not / install", "summary"):
         table.add_column(col)
     for row in rows:
-        reason = str(row["reason"])
-        table.add_row(str(row["name"]), "[green]yes[/]" if row["usable"] else "[red]no[/]", reason, str(row["summary"]))
+        usable = "[green]yes[/]" if row["usable"] else "[red]no[/]"
+        table.add_row(escape(str(row["name"])), usable, escape(str(row["reason"])), escape(str(row["summary"])))
     console.print(table)
 
 
@@ -163,30 +164,75 @@ def doctor(
         bool,
         typer.Option("--docker/--no-docker", help="Also check the Docker image's toolchains (starts a container)."),
     ] = True,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help="Run every toolchain the set-up promised once inside the sandboxes; exit 1 naming each that fails.",
+        ),
+    ] = False,
+    language: Annotated[
+        list[str] | None,
+        typer.Option("--language", "-l", help="With --strict: run only this language (repeatable)."),
+    ] = None,
+    backend_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--backend-option", "-o", help="With --strict: KEY=VALUE option of the subprocess sandboxes (repeatable)."
+        ),
+    ] = None,
 ) -> None:
-    """Check this machine: backends, isolation mechanisms, and every language's toolchain inside the sandboxes."""
+    """Check this machine: backends, isolation mechanisms, and every language's toolchain inside the sandboxes.
+
+    With ``--strict`` (what ``scripts/bootstrap.sh`` ends with) presence is not enough: each promised
+    toolchain runs a program through a sandbox, and any failure, or an unusable backend, exits 1.
+    """
     from sandboxkit.registry import available_backends
+
+    only = _languages_named(language or [])
+    options = backend_options("subprocess", backend_option)
 
     console.print(f"[bold]python[/] {sys.version.split()[0]}")
     for name, spec in available_backends().items():
         avail = spec.availability()
         mark = "[green]ok[/]" if avail.usable else "[red]unusable[/]"
-        console.print(f"[bold]backend {name}[/]: {mark} {avail.reason}")
+        console.print(f"[bold]backend {escape(name)}[/]: {mark} {escape(avail.reason)}")
         if avail.usable and name == "subprocess":
             try:
                 from sandboxkit.registry import backend as make
 
                 caps = make(name).capabilities
                 for gap in caps.missing_protections:
-                    console.print(f"  [yellow]missing protection[/]: {gap}")
+                    console.print(f"  [yellow]missing protection[/]: {escape(gap)}")
                 if not caps.missing_protections:
                     console.print("  all isolation mechanisms available")
                 for note in caps.notes:
-                    console.print(f"  [green]in force[/]: {note}")
+                    console.print(f"  [green]in force[/]: {escape(note)}")
                 console.print(f"  languages inside the sandbox: {', '.join(sorted(caps.languages))}")
             except SandboxError as exc:
-                console.print(f"  [red]{exc}[/]")
-    _language_table(docker)
+                console.print(f"  [red]{escape(str(exc))}[/]")
+    if not strict:
+        _language_table(docker)
+        return
+    from sandboxkit.cli._smoke import strict_check
+
+    problems = strict_check(console, docker, only, options)
+    for problem in problems:
+        console.print(f"[red]problem[/]: {escape(problem)}", highlight=False)
+    if problems:
+        console.print(f"[bold red]doctor --strict: {len(problems)} problem(s)[/]")
+        raise typer.Exit(1)
+    console.print("[bold green]doctor --strict: every promised toolchain ran[/]")
+
+
+def _languages_named(names: list[str]) -> list[str]:
+    """Canonical names of ``--language`` values; an unknown one exits 2 naming the known ones."""
+    from sandboxkit.languages import resolve_language
+
+    try:
+        return [resolve_language(name).name for name in names]
+    except SandboxError as exc:
+        fail(exc)
 
 
 def _language_table(docker: bool) -> None:
@@ -211,14 +257,16 @@ def _language_table(docker: bool) -> None:
             else:
                 cells.append("[red]missing[/]")
                 missing_any.add(name)
-        table.add_row(name, lang.sandbox_fusion, *cells, how_to_get(lang) if name in missing_any else "")
+        table.add_row(name, lang.sandbox_fusion, *cells, escape(how_to_get(lang)) if name in missing_any else "")
     console.print(table)
     for name in sorted(missing_any):
         if LANGUAGES[name].unavailable:
-            console.print(f"  {name}: not installed by scripts/bootstrap.sh: {LANGUAGES[name].unavailable}")
+            console.print(
+                f"  {name}: not installed by scripts/bootstrap.sh: {LANGUAGES[name].unavailable}", markup=False
+            )
     for title, found in columns.items():
         if isinstance(found, str):
-            console.print(f"[yellow]{title} not checked[/]: {found}")
+            console.print(f"[yellow]{title} not checked[/]: {escape(found)}")
 
 
 def cleanup(
@@ -257,4 +305,4 @@ def cleanup(
         fail(exc)
     except SandboxError as exc:
         fail(exc)
-    console.print(f"removed {removed} sandbox(es) left by {backend}")
+    console.print(f"removed {removed} sandbox(es) left by {backend}", markup=False)

@@ -100,7 +100,9 @@ def serve(
 
         from sandboxkit.server.app import create_app
     except ImportError as exc:
-        err_console.print(f'error: the server needs FastAPI and uvicorn ({exc}); run: pip install "sandboxkit[server]"')
+        err_console.print(
+            f'error: the server needs FastAPI and uvicorn ({exc}); run: pip install "sandboxkit[server]"', markup=False
+        )
         raise typer.Exit(EXIT_USAGE) from exc
     from sandboxkit.models import Limits
     from sandboxkit.server.ceilings import Ceilings
@@ -137,7 +139,7 @@ def serve(
     except SandboxError as exc:
         fail(exc)
     except ValueError as exc:
-        err_console.print(f"error: {exc}")
+        err_console.print(f"error: {exc}", markup=False)
         raise typer.Exit(EXIT_USAGE) from exc
     config = uvicorn.Config(
         app,

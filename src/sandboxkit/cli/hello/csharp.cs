@@ -1,0 +1,5 @@
+class Hello {
+    static void Main() {
+        System.Console.WriteLine("hello");
+    }
+}

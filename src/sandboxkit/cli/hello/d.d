@@ -1,0 +1,5 @@
+import std.stdio;
+
+void main() {
+    writeln("hello");
+}

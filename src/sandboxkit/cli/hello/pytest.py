@@ -1,0 +1,2 @@
+def test_hello() -> None:
+    assert "hel" + "lo" == "hello"

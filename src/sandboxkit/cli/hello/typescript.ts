@@ -1,0 +1,2 @@
+const greeting: string = "hello";
+console.log(greeting);

@@ -1,0 +1,6 @@
+module tb;
+  initial begin
+    $display("hello");
+    $finish;
+  end
+endmodule

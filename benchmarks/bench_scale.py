@@ -19,7 +19,8 @@ about 40 s on 2 cores and under 90 s on 16 (``--quick``: about half). Cells:
 
 Knobs (environment, for ``sandboxkit bench scale``): ``SANDBOXKIT_SCALE_P`` (comma list of host process
 counts), ``SANDBOXKIT_SCALE_C`` (total concurrency, default 4 x cores), ``SANDBOXKIT_SCALE_SECONDS``
-(seconds per print(1) cell). The load average is recorded in every row's ``extra``.
+(seconds per print(1) cell), ``SANDBOXKIT_SCALE_PARTS`` (comma list of ``spawn``, ``print``,
+``humaneval``; default all). The load average is recorded in every row's ``extra``.
 """
 
 from __future__ import annotations
@@ -206,9 +207,10 @@ def run(quick: bool = False) -> list[Row]:
     seconds = float(os.environ.get("SANDBOXKIT_SCALE_SECONDS", "1.5" if quick else "3"))
     concurrency = int(os.environ.get("SANDBOXKIT_SCALE_C", str(4 * cores)))
     counts = _host_counts(cores)
-    rows = [_spawn_floor(cores, seconds)]
-    rows += [_print_cell(p, concurrency, seconds) for p in counts]
-    rows += _humaneval(cores, counts, quick)
+    parts = set(os.environ.get("SANDBOXKIT_SCALE_PARTS", "spawn,print,humaneval").split(","))
+    rows = [_spawn_floor(cores, seconds)] if "spawn" in parts else []
+    rows += [_print_cell(p, concurrency, seconds) for p in counts] if "print" in parts else []
+    rows += _humaneval(cores, counts, quick) if "humaneval" in parts else []
     for r in rows:
         r.extra["cores"] = cores
     print(

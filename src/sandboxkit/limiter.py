@@ -150,7 +150,13 @@ class LocalLimiter(Limiter):
         self.bucket = TokenBucket(creation_rate, creation_burst)
 
     async def acquire_call(self, token: object) -> None:
-        await self._calls.acquire_on_behalf_of(token)
+        # A free slot is taken at once: anyio's ``acquire_on_behalf_of`` yields to the loop even
+        # then, one more wake-up of the host per pooled run (issue 30). ``nowait`` refuses while
+        # anyone is queued, so waiting callers keep their order.
+        try:
+            self._calls.acquire_on_behalf_of_nowait(token)
+        except anyio.WouldBlock:
+            await self._calls.acquire_on_behalf_of(token)
 
     def release_call(self, token: object) -> None:
         self._calls.release_on_behalf_of(token)

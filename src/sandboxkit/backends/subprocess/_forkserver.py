@@ -330,6 +330,10 @@ class ForkServer:
         sock = self.sock
         if sock is None or not self.alive:
             return True
+        return self._closed_or_talking(sock)
+
+    def _closed_or_talking(self, sock: socket.socket) -> bool:
+        """``gone`` for a server already seen alive: its socket closed, or it sent unasked (killed)."""
         try:
             peek = sock.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK)
         except BlockingIOError:
@@ -428,7 +432,7 @@ class ForkServer:
                 self.died = early == b"" or fresh
                 self.kill()
                 raise lost("fork server is gone")
-        elif fresh and self.gone():  # died since the last report: not this command's doing
+        elif fresh and self._closed_or_talking(sock):  # died since the last report: not this command's doing
             self.died = True
             self.kill()
             raise ServerLost("fork server is gone")

@@ -254,13 +254,16 @@ class SubprocessSandbox(Sandbox):
         python = self._backend.server_python if self.view is None else await self._image_python()
         if python is None:
             return None
-        if self._server is not None and self._handover and not self._server.alive:
+        # Asked once (a ``waitpid``): a dead server stays dead, and one that dies after this is
+        # seen by the command itself, when its socket closes.
+        alive = self._server is not None and self._server.alive
+        if self._server is not None and self._handover and not alive:
             raise self._lost()  # died between two tenants (see ``reset``)
         if self._server is not None:
             # A live server's report on the last command is read by the next command itself
             # (``ForkServer.run``): waiting for it here would put the server's state check on
             # this command's path. One that is gone is settled now: did it die on its own?
-            if not self._server.alive:
+            if not alive:
                 await self._server.settle()
             if self._server.died:
                 self._discard()
@@ -268,7 +271,7 @@ class SubprocessSandbox(Sandbox):
             # sandboxkit modules registered since it started (the judge's harness) are loaded by a
             # new server, between two tenants only: a tenant's /tmp lives as long as its server.
             stale = self._handover and self._server.modules != self._backend.python_modules
-            if self._server.alive and self._server_network == network and not stale:
+            if alive and self._server_network == network and not stale:
                 return self._server
             # Killed by the host (a late reply, a cancelled call, state left for reset), on the
             # other network, or without the backend's modules: a new server is safe, it imports

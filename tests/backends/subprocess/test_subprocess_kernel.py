@@ -17,6 +17,7 @@ from sandboxkit.errors import InvalidRequest, SandboxCrashed
 from sandboxkit.kernel import CellStatus, PipeLink
 from sandboxkit.models import Limits
 from support import kernels
+from support.marks import missing
 from support.procs import proc_stat
 from support.subprocess_sandboxes import FAST, RecordingBackend, leftovers, processes_of
 
@@ -26,6 +27,12 @@ SMALL = FAST.merged(output_bytes=4096, output_stop_bytes=1 << 20, memory_mb=256,
 async def test_state_and_rendering(sandbox: SubprocessSandbox) -> None:
     assert sandbox._backend.capabilities.kernels
     await kernels.check_state_and_rendering(sandbox)
+
+
+async def test_ipython_mode(sandbox: SubprocessSandbox) -> None:
+    """The host's python3 is the sandboxes' (scripts/toolchains.sh installs python3-ipython there)."""
+    if not await kernels.check_shell_mode(sandbox):
+        missing("the sandbox's python3 has no IPython: the kernel fell back to plain Python")
 
 
 async def test_hostile_cells(backend: RecordingBackend) -> None:

@@ -13,8 +13,8 @@ import pytest
 
 from sandboxkit.kernel import CellStatus
 from support import kernels
-from support.marks import missing
 from support.docker_engine import FAST, processes
+from support.marks import missing
 
 SMALL = FAST.merged(output_bytes=4096, output_stop_bytes=1 << 20)
 

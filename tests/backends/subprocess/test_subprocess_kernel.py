@@ -44,6 +44,22 @@ async def test_hostile_cells(backend: RecordingBackend) -> None:
         await sb.close()
 
 
+async def test_shell_escapes_stay_in_the_sandbox(backend: RecordingBackend) -> None:
+    """``!cmd`` (IPython) is a subprocess of the cell: the sandbox's uid and view, killed when the cell ends."""
+    sb = await backend.open(SMALL)
+    try:
+        command = await sb.exec("pwd; id -u")
+        escaped = await kernels.cell(sb, "!pwd; id -u; (setsid sleep 300 &)")
+        if escaped.shell != "ipython":
+            missing("the sandbox's python3 has no IPython: no shell escapes to check")
+        assert escaped.ok and escaped.stdout == command.stdout, escaped
+        assert leftovers_of_kernel(backend, sb) == {}, "a process started by !cmd outlived its cell"
+        hist = await kernels.cell(sb, "import os\n[p for p in os.listdir('.') if 'ipython' in p.lower()]")
+        assert hist.value == "[]", hist  # nothing of IPython's lands in the workspace
+    finally:
+        await sb.close()
+
+
 async def test_pids_come_back(backend: RecordingBackend) -> None:
     sb = await backend.open(SMALL)
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sandboxkit import InvalidRequest, SandboxCrashed, SandboxPool
-from sandboxkit.kernel import CellResult, CellStatus, Kernel, PipeLink, kernel_argv
+from sandboxkit.kernel import CellResult, CellStatus, Kernel, PipeLink, describe_shell, kernel_argv
 from sandboxkit.models import Limits
 from sandboxkit.testing import FakeBackend
 from support.marks import missing
@@ -173,3 +173,9 @@ async def test_rich_outputs_are_capped_whole() -> None:
         assert "image/png" in big.display[0] and all(set(b) == {"text/plain"} for b in big.display[1:]), big.display
     finally:
         await kernel.close()
+
+
+def test_doctor_says_how_kernels_run_cells() -> None:
+    assert describe_shell(None).startswith("none")
+    assert describe_shell(_sandbox_python_with_ipython()).startswith("IPython ")
+    assert describe_shell(sys.executable + "-absent").startswith("unknown")

@@ -33,7 +33,7 @@ from sandboxkit.errors import InvalidRequest, SandboxCrashed
 from sandboxkit.kernel._models import CellResult, CellStatus
 from sandboxkit.models import Limits
 
-__all__ = ["GRACE_S", "KERNEL_SOURCE", "Kernel", "KernelLink", "PipeLink", "kernel_argv"]
+__all__ = ["GRACE_S", "KERNEL_SOURCE", "Kernel", "KernelLink", "PipeLink", "describe_shell", "kernel_argv"]
 
 #: The host's deadline for a cell is its timeout plus this (the supervisor enforces the timeout).
 GRACE_S = 0.75
@@ -60,6 +60,29 @@ def kernel_argv(
         "shell": shell,
     }
     return [python, "-I", "-u", "-c", KERNEL_SOURCE, json.dumps(args)]
+
+
+def describe_shell(python: str | None) -> str:
+    """How a kernel started with ``python`` will run cells, in words (for ``doctor``).
+
+    ``"IPython 8.5.0 ..."`` where that interpreter imports IPython (the kernel's default mode),
+    else why the kernel falls back to plain Python. Runs the interpreter once, isolated (``-I``).
+    """
+    if python is None:
+        return "none: no python3 on the sandbox PATH"
+    try:
+        probe = subprocess.run(
+            [python, "-I", "-c", "import IPython; print(IPython.__version__)"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unknown: {python} did not run ({exc})"
+    if probe.returncode == 0:
+        return f"IPython {probe.stdout.strip()} (magics, !cmd, display(), top-level await)"
+    return f"plain Python: {python} has no IPython (install python3-ipython; see scripts/toolchains.sh)"
 
 
 def max_reply_bytes(limits: Limits) -> int:

@@ -175,6 +175,21 @@ async def test_rich_outputs_are_capped_whole() -> None:
         await kernel.close()
 
 
+async def test_ipython_directory_goes_with_the_kernel() -> None:
+    """The kernel's private IPython directory is removed when the host closes the kernel's stdin."""
+    kernel = _kernel(kernel_argv(_sandbox_python_with_ipython(), LIMITS))
+    try:
+        where = await kernel.run("get_ipython().ipython_dir")
+        assert where.value is not None and os.path.isdir(where.value[1:-1]), where
+        link = kernel._link
+        assert isinstance(link, PipeLink) and link.proc.stdin is not None
+        link.proc.stdin.close()
+        assert link.proc.wait(10) == 0
+        assert not os.path.exists(where.value[1:-1])
+    finally:
+        await kernel.close()
+
+
 def test_doctor_says_how_kernels_run_cells() -> None:
     assert describe_shell(None).startswith("none")
     assert describe_shell(_sandbox_python_with_ipython()).startswith("IPython ")

@@ -25,8 +25,9 @@ Two ways to run a cell, the same everywhere else:
   (``%time``), shell escapes (``!echo``, run by the sandbox's ``/bin/sh`` like any subprocess),
   ``display()``, a trailing ``;`` and top-level ``await`` behave as in Sandbox Fusion's ipykernel.
   Rich outputs (``display()`` calls and the cell's value) come back as MIME bundles. The shell keeps
-  no history file (an in-memory one) and its profile directory is a fresh private temporary
-  directory of the sandbox: nothing of it is shared, and nothing is read from a home directory.
+  no history file (an in-memory one) and its profile directory is a private temporary directory
+  of the sandbox, made at start and removed at exit: nothing of it is shared, and nothing is read
+  from a home directory.
 * **plain Python** (``shell: "python"``, or IPython absent): ``exec`` of the cell, the value of its
   last expression shown as ``{"text/plain": repr}``.
 
@@ -251,6 +252,7 @@ def run_cell(namespace: dict[str, Any], code: str, number: int) -> dict[str, Any
     except BaseException as exc:
         reply = _error(exc, outputs)
     _flush()
+    reply["shell"] = "python"
     return reply
 
 
@@ -267,6 +269,7 @@ def run_ipython_cell(shell: Any, code: str) -> dict[str, Any]:
     except BaseException as exc:  # a SIGINT (output flood) between IPython's own steps
         reply = _error(exc, outputs)
     _flush()
+    reply["shell"] = "ipython"
     return reply
 
 
@@ -359,11 +362,10 @@ def start_shell(shell_class: Any, main: Any) -> Any:
     """The worker's IPython shell over ``main``, with nothing of it kept outside this sandbox.
 
     History stays in memory (no SQLite file, shared or not); the IPython directory (profile,
-    startup files, config) is a new private temporary directory, so no ``~/.ipython`` is read or
-    made, whatever ``HOME`` is.
+    startup files, config) is the kernel's private temporary directory (``IPYTHON_DIR``), so no
+    ``~/.ipython`` is read or made, whatever ``HOME`` is. The shell reads no config or startup
+    file: only IPython's application class does that, and it is not used.
     """
-    import tempfile
-
     from traitlets.config import Config
 
     config = Config()
@@ -371,8 +373,7 @@ def start_shell(shell_class: Any, main: Any) -> Any:
     config.HistoryManager.hist_file = ":memory:"  # and none on disk were it turned back on
     config.InteractiveShell.colors = "NoColor"
     config.InteractiveShell.autocall = 0
-    home = tempfile.mkdtemp(prefix="sandboxkit-ipython-")
-    return shell_class.instance(config=config, ipython_dir=home, user_module=main)
+    return shell_class.instance(config=config, ipython_dir=IPYTHON_DIR, user_module=main)
 
 
 def collect_killed() -> None:
@@ -402,7 +403,12 @@ def worker(requests: int, replies: int) -> None:
     sys.modules["__main__"] = main
     sys.path.insert(0, os.getcwd())  # as `python3` in the workspace would (isolated mode leaves it out)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    shell = start_shell(SHELL_CLASS, main) if SHELL_CLASS is not None else None
+    shell = None
+    if SHELL_CLASS is not None:
+        try:
+            shell = start_shell(SHELL_CLASS, main)
+        except Exception:  # a broken IPython install: plain Python, and each reply says so
+            shell = None
     me = os.getpid()
     while True:
         req = read_frame(requests)
@@ -643,7 +649,7 @@ class Supervisor:
         reply = self._wait(w, float(req["timeout"]), started)
         reply.update(restarted=restarted, state_lost=lost or reply.get("state_lost", False))
         reply["duration_s"] = time.monotonic() - started
-        reply["shell"] = SHELL
+        reply.setdefault("shell", SHELL)  # the worker's own word, else (it died) the kernel's mode
         return reply
 
     def _wait(self, w: Worker, timeout: float, started: float) -> dict[str, Any]:
@@ -670,6 +676,8 @@ class Supervisor:
             ready, _, _ = select.select(fds, [], [], end - now)
             if HOST_IN in ready:  # the host sends nothing during a cell: readable means it went away
                 w.kill()
+                kill_descendants()
+                remove_ipython_dir()
                 os._exit(0)
             for fd, stream in ((w.out_r, out), (w.err_r, err)):
                 if fd in ready and not w.drain(fd, stream):
@@ -748,10 +756,29 @@ HOST_OUT = -1
 #: IPython's shell class (``load_ipython``), or None for plain Python; ``SHELL`` names the mode.
 SHELL_CLASS: Any = None
 SHELL = "python"
+#: The kernel's private IPython directory (made at start in the sandbox's TMPDIR, removed at exit).
+IPYTHON_DIR = ""
+
+
+def make_ipython_dir() -> str:
+    """A private directory for IPython's profile, shared by this kernel's workers; "" if none can be made."""
+    import tempfile
+
+    try:
+        return tempfile.mkdtemp(prefix="sandboxkit-ipython-")
+    except OSError:
+        return ""
+
+
+def remove_ipython_dir() -> None:
+    if IPYTHON_DIR:
+        import shutil
+
+        shutil.rmtree(IPYTHON_DIR, ignore_errors=True)
 
 
 def main() -> None:
-    global HOST_IN, HOST_OUT, SHELL_CLASS, SHELL
+    global HOST_IN, HOST_OUT, SHELL_CLASS, SHELL, IPYTHON_DIR
     # The protocol moves off descriptors 0-2, which a cell's own output and input must own.
     HOST_IN, HOST_OUT = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -762,6 +789,10 @@ def main() -> None:
     _prctl(_PR_SET_DUMPABLE, 0)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     SHELL_CLASS = load_ipython()
+    if SHELL_CLASS is not None:
+        IPYTHON_DIR = make_ipython_dir()
+        if not IPYTHON_DIR:  # no writable TMPDIR: IPython would fall back to ~/.ipython; plain Python instead
+            SHELL_CLASS = None
     SHELL = "python" if SHELL_CLASS is None else "ipython"
     sup = Supervisor()
     sup.worker = Worker()  # forked now, so the first cell pays no fork
@@ -775,6 +806,7 @@ def main() -> None:
             if sup.worker is not None:
                 sup.worker.kill()
             kill_descendants()
+            remove_ipython_dir()
             os._exit(0)
         if req.get("op") == "ping":
             write_frame(HOST_OUT, {"pong": True})

@@ -129,6 +129,10 @@ async def test_ipython_cells_behave_as_in_jupyter(tmp_path: Path) -> None:
         assert error.error_name == "ZeroDivisionError" and error.traceback is not None, error
         assert error.traceback.startswith('Traceback (most recent call last):\n  File "<cell ')
         assert "return 1 / 0" in error.traceback and "IPython" not in error.traceback, error.traceback
+        bad_magic = await kernel.run("%nosuchmagic")
+        assert bad_magic.error_name == "UsageError" and bad_magic.traceback == (
+            "IPython.core.error.UsageError: Line magic function `%nosuchmagic` not found.\n"
+        ), bad_magic
         # No history database, no profile or config read or written in a home directory.
         where = await kernel.run(
             "import os\nip = get_ipython()\n"

@@ -263,8 +263,10 @@ def run_ipython_cell(shell: Any, code: str) -> dict[str, Any]:
     try:
         result = shell.run_cell(code, store_history=True)
         exc = result.error_before_exec or result.error_in_exec
-        if isinstance(exc, SyntaxError):
-            exc.__traceback__ = None  # the parser's frames are not the user's, as in plain mode
+        if isinstance(exc, SyntaxError) or type(exc).__name__ == "UsageError":
+            # The parser's frames, or IPython's for a bad magic (``%nosuch``), are not the user's:
+            # the message alone, as IPython itself shows a UsageError.
+            exc.__traceback__ = None
         reply = _ok(outputs) if exc is None else _error(exc, outputs)
     except BaseException as exc:  # a SIGINT (output flood) between IPython's own steps
         reply = _error(exc, outputs)
@@ -309,7 +311,8 @@ def load_ipython() -> Any:
       ``Out[n]:`` (what ipykernel does with them: ``execute_result`` / ``display_data``);
     * cells are compiled under the names plain mode uses (``<cell n>``), so tracebacks read the
       same in both modes and show the cell's source;
-    * errors are reported from ``run_cell``'s result, so IPython's own traceback printer is off.
+    * errors are reported from ``run_cell``'s result (the exception, formatted as in plain mode),
+      so IPython's own traceback formatting and printing is off.
     """
     if SHELL_WANTED == "python":
         return None
@@ -348,7 +351,13 @@ def load_ipython() -> Any:
         displayhook_class = Type(Hook)
         display_pub_class = Type(Publisher)
 
-        def _showtraceback(self, etype: Any, evalue: Any, stb: Any) -> None:
+        # Not formatted at all: IPython's traceback formatter (source inspection, highlighting) costs
+        # tens of milliseconds per exception, which a fork bomb's hundreds of children would each
+        # pay while the supervisor needs the CPU to stop them.
+        def showtraceback(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def showsyntaxerror(self, *args: Any, **kwargs: Any) -> None:
             pass
 
         # ``!cmd`` runs through the sandbox's /bin/sh, its output on the cell's own stdout and

@@ -198,3 +198,17 @@ def test_doctor_says_how_kernels_run_cells() -> None:
     assert describe_shell(None).startswith("none")
     assert describe_shell(_sandbox_python_with_ipython()).startswith("IPython ")
     assert describe_shell(sys.executable + "-absent").startswith("unknown")
+
+
+def test_adapters_show_rich_outputs_as_text() -> None:
+    """What the model reads: each bundle's text/plain, a note for what has none, the value once."""
+    from sandboxkit.integrations._cells import format_cell
+
+    result = CellResult(
+        status=CellStatus.OK,
+        stdout="out\n",
+        value="42",
+        display=[{"text/html": "<b>x</b>", "text/plain": "<HTML>"}, {"image/png": "iVBO"}, {"text/plain": "42"}],
+    )
+    assert format_cell(result) == "out\n<HTML>\n[image/png output]\n42"
+    assert result.text() == "out\n<HTML>\n[image/png output]\n42\n"

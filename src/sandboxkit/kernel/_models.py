@@ -90,8 +90,9 @@ class CellResult(BaseModel):
     def text(self) -> str:
         """What a notebook would show for the cell: stdout, stderr, then the value or the error."""
         parts = [self.stdout, self.stderr, *(bundle_text(b) for b in self.display)]
-        if self.status is CellStatus.OK and not self.display:
-            parts.append(self.value or "")
+        if self.status is CellStatus.OK:
+            if not self.display:  # the value is among the bundles when there are any
+                parts.append(self.value or "")
         else:
             parts.append(self.traceback or f"{self.error_name}: {self.error_value}")
         return "".join(p if p.endswith("\n") or not p else p + "\n" for p in parts if p)

@@ -119,3 +119,30 @@ async def test_bad_jupyter_requests_are_422(app_client: AppClient) -> None:
         ):
             response = await client.post("/run_jupyter", json=body)
             assert response.status_code == 422, (body, response.text)
+
+
+def test_ipython_cells_answer_as_sandbox_fusion(endpoint: str) -> None:
+    """display(), %time, !echo, a trailing ; and top-level await: the shapes Sandbox Fusion's ipykernel returns."""
+    resp = sandbox_fusion.run_jupyter(
+        RunJupyterRequest(
+            cells=[
+                "from IPython.display import display, HTML\ndisplay(HTML('<b>bold</b>'))\n6 * 7",
+                "%time x = sum(range(10))",
+                "!echo from-shell",
+                "x;",
+                "import asyncio\nawait asyncio.sleep(0)\nx",
+                "display({'image/png': b'\\x89PNG', 'text/plain': '<Figure>'}, raw=True)",
+            ]
+        )
+    )
+    assert resp.status == RunStatus.Success, resp
+    shown, timed, shell, silenced, awaited, image = resp.cells
+    assert shown.display == [
+        {"text/plain": "<IPython.core.display.HTML object>", "text/html": "<b>bold</b>"},
+        {"text/plain": "42"},
+    ]
+    assert "Wall time: " in timed.stdout and timed.display == [] and timed.error == []
+    assert shell.stdout == "from-shell\n" and shell.display == [] and shell.error == []
+    assert silenced.display == [] and silenced.stdout == "" and silenced.error == []
+    assert awaited.display == [{"text/plain": "45"}] and awaited.error == []
+    assert image.display == [{"image/png": "iVBORw==", "text/plain": "<Figure>"}]

@@ -148,3 +148,27 @@ async def check_stopped_supervisor(sandbox: Sandbox) -> None:
     assert took < 1.0 + SLACK_S, took
     after = await cell(sandbox, "'kept' in dir()")
     assert after.ok and after.value == "False" and after.restarted, after
+
+
+async def check_shell_mode(sandbox: Sandbox) -> bool:
+    """IPython cells where the sandbox's python3 has IPython, plain Python (said so) where it has not.
+
+    Returns whether the sandbox ran the IPython mode, so a backend's test can require it where
+    its sandboxes should have IPython.
+    """
+    probe = await sandbox.exec("python3 -I -c 'import IPython'", timeout=30)
+    has_ipython = probe.exit_code == 0
+    echoed = await cell(sandbox, "!echo from-shell")
+    if not has_ipython:  # the clean fallback: the kernel still runs, and every answer says how
+        assert echoed.shell == "python" and echoed.error_name == "SyntaxError", echoed
+        plain = await cell(sandbox, "6 * 7")
+        assert plain.shell == "python" and plain.display == [{"text/plain": "42"}], plain
+        return False
+    assert echoed.shell == "ipython" and echoed.stdout == "from-shell\n", echoed
+    shown = await cell(sandbox, "from IPython.display import display, HTML\ndisplay(HTML('<i>x</i>'))\nx = 45\nx;")
+    assert shown.display == [{"text/plain": "<IPython.core.display.HTML object>", "text/html": "<i>x</i>"}], shown
+    timed = await cell(sandbox, "%time y = x + 1")
+    assert "Wall time: " in timed.stdout and timed.value is None, timed
+    awaited = await cell(sandbox, "import asyncio\nawait asyncio.sleep(0)\ny")
+    assert awaited.value == "46" and awaited.display == [{"text/plain": "46"}], awaited
+    return True

@@ -201,7 +201,8 @@ def doctor(
             try:
                 from sandboxkit.registry import backend as make
 
-                caps = make(name).capabilities
+                made = make(name)
+                caps = made.capabilities
                 for gap in caps.missing_protections:
                     console.print(f"  [yellow]missing protection[/]: {escape(gap)}")
                 if not caps.missing_protections:
@@ -209,6 +210,10 @@ def doctor(
                 for note in caps.notes:
                     console.print(f"  [green]in force[/]: {escape(note)}")
                 console.print(f"  languages inside the sandbox: {', '.join(sorted(caps.languages))}")
+                from sandboxkit.kernel import describe_shell
+
+                kernel_shell = describe_shell(getattr(made, "server_python", None))
+                console.print(f"  Python kernel (Session.python, /run_jupyter): {kernel_shell}")
             except SandboxError as exc:
                 console.print(f"  [red]{escape(str(exc))}[/]")
     if not strict:

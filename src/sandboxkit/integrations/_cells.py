@@ -8,8 +8,10 @@ function defined in one call is there in the next (ReTool-style tool-integrated 
 The tool's schema does not change; only what the model sees in the answer does, worded the
 same way as a program's answer:
 
-* stdout, then stderr, then the last expression's value (as a notebook shows it), or the
-  traceback of the cell's exception (the user's frames only);
+* stdout, then stderr, then the cell's rich outputs as text (``display()`` calls and the last
+  expression's value, as a notebook shows them: ``text/plain``, and a note such as
+  ``[image/png output]`` for what has no text), or the traceback of the cell's exception (the
+  user's frames only);
 * a bracketed note when the cell timed out or the kernel died, and whenever earlier calls'
   variables are gone (``state_lost``), so the model knows to define them again.
 """
@@ -20,6 +22,7 @@ from typing import Any
 
 from sandboxkit.integrations._format import truncate_middle
 from sandboxkit.kernel import CellResult, CellStatus
+from sandboxkit.kernel._models import bundle_text
 from sandboxkit.session import Session
 
 __all__ = ["cell_metrics", "format_cell", "run_cell"]
@@ -35,8 +38,9 @@ async def run_cell(session: Session, code: str, timeout: float) -> CellResult:
 def format_cell(result: CellResult, *, max_chars: int = 8000) -> str:
     """What the model reads for one cell: output, then the value or the error, then notes."""
     parts = [p for p in (result.stdout, result.stderr) if p]
+    parts += [bundle_text(bundle) for bundle in result.display]
     if result.status is CellStatus.OK:
-        if result.value is not None:
+        if result.value is not None and not result.display:
             parts.append(result.value)
     elif result.status is CellStatus.ERROR:
         parts.append(result.traceback or f"{result.error_name}: {result.error_value}")

@@ -25,7 +25,7 @@ import subprocess
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 
@@ -33,7 +33,7 @@ from sandboxkit.errors import InvalidRequest, SandboxCrashed
 from sandboxkit.kernel._models import CellResult, CellStatus
 from sandboxkit.models import Limits
 
-__all__ = ["GRACE_S", "KERNEL_SOURCE", "Kernel", "KernelLink", "PipeLink", "kernel_argv"]
+__all__ = ["GRACE_S", "KERNEL_SOURCE", "Kernel", "KernelLink", "PipeLink", "describe_shell", "kernel_argv"]
 
 #: The host's deadline for a cell is its timeout plus this (the supervisor enforces the timeout).
 GRACE_S = 0.75
@@ -42,24 +42,52 @@ START_TIMEOUT_S = 30.0
 KERNEL_SOURCE = Path(__file__).with_name("_kernel_main.py").read_text(encoding="utf-8")
 
 
-def kernel_argv(python: str, limits: Limits, rlimits: Sequence[tuple[int, int]] = ()) -> list[str]:
+def kernel_argv(
+    python: str, limits: Limits, rlimits: Sequence[tuple[int, int]] = (), *, shell: Literal["auto", "python"] = "auto"
+) -> list[str]:
     """The command that starts a kernel inside a sandbox (``-I``: nothing from the workspace runs first).
 
     ``rlimits`` are applied to the worker process that runs cells (never to the supervisor):
     CPU time is left out by the caller, since it would add up over a session's cells.
+    ``shell="auto"`` runs cells through IPython where the sandbox's Python has it (else plain
+    Python); ``"python"`` always runs plain Python.
     """
     args = {
         "cap": limits.output_bytes,
         "head": limits.output_head_fraction,
         "stop": limits.stop_bytes(),
         "rlimits": [list(r) for r in rlimits],
+        "shell": shell,
     }
     return [python, "-I", "-u", "-c", KERNEL_SOURCE, json.dumps(args)]
 
 
+def describe_shell(python: str | None) -> str:
+    """How a kernel started with ``python`` will run cells, in words (for ``doctor``).
+
+    ``"IPython 8.5.0 ..."`` where that interpreter imports IPython (the kernel's default mode),
+    else why the kernel falls back to plain Python. Runs the interpreter once, isolated (``-I``).
+    """
+    if python is None:
+        return "none: no python3 on the sandbox PATH"
+    try:
+        probe = subprocess.run(
+            [python, "-I", "-c", "import IPython; print(IPython.__version__)"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unknown: {python} did not run ({exc})"
+    if probe.returncode == 0:
+        return f"IPython {probe.stdout.strip()} (magics, !cmd, display(), top-level await)"
+    return f"plain Python: {python} has no IPython (install python3-ipython; see scripts/toolchains.sh)"
+
+
 def max_reply_bytes(limits: Limits) -> int:
-    """Largest reply a kernel may send: four capped texts, JSON-escaped (up to 6 bytes a byte)."""
-    return 4 * 6 * (limits.output_bytes + 256) + (1 << 16)
+    """Largest reply a kernel may send: five capped texts (the display bundles count as one), JSON-escaped."""
+    return 5 * 6 * (limits.output_bytes + 256) + (1 << 16)
 
 
 class KernelLink(abc.ABC):
@@ -185,6 +213,8 @@ class Kernel:
         self.closed = False
         #: How many kernel programs were started (a restart counts).
         self.starts = 0
+        #: How the running kernel runs cells, as it said when it started: "ipython" or "python".
+        self.shell: str | None = None
 
     @property
     def running(self) -> bool:
@@ -313,6 +343,7 @@ class Kernel:
             )
         self._link = link
         self._has_state = False
+        self.shell = ready.get("shell") if ready.get("shell") in ("ipython", "python") else "python"
 
     async def _receive(self, link: KernelLink, timeout_s: float) -> dict[str, Any]:
         """The next frame, within ``timeout_s``. Raises TimeoutError, ConnectionError or ValueError."""

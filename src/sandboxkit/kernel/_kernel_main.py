@@ -15,14 +15,29 @@ This file must stay standalone (stdlib only, no sandboxkit import): the host pas
 source text to the sandbox's own ``python3``, which cannot see sandboxkit's installation.
 
 Command line: one JSON object ``{"rlimits": [[resource, value], ...], "cap": bytes kept per
-stream, "head": head fraction, "stop": bytes after which a cell is interrupted}``.
+stream, "head": head fraction, "stop": bytes after which a cell is interrupted, "shell": "auto" or
+"python"}``.
+
+Two ways to run a cell, the same everywhere else:
+
+* **IPython** (``shell: "auto"`` where the sandbox's Python has IPython): the worker runs each
+  cell through IPython's own ``InteractiveShell.run_cell``, as a Jupyter kernel does, so magics
+  (``%time``), shell escapes (``!echo``, run by the sandbox's ``/bin/sh`` like any subprocess),
+  ``display()``, a trailing ``;`` and top-level ``await`` behave as in Sandbox Fusion's ipykernel.
+  Rich outputs (``display()`` calls and the cell's value) come back as MIME bundles. The shell keeps
+  no history file (an in-memory one) and its profile directory is a private temporary directory
+  of the sandbox, made at start and removed at exit: nothing of it is shared, and nothing is read
+  from a home directory.
+* **plain Python** (``shell: "python"``, or IPython absent): ``exec`` of the cell, the value of its
+  last expression shown as ``{"text/plain": repr}``.
 
 Protocol (host <-> supervisor on stdin/stdout; supervisor <-> worker on two private pipes):
 every message is a 4-byte big-endian length and a UTF-8 JSON object.
     host -> supervisor: ``{"op": "cell", "code", "timeout", "fresh"}`` or ``{"op": "ping"}``.
-    supervisor -> host: ``{"ready": true}`` once at start; after each cell ``{"status", "stdout",
-                        "stderr", "value", "error_name", "error_value", "traceback", "truncated",
-                        "restarted", "state_lost", "duration_s"}``; ``{"pong": true}`` for a ping.
+    supervisor -> host: ``{"ready": true, "shell"}`` once at start; after each cell ``{"status",
+                        "stdout", "stderr", "value", "display", "error_name", "error_value",
+                        "traceback", "truncated", "restarted", "state_lost", "duration_s", "shell"}``;
+                        ``{"pong": true}`` for a ping.
     A closed stdin (the host went away) kills every process of the kernel.
 """
 
@@ -46,6 +61,8 @@ CAP = int(ARGS.get("cap", 1 << 20))
 HEAD = float(ARGS.get("head", 0.5))
 STOP = int(ARGS.get("stop", 64 << 20))
 RLIMITS = [(int(r), int(v)) for r, v in ARGS.get("rlimits", [])]
+#: "auto": IPython where it can be imported (see ``load_ipython``), else plain Python; "python": plain.
+SHELL_WANTED = str(ARGS.get("shell", "auto"))
 #: After an output flood's SIGINT, how long the worker gets to stop before it is killed.
 INTERRUPT_GRACE_S = 1.0
 #: How long killing a process tree may take before giving up (a fork bomb racing the kill).
@@ -158,15 +175,63 @@ def _text(value: str) -> tuple[str, bool]:
     return data.decode("utf-8", "replace"), truncated
 
 
+class Outputs:
+    """The rich outputs of one cell in order (``display()`` calls and the cell's value), as MIME bundles.
+
+    A bundle maps a MIME type to its data, as a Jupyter ``display_data`` / ``execute_result``
+    carries it: text as str, binary data (``image/png``) as base64, JSON as JSON. All of a cell's
+    bundles together keep within ``CAP`` bytes of JSON, like each output stream: a bundle that
+    does not fit keeps only its ``text/plain``, cut to head + tail, and ``truncated`` says so (a
+    cut image would be garbage, not a smaller image).
+    """
+
+    def __init__(self) -> None:
+        self.bundles: list[dict[str, Any]] = []
+        self.room = CAP
+        self.truncated = False
+        self.value: str | None = None
+
+    def add(self, data: dict[str, Any]) -> None:
+        import base64
+
+        bundle = {
+            str(mime): base64.b64encode(bytes(v)).decode() if isinstance(v, (bytes, bytearray)) else v
+            for mime, v in data.items()
+        }
+        encoded = json.dumps(bundle, default=str)
+        bundle = json.loads(encoded)  # what cannot be JSON becomes its str now, not a broken reply later
+        if len(encoded) > self.room:
+            self.truncated = True
+            text = bundle.get("text/plain")
+            if not isinstance(text, str) or self.room < 256:
+                return
+            bundle = {"text/plain": cut(text.encode("utf-8", "replace"), self.room // 7)[0].decode("utf-8", "replace")}
+            encoded = json.dumps(bundle)
+        self.room -= len(encoded)
+        self.bundles.append(bundle)
+
+    def result(self, data: dict[str, Any]) -> None:
+        """The cell's value (IPython's ``execute_result``): a bundle, and its text as ``value``."""
+        text = data.get("text/plain")
+        if isinstance(text, str):
+            self.value, cut_value = _text(text)
+            self.truncated = self.truncated or cut_value
+        self.add(data)
+
+
+#: The outputs of the cell running now (IPython's display hooks write here).
+CELL = Outputs()
+
+
 def run_cell(namespace: dict[str, Any], code: str, number: int) -> dict[str, Any]:
-    """Run one cell; the last expression's ``repr`` is its value, as in a notebook."""
+    """Run one cell as plain Python; the last expression's ``repr`` is its value, as in a notebook."""
     import ast
     import linecache
 
     name = _cell_name(number)
     # Registered so tracebacks (now and from functions defined here, called later) show the source.
     linecache.cache[name] = (len(code), None, code.splitlines(True), name)
-    reply: dict[str, Any] = {"status": "ok", "value": None, "truncated": False}
+    outputs = Outputs()
     try:
         try:
             tree = ast.parse(code, name, "exec")
@@ -182,23 +247,142 @@ def run_cell(namespace: dict[str, Any], code: str, number: int) -> dict[str, Any
             value = eval(compile(last, name, "eval"), namespace)
             if value is not None:
                 namespace["_"] = value
-                reply["value"], reply["truncated"] = _text(repr(value))
+                outputs.result({"text/plain": repr(value)})
+        reply = _ok(outputs)
     except BaseException as exc:
-        trace, truncated = _text(_user_traceback(exc))
-        reply = {
-            "status": "error",
-            "value": None,
-            "error_name": type(exc).__name__,
-            "error_value": _text(str(exc))[0],
-            "traceback": trace,
-            "truncated": truncated,
-        }
+        reply = _error(exc, outputs)
+    _flush()
+    reply["shell"] = "python"
+    return reply
+
+
+def run_ipython_cell(shell: Any, code: str) -> dict[str, Any]:
+    """Run one cell through IPython's ``run_cell``, as ipykernel does; outputs come from its hooks."""
+    global CELL
+    CELL = outputs = Outputs()
+    try:
+        result = shell.run_cell(code, store_history=True)
+        exc = result.error_before_exec or result.error_in_exec
+        if isinstance(exc, SyntaxError) or type(exc).__name__ == "UsageError":
+            # The parser's frames, or IPython's for a bad magic (``%nosuch``), are not the user's:
+            # the message alone, as IPython itself shows a UsageError.
+            exc.__traceback__ = None
+        reply = _ok(outputs) if exc is None else _error(exc, outputs)
+    except BaseException as exc:  # a SIGINT (output flood) between IPython's own steps
+        reply = _error(exc, outputs)
+    _flush()
+    reply["shell"] = "ipython"
+    return reply
+
+
+def _ok(outputs: Outputs) -> dict[str, Any]:
+    return {"status": "ok", "value": outputs.value, "display": outputs.bundles, "truncated": outputs.truncated}
+
+
+def _error(exc: BaseException, outputs: Outputs) -> dict[str, Any]:
+    """An error reply; what the cell displayed before it raised is kept, as in a notebook."""
+    trace, truncated = _text(_user_traceback(exc))
+    return {
+        "status": "error",
+        "value": None,
+        "display": outputs.bundles,
+        "error_name": type(exc).__name__,
+        "error_value": _text(str(exc))[0],
+        "traceback": trace,
+        "truncated": truncated or outputs.truncated,
+    }
+
+
+def _flush() -> None:
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:
             stream.flush()  # type: ignore[union-attr]
         except Exception:
             pass
-    return reply
+
+
+def load_ipython() -> Any:
+    """IPython's shell class fitted to this kernel, or None (``shell: "python"``, or no IPython here).
+
+    Imported by the supervisor before it forks a worker, so a new worker costs a fork, not an
+    import. The subclass changes only where outputs go, never how code runs:
+
+    * the display hook and publisher hand MIME bundles to :data:`CELL` instead of printing
+      ``Out[n]:`` (what ipykernel does with them: ``execute_result`` / ``display_data``);
+    * cells are compiled under the names plain mode uses (``<cell n>``), so tracebacks read the
+      same in both modes and show the cell's source;
+    * errors are reported from ``run_cell``'s result (the exception, formatted as in plain mode),
+      so IPython's own traceback formatting and printing is off.
+    """
+    if SHELL_WANTED == "python":
+        return None
+    try:
+        from IPython.core.compilerop import CachingCompiler
+        from IPython.core.displayhook import DisplayHook
+        from IPython.core.displaypub import DisplayPublisher
+        from IPython.core.interactiveshell import InteractiveShell
+        from traitlets import Type
+    except Exception:  # absent or broken: plain Python, and every reply says so
+        return None
+
+    class Compiler(CachingCompiler):  # type: ignore[misc]
+        def get_code_name(self, raw_code: str, transformed_code: str, number: int) -> str:
+            return _cell_name(number)
+
+    class Hook(DisplayHook):  # type: ignore[misc]
+        def write_output_prompt(self) -> None:
+            pass
+
+        def write_format_data(self, format_dict: dict[str, Any], md_dict: Any = None) -> None:
+            CELL.result(format_dict)
+
+        def finish_displayhook(self) -> None:
+            pass
+
+    class Publisher(DisplayPublisher):  # type: ignore[misc]
+        def publish(self, data: dict[str, Any], metadata: Any = None, source: Any = None, **kwargs: Any) -> None:
+            CELL.add(data)
+
+        def clear_output(self, wait: bool = False) -> None:
+            pass
+
+    class Shell(InteractiveShell):  # type: ignore[misc]
+        compiler_class = Type(Compiler)
+        displayhook_class = Type(Hook)
+        display_pub_class = Type(Publisher)
+
+        # Not formatted at all: IPython's traceback formatter (source inspection, highlighting) costs
+        # tens of milliseconds per exception, which a fork bomb's hundreds of children would each
+        # pay while the supervisor needs the CPU to stop them.
+        def showtraceback(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def showsyntaxerror(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        # ``!cmd`` runs through the sandbox's /bin/sh, its output on the cell's own stdout and
+        # stderr like any subprocess's (ipykernel pipes it through a pty instead: same text).
+        system = InteractiveShell.system_raw
+
+    return Shell
+
+
+def start_shell(shell_class: Any, main: Any) -> Any:
+    """The worker's IPython shell over ``main``, with nothing of it kept outside this sandbox.
+
+    History stays in memory (no SQLite file, shared or not); the IPython directory (profile,
+    startup files, config) is the kernel's private temporary directory (``IPYTHON_DIR``), so no
+    ``~/.ipython`` is read or made, whatever ``HOME`` is. The shell reads no config or startup
+    file: only IPython's application class does that, and it is not used.
+    """
+    from traitlets.config import Config
+
+    config = Config()
+    config.HistoryManager.enabled = False  # no database at all (a dummy one)
+    config.HistoryManager.hist_file = ":memory:"  # and none on disk were it turned back on
+    config.InteractiveShell.colors = "NoColor"
+    config.InteractiveShell.autocall = 0
+    return shell_class.instance(config=config, ipython_dir=IPYTHON_DIR, user_module=main)
 
 
 def collect_killed() -> None:
@@ -228,13 +412,22 @@ def worker(requests: int, replies: int) -> None:
     sys.modules["__main__"] = main
     sys.path.insert(0, os.getcwd())  # as `python3` in the workspace would (isolated mode leaves it out)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    shell = None
+    if SHELL_CLASS is not None:
+        try:
+            shell = start_shell(SHELL_CLASS, main)
+        except Exception:  # a broken IPython install: plain Python, and each reply says so
+            shell = None
     me = os.getpid()
     while True:
         req = read_frame(requests)
         if req is None:
             os._exit(0)
         collect_killed()
-        reply = run_cell(main.__dict__, req["code"], req["number"])
+        if shell is not None:
+            reply = run_ipython_cell(shell, req["code"])
+        else:
+            reply = run_cell(main.__dict__, req["code"], req["number"])
         if os.getpid() != me:  # a process the cell forked ran to the cell's end: it ends here, as after a script
             os._exit(0 if reply["status"] == "ok" else 1)
         write_frame(replies, reply)
@@ -465,6 +658,7 @@ class Supervisor:
         reply = self._wait(w, float(req["timeout"]), started)
         reply.update(restarted=restarted, state_lost=lost or reply.get("state_lost", False))
         reply["duration_s"] = time.monotonic() - started
+        reply.setdefault("shell", SHELL)  # the worker's own word, else (it died) the kernel's mode
         return reply
 
     def _wait(self, w: Worker, timeout: float, started: float) -> dict[str, Any]:
@@ -491,6 +685,8 @@ class Supervisor:
             ready, _, _ = select.select(fds, [], [], end - now)
             if HOST_IN in ready:  # the host sends nothing during a cell: readable means it went away
                 w.kill()
+                kill_descendants()
+                remove_ipython_dir()
                 os._exit(0)
             for fd, stream in ((w.out_r, out), (w.err_r, err)):
                 if fd in ready and not w.drain(fd, stream):
@@ -566,10 +762,32 @@ def _exited(w: Worker) -> bool:
 
 HOST_IN = -1
 HOST_OUT = -1
+#: IPython's shell class (``load_ipython``), or None for plain Python; ``SHELL`` names the mode.
+SHELL_CLASS: Any = None
+SHELL = "python"
+#: The kernel's private IPython directory (made at start in the sandbox's TMPDIR, removed at exit).
+IPYTHON_DIR = ""
+
+
+def make_ipython_dir() -> str:
+    """A private directory for IPython's profile, shared by this kernel's workers; "" if none can be made."""
+    import tempfile
+
+    try:
+        return tempfile.mkdtemp(prefix="sandboxkit-ipython-")
+    except OSError:
+        return ""
+
+
+def remove_ipython_dir() -> None:
+    if IPYTHON_DIR:
+        import shutil
+
+        shutil.rmtree(IPYTHON_DIR, ignore_errors=True)
 
 
 def main() -> None:
-    global HOST_IN, HOST_OUT
+    global HOST_IN, HOST_OUT, SHELL_CLASS, SHELL, IPYTHON_DIR
     # The protocol moves off descriptors 0-2, which a cell's own output and input must own.
     HOST_IN, HOST_OUT = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -579,9 +797,15 @@ def main() -> None:
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     _prctl(_PR_SET_DUMPABLE, 0)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    SHELL_CLASS = load_ipython()
+    if SHELL_CLASS is not None:
+        IPYTHON_DIR = make_ipython_dir()
+        if not IPYTHON_DIR:  # no writable TMPDIR: IPython would fall back to ~/.ipython; plain Python instead
+            SHELL_CLASS = None
+    SHELL = "python" if SHELL_CLASS is None else "ipython"
     sup = Supervisor()
     sup.worker = Worker()  # forked now, so the first cell pays no fork
-    write_frame(HOST_OUT, {"ready": True})
+    write_frame(HOST_OUT, {"ready": True, "shell": SHELL})
     while True:
         try:
             req = read_frame(HOST_IN)
@@ -591,6 +815,7 @@ def main() -> None:
             if sup.worker is not None:
                 sup.worker.kill()
             kill_descendants()
+            remove_ipython_dir()
             os._exit(0)
         if req.get("op") == "ping":
             write_frame(HOST_OUT, {"pong": True})
@@ -603,6 +828,7 @@ def main() -> None:
                 sup.worker = None
             reply = {
                 "status": "crashed",
+                "shell": SHELL,
                 "error_name": "KernelError",
                 "error_value": f"{type(exc).__name__}: {exc}",
                 "state_lost": True,

@@ -6,9 +6,12 @@ Compatible with Sandbox Fusion's request and response fields (``cells``, ``cell_
 the cells of one request share one interpreter; ``status`` is ``Success`` when every cell ran
 (a cell that raised is an ``error`` item, not a failure); a request that runs past
 ``total_timeout`` is ``Failed`` with ``driver.status = "TimeLimitExceeded"`` and no cells.
-A value is a ``display`` item ``{"text/plain": repr}``; an error item is ``{"ename", "evalue",
+``display`` lists the cell's MIME bundles in order, as ipykernel's ``display_data`` and
+``execute_result`` messages carry them (``display()`` calls, then the value: ``{"text/plain":
+...}``, plus ``text/html``, base64 ``image/png`` ...); an error item is ``{"ename", "evalue",
 "traceback": [lines]}``. Where Sandbox Fusion starts a Jupyter server per request, sandboxkit runs
-the cells in its own kernel (see ``docs/kernels.md``), so no Jupyter is needed in the sandbox.
+the cells in its own kernel (see ``docs/kernels.md``), through IPython's ``InteractiveShell`` where
+the sandbox's Python has IPython, so no Jupyter server is needed in the sandbox.
 
 The extension: kept sessions, whose kernel and files survive from one request to the next.
 
@@ -155,8 +158,8 @@ class SessionIds:
 
 
 def cell_to_sandbox_fusion(result: CellResult) -> CellRunResult:
-    """A :class:`CellResult` as a Sandbox Fusion cell."""
-    display = [{"text/plain": result.value}] if result.value is not None else []
+    """A :class:`CellResult` as a Sandbox Fusion cell (its bundles are already in Jupyter's shape)."""
+    display = [dict(bundle) for bundle in result.display]
     error: list[dict[str, Any]] = []
     if result.status is not CellStatus.OK:
         trace = result.traceback or f"{result.error_name}: {result.error_value}"

@@ -14,6 +14,7 @@ import pytest
 from sandboxkit.kernel import CellStatus
 from support import kernels
 from support.docker_engine import FAST, processes
+from support.marks import missing
 
 SMALL = FAST.merged(output_bytes=4096, output_stop_bytes=1 << 20)
 
@@ -36,6 +37,12 @@ async def test_state_rendering_and_isolation(sandbox: Any) -> None:
     await kernels.check_state_and_rendering(sandbox)
     probe = await kernels.cell(sandbox, "import os\n(os.getuid(), os.getcwd(), 'SECRET' in os.environ)")
     assert probe.value == f"(1000, {sandbox._workdir!r}, False)", probe
+
+
+async def test_ipython_mode_or_clean_fallback(sandbox: Any) -> None:
+    """The image's python3 decides: IPython cells with it, plain Python (said so) without it."""
+    if not await kernels.check_shell_mode(sandbox):
+        missing("the Docker image's python3 has no IPython (rebuild it: scripts/docker-setup.sh); fallback checked")
 
 
 async def test_hostile_cells(small: Any, docker_client: Any) -> None:

@@ -17,6 +17,7 @@ from sandboxkit.errors import InvalidRequest, SandboxCrashed
 from sandboxkit.kernel import CellStatus, PipeLink
 from sandboxkit.models import Limits
 from support import kernels
+from support.marks import missing
 from support.procs import proc_stat
 from support.subprocess_sandboxes import FAST, RecordingBackend, leftovers, processes_of
 
@@ -28,11 +29,33 @@ async def test_state_and_rendering(sandbox: SubprocessSandbox) -> None:
     await kernels.check_state_and_rendering(sandbox)
 
 
+async def test_ipython_mode(sandbox: SubprocessSandbox) -> None:
+    """The host's python3 is the sandboxes' (scripts/toolchains.sh installs python3-ipython there)."""
+    if not await kernels.check_shell_mode(sandbox):
+        missing("the sandbox's python3 has no IPython: the kernel fell back to plain Python")
+
+
 async def test_hostile_cells(backend: RecordingBackend) -> None:
     sb = await backend.open(SMALL)
     try:
         await kernels.check_hostile_cells(sb, memory_status=(CellStatus.ERROR, CellStatus.CRASHED))
         assert leftovers_of_kernel(backend, sb) == {}, "a cell's processes outlived it"
+    finally:
+        await sb.close()
+
+
+async def test_shell_escapes_stay_in_the_sandbox(backend: RecordingBackend) -> None:
+    """``!cmd`` (IPython) is a subprocess of the cell: the sandbox's uid and view, killed when the cell ends."""
+    sb = await backend.open(SMALL)
+    try:
+        command = await sb.exec("pwd; id -u")
+        escaped = await kernels.cell(sb, "!pwd; id -u; (setsid sleep 300 &)")
+        if escaped.shell != "ipython":
+            missing("the sandbox's python3 has no IPython: no shell escapes to check")
+        assert escaped.ok and escaped.stdout == command.stdout, escaped
+        assert leftovers_of_kernel(backend, sb) == {}, "a process started by !cmd outlived its cell"
+        hist = await kernels.cell(sb, "import os\n[p for p in os.listdir('.') if 'ipython' in p.lower()]")
+        assert hist.value == "[]", hist  # nothing of IPython's lands in the workspace
     finally:
         await sb.close()
 

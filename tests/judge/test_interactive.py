@@ -16,7 +16,8 @@ import pytest
 
 from sandboxkit import SandboxPool
 from sandboxkit.judge import grade
-from support.judge import FAST, needs_gpp, needs_subprocess, requires
+from support.judge import FAST, needs_gpp, needs_subprocess
+from support.marks import missing
 
 pytestmark = needs_subprocess
 
@@ -242,8 +243,7 @@ def _docker_usable() -> bool:
 @pytest.fixture
 async def docker_pool() -> AsyncIterator[SandboxPool]:
     if not _docker_usable():
-        requires(False, "the docker backend is not usable here")  # skip locally, fail under CI=true
-        pytest.skip("the docker backend is not usable here")
+        missing("the docker backend is not usable here")  # skip locally, fail under CI=true
     from sandboxkit.backends.docker import DockerBackend
 
     backend = DockerBackend(labels={"sandboxkit.test": uuid.uuid4().hex})

@@ -29,6 +29,7 @@ from sandboxkit import (
     Transient,
 )
 from sandboxkit.testing import FakeBackend
+from support.marks import missing
 
 FAST = {"backoff_base": 0.001, "backoff_max": 0.01}
 
@@ -425,7 +426,7 @@ async def test_the_judge_scores_a_pool_deadline_as_no_reward_not_as_a_timeout(la
     from sandboxkit.judge import grade
 
     if language == "cpp" and shutil.which("g++") is None:
-        pytest.skip("g++ is not installed")
+        missing("g++ is not installed")
     tests = [{"input": "1\n", "output": "1\n"}, {"input": "2\n", "output": "2\n"}]
     # Each case may run 60 s, but the pool gives the whole call 3 s: the sandbox was too slow, the program
     # did nothing wrong by its own limits.

@@ -7,7 +7,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 
-from sandboxkit.errors import InvalidRequest, SandboxError
+from sandboxkit.errors import InvalidRequest, SandboxkitError
 
 EXIT_USAGE = 2
 EXIT_INFRA = 3
@@ -15,7 +15,7 @@ EXIT_INFRA = 3
 err_console = Console(stderr=True)
 
 
-def fail(exc: SandboxError) -> NoReturn:
+def fail(exc: SandboxkitError) -> NoReturn:
     """Print an infrastructure or usage error and exit with the matching code."""
     code = EXIT_USAGE if isinstance(exc, InvalidRequest) else EXIT_INFRA
     err_console.print(f"[bold red]error[/]: {exc}", highlight=False, markup=True)
@@ -39,5 +39,5 @@ def backend_options(backend: str, items: list[str] | None) -> dict[str, Any]:
 
     try:
         return parse_backend_options(backend, items or [])
-    except SandboxError as exc:
+    except SandboxkitError as exc:
         fail(exc)

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sandboxkit.cli._common import EXIT_USAGE, BackendOptionArg, backend_options, err_console, fail
-from sandboxkit.errors import InvalidRequest, SandboxError
+from sandboxkit.errors import InvalidRequest, SandboxkitError
 from sandboxkit.models import Status
 
 console = Console()
@@ -75,7 +75,7 @@ def run(
 
     try:
         result = asyncio.run(go())
-    except SandboxError as exc:
+    except SandboxkitError as exc:
         fail(exc)
     from sandboxkit.models import RunResult
 
@@ -133,7 +133,7 @@ def backends(
         avail = spec.availability()
         try:
             model = spec.load_config()
-        except SandboxError:
+        except SandboxkitError:
             model = None
         rows.append(
             {
@@ -184,7 +184,7 @@ def doctor(
                 for note in caps.notes:
                     console.print(f"  [green]in force[/]: {note}")
                 console.print(f"  languages inside the sandbox: {', '.join(sorted(caps.languages))}")
-            except SandboxError as exc:
+            except SandboxkitError as exc:
                 console.print(f"  [red]{exc}[/]")
     _language_table(docker)
 
@@ -255,6 +255,6 @@ def cleanup(
         removed = asyncio.run(go())
     except InvalidRequest as exc:
         fail(exc)
-    except SandboxError as exc:
+    except SandboxkitError as exc:
         fail(exc)
     console.print(f"removed {removed} sandbox(es) left by {backend}")

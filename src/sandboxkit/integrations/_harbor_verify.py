@@ -95,8 +95,6 @@ async def verify_session(task: HarborTask, session: Session) -> HarborVerdict:
         )
         files = await session.read_files([REWARD_JSON, REWARD_TXT, TEST_STDOUT])
     except SandboxError as exc:
-        if isinstance(exc, InvalidRequest):
-            raise
         return verdict(None, "infra_error", detail=str(exc))
     output = files.get(TEST_STDOUT, b"")[-4000:].decode("utf-8", errors="replace")
     common = {"exit_code": result.exit_code, "output": output}

@@ -34,7 +34,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from sandboxkit.errors import InvalidRequest, SandboxError
+from sandboxkit.errors import InvalidRequest, SandboxkitError
 from sandboxkit.integrations._harbor_task import HarborTask, HarborTaskError
 from sandboxkit.integrations._harbor_verify import HarborVerdict, parse_reward_files, verify_session
 from sandboxkit.integrations._runtime import BackendLike
@@ -126,7 +126,7 @@ class HarborEnv(SandboxEnv):
         else:
             try:
                 self.verdict = self._call(lambda _p: verify_session(self.harbor_task, session))
-            except SandboxError as exc:
+            except SandboxkitError as exc:
                 self.verdict = HarborVerdict(None, status="infra_error", detail=str(exc))
         verdict = self.verdict
         self.final_info = {

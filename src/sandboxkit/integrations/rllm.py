@@ -27,7 +27,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
-from sandboxkit.errors import InvalidRequest, SandboxError
+from sandboxkit.errors import InvalidRequest, SandboxError, SandboxkitError
 from sandboxkit.integrations._cells import format_cell, run_cell
 from sandboxkit.integrations._codetool import CODE_INTERPRETER_SCHEMA
 from sandboxkit.integrations._editor import EditError
@@ -357,9 +357,9 @@ class SandboxEnv(BaseEnv):
                 return self._edit(args)
             if self.stateful_python and call.name in ("code_interpreter", "python"):
                 return self._python(args.get("code"))
+        except InvalidRequest as exc:  # the model's request was bad (a path, say): tell it
+            return f"Error: {exc.message}"
         except SandboxError as exc:
-            if isinstance(exc, InvalidRequest):  # the model's request was bad (a path, say): tell it
-                return f"Error: {exc.message}"
             self._fail(exc)
             return format_error(exc)
         except Exception as exc:  # a bug must end the episode cleanly, not kill the engine's thread
@@ -460,7 +460,7 @@ class SandboxEnv(BaseEnv):
                 result = self._exec(self.workspace.command(command))
                 self.final_info = {"reward_status": result.status.value, "infra_error": False}
                 return 1.0 if result.ok else 0.0
-        except SandboxError as exc:
+        except SandboxkitError as exc:
             self.final_info = {"reward_status": "infra_error", "infra_error": True, "error": str(exc)}
             return 0.0
         except ValueError as exc:  # a bad solution_path or test data in the task row
@@ -538,7 +538,7 @@ class SandboxEnv(BaseEnv):
     def _absolute_paths(self) -> bool:
         try:
             return bool(getattr(self.handle.pool.backend.capabilities, "absolute_paths", False))
-        except SandboxError:
+        except SandboxkitError:
             return False
 
     def _grade_tests(self, tests: Any) -> float:

@@ -16,6 +16,7 @@ from sandboxkit.errors import (
     RateLimited,
     SandboxCrashed,
     SandboxError,
+    SandboxkitError,
     ToolchainMissing,
     Transient,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "SandboxCrashed",
     "SandboxError",
     "SandboxPool",
+    "SandboxkitError",
     "Session",
     "Snapshot",
     "Status",

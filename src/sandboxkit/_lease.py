@@ -35,7 +35,7 @@ from sandboxkit.errors import (
     PoolClosed,
     RateLimited,
     SandboxCrashed,
-    SandboxError,
+    SandboxkitError,
     SandboxLost,
     Transient,
 )
@@ -381,7 +381,7 @@ class LeaseCore:
                     result = await self._attempts(fn, record, acquire, release, retry_started, what)
                 if scope.cancelled_caught:
                     raise self._deadline_exceeded(deadline_s, what)
-        except SandboxError as exc:
+        except SandboxkitError as exc:  # a rejected request counts as a failed call too
             self.metrics.call_failed(record, exc, time.perf_counter() - started)
             raise
         self.metrics.call_finished(record, result, time.perf_counter() - started)

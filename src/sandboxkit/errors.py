@@ -1,19 +1,24 @@
-"""Infrastructure errors.
+"""Errors sandboxkit raises: the caller's mistakes and infrastructure failures, as siblings.
 
 The hierarchy::
 
-    SandboxError                  the sandbox infrastructure failed; never the model's own failure
+    SandboxkitError               base of everything sandboxkit raises (catch it to catch both kinds)
     ├── InvalidRequest            the caller's mistake (unknown language, bad path, bad limit); not retried
     │   └── BackendNotFound       no installed backend has that name
-    ├── BackendUnavailable        the backend cannot serve here (SDK missing, engine down, no API key)
-    │   └── ToolchainMissing      the language's compiler or interpreter is not installed
-    ├── SandboxCrashed            the sandbox died or vanished mid-call; it is discarded, not retried
-    ├── Transient                 a passing fault (5xx, reset, timeout talking to the service); retried
-    │   └── RateLimited           the service said 429; retried after ``retry_after``
-    │       └── CapacityExceeded  the account is at its concurrent-sandbox / quota limit; the pool
-    │                             lowers its sandbox cap and waits for one to close (until the deadline)
-    ├── DeadlineExceeded          the pool's per-call deadline passed (queue wait + retries included)
-    └── PoolClosed                the pool was closed before or during the call
+    └── SandboxError              the sandbox infrastructure failed; never the model's own failure
+        ├── BackendUnavailable        the backend cannot serve here (SDK missing, engine down, no API key)
+        │   └── ToolchainMissing      the language's compiler or interpreter is not installed
+        ├── SandboxCrashed            the sandbox died or vanished mid-call; it is discarded, not retried
+        ├── Transient                 a passing fault (5xx, reset, timeout talking to the service); retried
+        │   └── RateLimited           the service said 429; retried after ``retry_after``
+        │       └── CapacityExceeded  the account is at its concurrent-sandbox / quota limit; the pool
+        │                             lowers its sandbox cap and waits for one to close (until the deadline)
+        ├── DeadlineExceeded          the pool's per-call deadline passed (queue wait + retries included)
+        └── PoolClosed                the pool was closed before or during the call
+
+Why siblings: ``except SandboxError`` reads as "the infrastructure failed, give no reward".
+When ``InvalidRequest`` was a ``SandboxError`` every such handler had to catch it first, and
+one that forgot scored a bad request as an infrastructure failure.
 
 A program that exits non-zero, times out or runs out of memory is *data* in a
 :class:`~sandboxkit.models.RunResult`, never one of these. Adapters rely on that split
@@ -48,13 +53,14 @@ __all__ = [
     "RateLimited",
     "SandboxCrashed",
     "SandboxError",
+    "SandboxkitError",
     "ToolchainMissing",
     "Transient",
 ]
 
 
-class SandboxError(Exception):
-    """Base of every infrastructure error raised by sandboxkit.
+class SandboxkitError(Exception):
+    """Base of every error sandboxkit raises: :class:`InvalidRequest` and :class:`SandboxError`.
 
     Attributes:
         backend: name of the backend involved, if known.
@@ -62,7 +68,7 @@ class SandboxError(Exception):
     """
 
     #: Short machine-readable kind, used in metrics and adapter payloads.
-    kind: str = "sandbox_error"
+    kind: str = "sandboxkit_error"
     #: Whether the pool may retry the call that raised it.
     retryable: bool = False
 
@@ -87,8 +93,8 @@ class SandboxError(Exception):
 
 
 def _rebuild(
-    cls: type[SandboxError], message: str, backend: str | None, sandbox_id: str | None, state: dict[str, object]
-) -> SandboxError:
+    cls: type[SandboxkitError], message: str, backend: str | None, sandbox_id: str | None, state: dict[str, object]
+) -> SandboxkitError:
     err = cls.__new__(cls)
     Exception.__init__(err, message)
     err.__dict__.update(state)
@@ -96,11 +102,17 @@ def _rebuild(
     return err
 
 
-class InvalidRequest(SandboxError, ValueError):
+class SandboxError(SandboxkitError):
+    """Base of every infrastructure error: the sandbox machinery failed, not the caller or the program."""
+
+    kind = "sandbox_error"
+
+
+class InvalidRequest(SandboxkitError, ValueError):
     """The request itself is wrong (unknown language, negative timeout, path outside the sandbox).
 
-    Retrying cannot help; fix the request. Subclasses :class:`ValueError` so generic
-    validation code can catch it.
+    Retrying cannot help; fix the request. Not a :class:`SandboxError` (nothing failed);
+    subclasses :class:`ValueError` so generic validation code can catch it.
     """
 
     kind = "invalid_request"

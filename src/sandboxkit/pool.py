@@ -27,7 +27,7 @@ from sandboxkit._request import RunsPrograms, positive_timeout
 from sandboxkit._signals import install_sigterm_to_exit
 from sandboxkit.base import Backend, OutputCallback, Sandbox
 from sandboxkit.checkpoint import Checkpoint, check_forkable
-from sandboxkit.errors import InvalidRequest, PoolClosed, SandboxCrashed, SandboxError
+from sandboxkit.errors import InvalidRequest, PoolClosed, SandboxCrashed, SandboxkitError
 from sandboxkit.limiter import Limiter, LocalLimiter
 from sandboxkit.metrics import PoolMetrics
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
@@ -259,20 +259,20 @@ class SandboxPool(RunsPrograms):
         requests: Iterable[RunRequest | Mapping[str, Any]],
         *,
         deadline_s: float | None = None,
-    ) -> list[RunResult | SandboxError]:
+    ) -> list[RunResult | SandboxkitError]:
         """Run a batch concurrently (within the pool's caps); results come back in input order.
 
         Every input yields exactly one output: a :class:`RunResult`, or the
-        :class:`SandboxError` that prevented it (an invalid request is an ``InvalidRequest``
+        :class:`SandboxkitError` that prevented it (an invalid request is an ``InvalidRequest``
         in its slot, the other requests still run).
         """
         items = list(requests)
-        results: list[RunResult | SandboxError | None] = [None] * len(items)
+        results: list[RunResult | SandboxkitError | None] = [None] * len(items)
 
         async def one(i: int, item: RunRequest | Mapping[str, Any]) -> None:
             try:
                 results[i] = await self.run(item, deadline_s=deadline_s)
-            except SandboxError as exc:
+            except SandboxkitError as exc:
                 results[i] = exc
             except Exception as exc:  # a backend bug must not lose the rest of the batch
                 log.exception("unexpected error from backend %s", self.backend.name)

@@ -149,12 +149,12 @@ async def test_function_call_and_assert_ground_truths() -> None:
 async def test_limiter_setting_reaches_the_pool(monkeypatch) -> None:
     # limiter="ray" without ray.init() falls back to the local limiter (with one warning) and scores.
     from sandboxkit.integrations._runtime import env_settings
-    from sandboxkit.integrations.verl import _handle_for, _reward_settings
+    from sandboxkit.integrations._verl_reward import _reward_settings, handle_for
 
     monkeypatch.setenv("SANDBOXKIT_LIMITER", "ray")
     assert env_settings()["limiter"] == "ray"
     settings = _reward_settings({"backend": "subprocess", "max_concurrency": 3}, None)
-    handle = _handle_for(settings)
+    handle = handle_for(settings)
     assert handle._options["limiter"] == "ray"
     out = await compute_score("apps", RESPONSES["correct"], GROUND_TRUTH, max_concurrency=3)
     assert out["score"] == 1.0 and out["infra_error"] is False

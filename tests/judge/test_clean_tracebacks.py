@@ -18,7 +18,8 @@ from sandboxkit import SandboxPool
 from sandboxkit.judge import grade
 from sandboxkit.judge.cases import StdioCase
 from sandboxkit.judge.harness import build_python_harness, parse_harness_output
-from support.judge import FAST, needs_subprocess, requires
+from support.judge import FAST, needs_subprocess
+from support.marks import missing
 
 #: Anything that would reveal sandboxkit's own code in a traceback.
 LEAKS = re.compile(r"sandboxkit|_run_python|_child_\w+|_server_main|<string>|_schedule|_start\b|exec\(_CODE")
@@ -38,8 +39,7 @@ def _docker_usable() -> bool:
 async def any_pool(request: pytest.FixtureRequest) -> AsyncIterator[SandboxPool]:
     if request.param == "docker":
         if not _docker_usable():
-            requires(False, "the docker backend is not usable here")  # skip locally, fail under CI=true
-            pytest.skip("the docker backend is not usable here")
+            missing("the docker backend is not usable here")  # skip locally, fail under CI=true
         from sandboxkit.backends.docker import DockerBackend
 
         backend = DockerBackend(labels={"sandboxkit.test": uuid.uuid4().hex})

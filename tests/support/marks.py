@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import NoReturn
 
 import pytest
 
@@ -14,7 +15,7 @@ def requires(available: bool, reason: str) -> pytest.MarkDecorator:
     return pytest.mark.skip(reason=f"{reason} (CI=true turns this skip into a failure)")
 
 
-def missing(reason: str) -> None:
+def missing(reason: str) -> NoReturn:
     """At run time: skip for a component missing locally, fail under CI=true, where CI installs it."""
     if os.environ.get("CI") == "true":
         pytest.fail(f"{reason} (CI installs it, so under CI=true this is a failure)")

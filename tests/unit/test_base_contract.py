@@ -1,6 +1,6 @@
 """Every documented ``Raises:`` entry of the Sandbox contract has its conformance test.
 
-STYLE.md promises that the conformance suite checks the ``Raises`` lists; this pins the promise
+docs/testing.md ("The conformance suite", ``ContractTests``) promises one test per ``Raises`` entry; this pins the promise
 both ways: a new entry in a docstring without a test (or a test named here that was removed)
 fails, so the docs and the suite cannot drift apart.
 """

@@ -20,6 +20,16 @@ def test_hierarchy() -> None:
     assert issubclass(errors.CapacityExceeded, RateLimited)
 
 
+def test_a_callers_mistake_is_not_an_infrastructure_failure() -> None:
+    # ``except SandboxError`` means "the infrastructure failed: no reward"; a bad request must not land there.
+    assert not issubclass(InvalidRequest, SandboxError)
+    assert issubclass(InvalidRequest, errors.SandboxkitError)
+    assert issubclass(SandboxError, errors.SandboxkitError)
+    err = errors.BackendNotFound("no backend 'nope'; pip install sandboxkit[nope]", backend="nope")
+    again = pickle.loads(pickle.dumps(err))
+    assert (type(again), str(again), again.kind) == (errors.BackendNotFound, str(err), "backend_not_found")
+
+
 def test_message_names_backend_and_sandbox() -> None:
     err = RateLimited("slow down; retry later", backend="daytona", sandbox_id="sb-1", retry_after=2.5)
     assert str(err) == "[backend=daytona sandbox=sb-1] slow down; retry later"
@@ -58,6 +68,7 @@ def test_public_names_are_pinned() -> None:
         "PoolClosed",
         "RateLimited",
         "RunRequest",
+        "SandboxkitError",
         "RunResult",
         "Sandbox",
         "SandboxCrashed",

@@ -47,7 +47,7 @@ from sandboxkit.backends._wrapper import (
     parse_result,
     reset_script,
 )
-from sandboxkit.errors import InvalidRequest, SandboxCrashed, SandboxError, Transient
+from sandboxkit.errors import InvalidRequest, SandboxCrashed, SandboxkitError, Transient
 from sandboxkit.languages import Language, resolve_language
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status, check_sandbox_path
 from sandboxkit.streaming import BufferedSandbox
@@ -178,7 +178,7 @@ class CloudSandbox(BufferedSandbox):
 
     # ------------------------------------------------------------------ errors and lifetime
 
-    async def _fail(self, exc: BaseException, op: str) -> SandboxError:
+    async def _fail(self, exc: BaseException, op: str) -> SandboxkitError:
         """The sandboxkit error for an SDK failure during ``op``; a Transient from a dead sandbox is a crash."""
         err = self._backend._map_error(exc, op=op, sandbox_id=self.id)
         if type(err) is Transient and not await self.alive():

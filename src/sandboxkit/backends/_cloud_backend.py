@@ -49,7 +49,7 @@ from sandboxkit.backends._cloud import (
     resolve_secret,
 )
 from sandboxkit.base import Availability, Backend, Capabilities, Snapshot
-from sandboxkit.errors import BackendUnavailable, InvalidRequest, SandboxError, Transient
+from sandboxkit.errors import BackendUnavailable, InvalidRequest, SandboxkitError, Transient
 from sandboxkit.languages import LANGUAGES, resolve_language
 from sandboxkit.models import Limits
 
@@ -210,7 +210,7 @@ class CloudBackend(Backend):
         """Delete one sandbox with a plain blocking HTTP call (no event loop: interpreter exit)."""
 
     @abc.abstractmethod
-    def _map_error(self, exc: BaseException, *, op: str, sandbox_id: str | None = None) -> SandboxError:
+    def _map_error(self, exc: BaseException, *, op: str, sandbox_id: str | None = None) -> SandboxkitError:
         """Translate an SDK / transport error raised during ``op`` into the sandboxkit error tree."""
 
     @abc.abstractmethod

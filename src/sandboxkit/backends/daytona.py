@@ -44,7 +44,7 @@ from sandboxkit.errors import (
     InvalidRequest,
     RateLimited,
     SandboxCrashed,
-    SandboxError,
+    SandboxkitError,
     Transient,
 )
 from sandboxkit.models import Limits
@@ -91,7 +91,9 @@ def _status_of(exc: BaseException) -> int | None:
     return None
 
 
-def map_error(exc: BaseException, *, op: str, sandbox_id: str | None = None, secret: str | None = None) -> SandboxError:
+def map_error(
+    exc: BaseException, *, op: str, sandbox_id: str | None = None, secret: str | None = None
+) -> SandboxkitError:
     """Translate a Daytona SDK / transport error into the sandboxkit error tree.
 
     Args:
@@ -349,7 +351,7 @@ class DaytonaBackend(CloudBackend):
     def _where(cls, options: Mapping[str, object]) -> str:
         return f"API {options.get('api_url') or os.environ.get('DAYTONA_API_URL') or DEFAULT_API_URL}"
 
-    def _map_error(self, exc: BaseException, *, op: str, sandbox_id: str | None = None) -> SandboxError:
+    def _map_error(self, exc: BaseException, *, op: str, sandbox_id: str | None = None) -> SandboxkitError:
         return map_error(exc, op=op, sandbox_id=sandbox_id, secret=self._secret())
 
     def _create_timed_out(self, exc: BaseException) -> bool:

@@ -44,7 +44,7 @@ from sandboxkit.errors import (
     InvalidRequest,
     RateLimited,
     SandboxCrashed,
-    SandboxError,
+    SandboxkitError,
     Transient,
 )
 from sandboxkit.models import Limits
@@ -57,7 +57,9 @@ __all__ = ["E2BBackend", "E2BSandbox", "map_error"]
 log = logging.getLogger(__name__)
 
 
-def map_error(exc: BaseException, *, op: str, sandbox_id: str | None = None, secret: str | None = None) -> SandboxError:
+def map_error(
+    exc: BaseException, *, op: str, sandbox_id: str | None = None, secret: str | None = None
+) -> SandboxkitError:
     """Translate an E2B SDK / transport error into the sandboxkit error tree.
 
     Args:
@@ -301,7 +303,7 @@ class E2BBackend(CloudBackend):
     def _where(cls, options: Mapping[str, object]) -> str:
         return f"domain {options.get('domain') or os.environ.get('E2B_DOMAIN') or 'e2b.app'}"
 
-    def _map_error(self, exc: BaseException, *, op: str, sandbox_id: str | None = None) -> SandboxError:
+    def _map_error(self, exc: BaseException, *, op: str, sandbox_id: str | None = None) -> SandboxkitError:
         return map_error(exc, op=op, sandbox_id=sandbox_id, secret=self._secret())
 
     # ------------------------------------------------------------------ the four primitives

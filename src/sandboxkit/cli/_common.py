@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from sandboxkit.errors import InvalidRequest, SandboxError
+from sandboxkit.errors import InvalidRequest, SandboxkitError
 
 EXIT_USAGE = 2
 EXIT_INFRA = 3
@@ -21,7 +21,7 @@ EXIT_INFRA = 3
 err_console = Console(stderr=True)
 
 
-def fail(exc: SandboxError) -> NoReturn:
+def fail(exc: SandboxkitError) -> NoReturn:
     """Print an infrastructure or usage error and exit with the matching code."""
     code = EXIT_USAGE if isinstance(exc, InvalidRequest) else EXIT_INFRA
     err_console.print(f"[bold red]error[/]: {escape(str(exc))}", highlight=False)
@@ -45,5 +45,5 @@ def backend_options(backend: str, items: list[str] | None) -> dict[str, Any]:
 
     try:
         return parse_backend_options(backend, items or [])
-    except SandboxError as exc:
+    except SandboxkitError as exc:
         fail(exc)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import shlex
 
-from sandboxkit.errors import SandboxError
+from sandboxkit.errors import SandboxkitError
 from sandboxkit.languages import LANGUAGES, Language
 from sandboxkit.models import Limits
 
@@ -33,7 +33,7 @@ def subprocess_languages() -> dict[str, bool] | str:
 
     try:
         backend = SubprocessBackend()
-    except SandboxError as exc:
+    except SandboxkitError as exc:
         return str(exc)
     return {name: backend.has_toolchain(lang) for name, lang in LANGUAGES.items()}
 
@@ -62,7 +62,7 @@ def docker_languages() -> dict[str, bool] | str:
 
     try:
         present = asyncio.run(check())
-    except SandboxError as exc:
+    except SandboxkitError as exc:
         return str(exc)
     return {name: name in present for name in LANGUAGES}
 

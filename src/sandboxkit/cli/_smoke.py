@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from sandboxkit.errors import SandboxError
+from sandboxkit.errors import SandboxkitError
 from sandboxkit.languages import LANGUAGES, NODE_PREFIX, Language
 from sandboxkit.models import Limits, RunResult, Status
 
@@ -63,9 +63,9 @@ def docker_promised(label: str) -> list[str]:
     return [name for name in host_promised() if carried(LANGUAGES[name])]
 
 
-def verdict(name: str, outcome: RunResult | SandboxError) -> str:
+def verdict(name: str, outcome: RunResult | SandboxkitError) -> str:
     """What is wrong with ``name``'s run, or ``""`` when its toolchain works."""
-    if isinstance(outcome, SandboxError):
+    if isinstance(outcome, SandboxkitError):
         return f"{type(outcome).__name__}: {outcome}"
     if outcome.status is Status.COMPILE_ERROR and outcome.compile is not None:
         return f"compile_error: {_tail(outcome.compile.stderr or outcome.compile.stdout)}"
@@ -94,7 +94,7 @@ def check_languages(
     wanted = list(names)
     requests = [{"code": hello_program(name), "language": name, "limits": LIMITS} for name in wanted]
 
-    async def go() -> list[RunResult | SandboxError]:
+    async def go() -> list[RunResult | SandboxkitError]:
         async with SandboxPool(backend, max_concurrency=concurrency, backend_options=dict(options or {})) as pool:
             return await pool.run_many(requests)
 
@@ -112,7 +112,7 @@ def _missing_protections(options: dict[str, object]) -> list[str]:
         return []
     try:
         gaps = backend("subprocess", **options).capabilities.missing_protections
-    except SandboxError as exc:
+    except SandboxkitError as exc:
         return [f"subprocess backend unusable: {exc}"]
     return [f"subprocess sandbox: missing protection: {gap}" for gap in gaps]
 
@@ -160,7 +160,7 @@ def strict_check(
         try:
             options = subprocess_options if backend == "subprocess" else None
             results[backend] = check_languages(backend, wanted, options) if wanted else {}
-        except SandboxError as exc:
+        except SandboxkitError as exc:
             problems.append(f"{backend} backend unusable: {exc}")
             results[backend] = {}
     table = Table(title="toolchains run once inside the sandboxes (doctor --strict)")

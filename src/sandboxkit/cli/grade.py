@@ -27,7 +27,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from sandboxkit.cli._common import EXIT_INFRA, EXIT_USAGE, err_console, fail
-from sandboxkit.errors import SandboxError
+from sandboxkit.errors import SandboxError, SandboxkitError
 
 
 def register(app: typer.Typer) -> None:
@@ -87,7 +87,7 @@ def grade(
     summary_console = Console(stderr=output == "-")
     try:
         verdicts, wall, metrics = asyncio.run(_grade_all(rows, backend, jobs, memory_mb, defaults, quiet))
-    except SandboxError as exc:
+    except SandboxkitError as exc:
         fail(exc)
     results = _merge(ids, verdicts, broken)
     _write(results, output)

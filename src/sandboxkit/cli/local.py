@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from sandboxkit.cli._common import EXIT_USAGE, BackendOptionArg, backend_options, err_console, fail
-from sandboxkit.errors import InvalidRequest, SandboxError
+from sandboxkit.errors import InvalidRequest, SandboxkitError
 from sandboxkit.models import Status
 
 console = Console()
@@ -76,7 +76,7 @@ def run(
 
     try:
         result = asyncio.run(go())
-    except SandboxError as exc:
+    except SandboxkitError as exc:
         fail(exc)
     from sandboxkit.models import RunResult
 
@@ -134,7 +134,7 @@ def backends(
         avail = spec.availability()
         try:
             model = spec.load_config()
-        except SandboxError:
+        except SandboxkitError:
             model = None
         rows.append(
             {
@@ -214,7 +214,7 @@ def doctor(
 
                 kernel_shell = describe_shell(getattr(made, "server_python", None))
                 console.print(f"  Python kernel (Session.python, /run_jupyter): {kernel_shell}")
-            except SandboxError as exc:
+            except SandboxkitError as exc:
                 console.print(f"  [red]{escape(str(exc))}[/]")
     if not strict:
         _language_table(docker)
@@ -236,7 +236,7 @@ def _languages_named(names: list[str]) -> list[str]:
 
     try:
         return [resolve_language(name).name for name in names]
-    except SandboxError as exc:
+    except SandboxkitError as exc:
         fail(exc)
 
 
@@ -308,6 +308,6 @@ def cleanup(
         removed = asyncio.run(go())
     except InvalidRequest as exc:
         fail(exc)
-    except SandboxError as exc:
+    except SandboxkitError as exc:
         fail(exc)
     console.print(f"removed {removed} sandbox(es) left by {backend}", markup=False)

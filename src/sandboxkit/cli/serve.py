@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from sandboxkit.cli._common import EXIT_USAGE, backend_options, err_console, fail
-from sandboxkit.errors import SandboxError
+from sandboxkit.errors import SandboxkitError
 
 #: Environment variable read for ``--token``.
 TOKEN_ENV = "SANDBOXKIT_SERVE_TOKEN"
@@ -136,7 +136,7 @@ def serve(
             token=token,
         )
         protocol = guarded_http_protocol(http, head_timeout)
-    except SandboxError as exc:
+    except SandboxkitError as exc:
         fail(exc)
     except ValueError as exc:
         err_console.print(f"error: {exc}", markup=False)

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sandboxkit.base import Backend, Capabilities, Sandbox
-from sandboxkit.errors import BackendUnavailable, SandboxCrashed, SandboxError, Transient
+from sandboxkit.errors import BackendUnavailable, SandboxCrashed, SandboxkitError, Transient
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
 from sandboxkit.streaming import BufferedSandbox
 
@@ -112,7 +112,7 @@ async def _call(ref: Any, backend: str, sandbox_id: str | None) -> Any:
         return await ref
     except RayTaskError as exc:
         cause = exc.cause if isinstance(getattr(exc, "cause", None), BaseException) else None
-        if isinstance(cause, SandboxError):
+        if isinstance(cause, SandboxkitError):
             raise cause from None
         raise SandboxCrashed(f"the sandbox host raised {exc}", backend=backend, sandbox_id=sandbox_id) from exc
     except ActorUnavailableError as exc:
@@ -172,7 +172,7 @@ class RaySandbox(BufferedSandbox):
     async def reset(self) -> bool:
         try:
             return bool(await _call(self._host.reset.remote(), self.backend_name, self.id))
-        except SandboxError:
+        except SandboxkitError:
             return False
 
     async def close(self) -> None:

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sandboxkit.errors import SandboxError
+from sandboxkit.errors import InvalidRequest
 from sandboxkit.integrations._cells import format_cell
 from sandboxkit.integrations._format import format_error, format_result
 from sandboxkit.integrations._runtime import GRACE_S, PoolHandle
@@ -117,7 +117,7 @@ class CodeToolBase:
         if self.allow_language and arguments.get("language"):
             try:
                 language = resolve_language(str(arguments["language"])).name
-            except SandboxError as exc:
+            except InvalidRequest as exc:
                 return f"Error: {exc.message}"
         if self.allow_timeout and arguments.get("timeout") is not None:
             asked = arguments["timeout"]

@@ -52,9 +52,9 @@ def format_result(result: ExecResult, *, max_chars: int = 8000) -> str:
 
 def format_error(exc: BaseException) -> str:
     """Error text for a call that produced no result, worded so the model does not blame its code."""
+    if isinstance(exc, InvalidRequest):
+        return f"Error: the request was rejected: {exc.message}"
     if isinstance(exc, SandboxError):
         kind = exc.kind.replace("_", " ")
-        if isinstance(exc, InvalidRequest):
-            return f"Error: the request was rejected: {exc.message}"
         return f"Error: the code sandbox failed ({kind}); your code was not judged. Details: {exc.message}"
     return f"Error: the tool failed unexpectedly ({type(exc).__name__}: {exc})"

@@ -172,8 +172,6 @@ async def verify_workspace(
             ) as exc:  # the agent's code, run by test.sh, made a file a link the host may not follow
                 return verdict(0.0, "bad_reward_file", detail=f"the verifier's files cannot be read: {exc}")
     except SandboxError as exc:
-        if isinstance(exc, InvalidRequest):
-            raise
         return verdict(None, "infra_error", detail=str(exc))
     output = files.get(TEST_STDOUT, b"")[-4000:].decode("utf-8", errors="replace")
     common = {"exit_code": result.exit_code, "output": output}

@@ -352,7 +352,7 @@ def limits_with(base: Limits | None, *, timeout: float | None = None, memory_lim
 
 def is_infra_error(exc: BaseException) -> bool:
     """Whether ``exc`` means "the sandbox could not give an answer" rather than a bug in the caller."""
-    return isinstance(exc, SandboxError) and not isinstance(exc, InvalidRequest)
+    return isinstance(exc, SandboxError)
 
 
 async def open_session(pool: SandboxPool, limits: Limits) -> Session:

@@ -34,7 +34,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from sandboxkit.errors import InvalidRequest, SandboxError
+from sandboxkit.errors import InvalidRequest, SandboxkitError
 from sandboxkit.integrations._harbor_task import HarborTask, HarborTaskError
 from sandboxkit.integrations._harbor_verify import (
     HarborVerdict,
@@ -158,7 +158,7 @@ class HarborEnv(SandboxEnv):
             copy = self.handle.call(lambda _p: capture_workspace(session, task.workdir), budget)
         except WorkspaceUnreadable as exc:
             return HarborVerdict(0.0, status="workspace_unreadable", detail=str(exc))
-        except SandboxError as exc:
+        except SandboxkitError as exc:
             return HarborVerdict(None, status="infra_error", detail=str(exc))
         finally:
             self._release()
@@ -166,7 +166,7 @@ class HarborEnv(SandboxEnv):
             verdict: HarborVerdict = self.handle.call(
                 lambda p: verify_workspace(task, p, copy, limits=self.limits), budget
             )
-        except SandboxError as exc:
+        except SandboxkitError as exc:
             return HarborVerdict(None, status="infra_error", detail=str(exc))
         return verdict
 

@@ -12,6 +12,10 @@ A malformed action is answered with an error observation, never an exception. Wh
 sandbox infrastructure fails, the episode ends cleanly (``done=True``, ``info["infra_error"]``)
 and the sandbox is released. ``close`` always releases it; ``reset`` releases the previous one.
 
+``SandboxEnv`` holds the episode's lifecycle and tool dispatch; its pieces are separate modules:
+the editor (:mod:`._rllm_editor`), the grading (:mod:`._rllm_grading`) and the path mapping
+(:mod:`._rllm_paths`).
+
 rLLM is not on PyPI. When it is importable, ``SandboxEnv`` subclasses its ``BaseEnv`` (the
 engine asserts ``isinstance``); otherwise it subclasses a local class with the same contract.
 """
@@ -21,22 +25,21 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-import posixpath
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
-from sandboxkit.errors import InvalidRequest, SandboxError
+from sandboxkit.errors import InvalidRequest, SandboxError, SandboxkitError
 from sandboxkit.integrations._cells import format_cell, run_cell
 from sandboxkit.integrations._codetool import CODE_INTERPRETER_SCHEMA
-from sandboxkit.integrations._editor import EditError
-from sandboxkit.integrations._editor import insert as edit_insert
-from sandboxkit.integrations._editor import str_replace as edit_str_replace
-from sandboxkit.integrations._editor import view as edit_view
-from sandboxkit.integrations._format import format_error, format_result, truncate_middle
-from sandboxkit.integrations._llm_in_sandbox import Layout, input_files, is_llm_in_sandbox_row, score_answer
+from sandboxkit.integrations._format import format_error, format_result
+from sandboxkit.integrations._llm_in_sandbox import Layout, input_files
 from sandboxkit.integrations._prepared import fork_prepared
+from sandboxkit.integrations._rllm_editor import EpisodeFiles, edit
+from sandboxkit.integrations._rllm_grading import grade_episode
+from sandboxkit.integrations._rllm_paths import EpisodePaths
 from sandboxkit.integrations._rllm_sandbox import RLLMSandbox
 from sandboxkit.integrations._runtime import GRACE_S, BackendLike, PoolHandle, open_session, shared_handle
 from sandboxkit.integrations._toolcalls import ToolCall, ToolCallError, calls_in_action
@@ -207,12 +210,12 @@ class SandboxEnv(BaseEnv):
             shared_handle(backend, **options) if isinstance(backend, str) else PoolHandle(backend, **options)
         )
         self.workspace = WorkspaceMap(self.layout.working_dir)
+        self.paths = EpisodePaths(self.workspace, self._absolute_paths)
         self.timeout = timeout
         self.max_output_chars = max_output_chars
         self.limits = (limits or Limits()).merged(timeout_s=timeout)
         self.deadline_s = deadline_s
         self._session: Session | None = None
-        self._cwd: str | None = None  # the real working directory, where the sandbox has its own root
         self._lock = threading.RLock()
         self._done = False
         self._final_reward: float | None = None
@@ -271,6 +274,7 @@ class SandboxEnv(BaseEnv):
             try:
                 self.layout = Layout.from_row(self.task, self._workdir)
                 self.workspace = WorkspaceMap(self.layout.working_dir)
+                self.paths = EpisodePaths(self.workspace, self._absolute_paths)
                 info["workdir"] = self.workspace.workdir
                 if self.fork_from_checkpoint:
                     # A checkpoint carries the workspace: the task's files go there, relative.
@@ -279,19 +283,17 @@ class SandboxEnv(BaseEnv):
                         lambda p: fork_prepared(p, files, self.setup_command, self.limits, timeout=self.timeout)
                     )
                     info["forked_from"] = self._session.origin.id if self._session.origin else None
-                    self._cwd = None
-                    real = self._call(lambda _p, s=self._session: s.exec("pwd", timeout=self.timeout))
-                    self.workspace.bind(real.stdout)
+                    self.paths.bind_to_workspace(partial(self._run_at_home, self._session))
                 else:
                     self._session = self._call(lambda p: open_session(p, self.limits))
-                    self._bind_workdir(self._session)
-                    files = {self._fs_path(path): body for path, body in self._task_files().items()}
+                    self.paths.bind(partial(self._run_at_home, self._session))
+                    files = {self.paths.fs_path(path): body for path, body in self._task_files().items()}
                     if files:
                         self._call(lambda _p, s=self._session: s.write_files(files))
                     if self.setup_command:
                         setup = self.setup_command
                         done = self._call(
-                            lambda _p, s=self._session: s.exec(setup, cwd=self._cwd, timeout=self.timeout)
+                            lambda _p, s=self._session: s.exec(setup, cwd=self.paths.cwd, timeout=self.timeout)
                         )
                         if done.status is not Status.OK:
                             raise ValueError(f"setup_command failed ({done.status.value}): {done.stderr[-500:]!r}")
@@ -354,12 +356,12 @@ class SandboxEnv(BaseEnv):
             if call.name in ("execute_bash", "bash"):
                 return self._bash(args.get("command", args.get("cmd")))
             if call.name in ("str_replace_editor", "file_editor"):
-                return self._edit(args)
+                return edit(self._files(), args, self.max_output_chars)
             if self.stateful_python and call.name in ("code_interpreter", "python"):
                 return self._python(args.get("code"))
+        except InvalidRequest as exc:  # the model's request was bad (a path, say): tell it
+            return f"Error: {exc.message}"
         except SandboxError as exc:
-            if isinstance(exc, InvalidRequest):  # the model's request was bad (a path, say): tell it
-                return f"Error: {exc.message}"
             self._fail(exc)
             return format_error(exc)
         except Exception as exc:  # a bug must end the episode cleanly, not kill the engine's thread
@@ -383,182 +385,38 @@ class SandboxEnv(BaseEnv):
 
     def _exec(self, command: str) -> ExecResult:
         session = self._session_or_fail()
-        result: ExecResult = self._call(lambda _p: session.exec(command, cwd=self._cwd, timeout=self.timeout))
+        result: ExecResult = self._call(lambda _p: session.exec(command, cwd=self.paths.cwd, timeout=self.timeout))
         return result
-
-    def _edit(self, args: Mapping[str, Any]) -> str:
-        command = args.get("command")
-        if command == "view" and self.workspace.is_root(args.get("path")):
-            return self._view_dir(".", self.workspace.workdir)
-        try:
-            rel = self.workspace.relative(args.get("path", ""))
-        except ValueError as exc:
-            return f"Error: {exc}"
-        shown = self.workspace.display(rel)
-        if command == "create":
-            text = args.get("file_text")
-            if not isinstance(text, str):
-                return "Error: create needs 'file_text' (a string)."
-            self._write(rel, text)
-            return f"File created successfully at: {shown}"
-        if command not in ("view", "str_replace", "insert"):
-            return f"Error: unknown command {command!r}; use view, create, str_replace or insert."
-        content = self._read(rel)
-        if content is None:
-            if command == "view":
-                return self._view_dir(rel, shown)
-            return f"Error: the path {shown} does not exist."
-        try:
-            text = content.decode("utf-8")
-        except UnicodeDecodeError:
-            return f"Error: {shown} is not a UTF-8 text file."
-        try:
-            if command == "view":
-                return truncate_middle(edit_view(text, shown, args.get("view_range")), self.max_output_chars)
-            if command == "str_replace":
-                updated, message = edit_str_replace(text, shown, args.get("old_str"), args.get("new_str"))
-            else:
-                updated, message = edit_insert(text, shown, args.get("insert_line"), args.get("new_str"))
-        except EditError as exc:
-            return f"Error: {exc}"
-        self._write(rel, updated)
-        return truncate_middle(message, self.max_output_chars)
-
-    def _view_dir(self, rel: str, shown: str) -> str:
-        quoted = "'" + rel.replace("'", "'\\''") + "'"
-        result = self._exec(f"test -d {quoted} && find {quoted} -maxdepth 2 -not -path '*/.*' | sort")
-        if not result.ok:
-            return f"Error: the path {shown} does not exist."
-        listing = "\n".join(
-            self.workspace.display(posixpath.normpath(line)) for line in result.stdout.splitlines() if line
-        )
-        return truncate_middle(
-            f"Here are the files and directories up to 2 levels deep in {shown}:\n{listing}", self.max_output_chars
-        )
 
     def _read(self, rel: str) -> bytes | None:
         session = self._session_or_fail()
-        path = self._fs_path(rel)
+        path = self.paths.fs_path(rel)
         files: dict[str, bytes] = self._call(lambda _p: session.read_files([path]))
         return files.get(path)
 
     def _write(self, rel: str, text: str) -> None:
         session = self._session_or_fail()
-        self._call(lambda _p: session.write_files({self._fs_path(rel): text.encode("utf-8")}))
+        self._call(lambda _p: session.write_files({self.paths.fs_path(rel): text.encode("utf-8")}))
 
     # ------------------------------------------------------------------ grading
 
     def _grade(self) -> float:
-        tests = self.task.get("tests")
-        command = self.task.get("reward_command")
-        try:
-            if tests is None and is_llm_in_sandbox_row(self.task):
-                return self._grade_answer()
-            if tests is not None:
-                return self._grade_tests(tests)
-            if isinstance(command, str) and command:
-                result = self._exec(self.workspace.command(command))
-                self.final_info = {"reward_status": result.status.value, "infra_error": False}
-                return 1.0 if result.ok else 0.0
-        except SandboxError as exc:
-            self.final_info = {"reward_status": "infra_error", "infra_error": True, "error": str(exc)}
-            return 0.0
-        except ValueError as exc:  # a bad solution_path or test data in the task row
-            self.final_info = {"reward_status": "invalid_task", "infra_error": False, "error": str(exc)}
-            return 0.0
-        except Exception as exc:  # never raise into the engine; a bug here must still end the episode
-            log.exception("grading the episode failed")
-            self.final_info = {"reward_status": "grader_error", "infra_error": True, "error": repr(exc)}
-            return 0.0
-        self.final_info = {"reward_status": "no_grader", "infra_error": False}
-        return 0.0
+        reward, self.final_info = grade_episode(self.task, self.layout, self._files(), self.paths, self._call)
+        return reward
 
-    def _grade_answer(self) -> float:
-        """LLM-in-Sandbox-RL's reward: ``answer.txt`` against ``ground_truth``, by ``domain``.
+    def _files(self) -> EpisodeFiles:
+        return EpisodeFiles(self.workspace, self._read, self._write, self._exec)
 
-        A missing answer file is an empty answer (0.0), as upstream reads it with
-        ``cat ... || echo ''``. A row that cannot be graded gives 0.0 with
-        ``final_info["reward"] = None`` (no reward), never a silent wrong score.
-        """
-        path = self._sandbox_path(self.layout.answer_path)
-        content = self._read(path)
-        answer = content.decode("utf-8", errors="replace") if content is not None else ""
-        score = score_answer(answer, self.task.get("ground_truth"), self.task.get("domain"), self.task.get("qa_type"))
-        self.final_info = {
-            "reward_status": score.status,
-            "reward": score.reward,
-            "infra_error": score.status == "grader_unavailable",
-            "answer_found": content is not None,
-        }
-        if score.detail:
-            self.final_info["error"] = score.detail
-        return score.reward if score.reward is not None else 0.0
-
-    def _sandbox_path(self, absolute: str) -> str:
-        """The path the backend's file API takes for an absolute path of the task's layout.
-
-        Inside the working directory: relative to the workspace (every backend). Elsewhere:
-        the absolute path itself, on a backend with its own root filesystem.
-
-        Raises:
-            ValueError: the path is outside the working directory and the backend has no
-                root filesystem of its own.
-        """
-        try:
-            return self.workspace.relative(absolute)
-        except ValueError:
-            if self._absolute_paths():
-                return absolute
-            raise
-
-    def _bind_workdir(self, session: Session) -> None:
-        """Use the real working directory where the sandbox has one, else map it onto the workspace.
-
-        On a backend with its own root filesystem (``capabilities.absolute_paths``) where the
-        working directory exists and is writable, commands run there and files are written at
-        their real absolute paths, so a program that computes ``/testbed/...`` at run time finds
-        it. Elsewhere the advertised directory is rewritten to the workspace in and out.
-        """
-        self._cwd = None
-        workdir = self.workspace.workdir
-        if self._absolute_paths():
-            quoted = "'" + workdir.replace("'", "'\\''") + "'"
-            probe = self._call(lambda _p: session.exec(f"test -d {quoted} && test -w {quoted}", timeout=self.timeout))
-            if probe.ok:
-                self._cwd = workdir
-                self.workspace.bind(workdir)
-                return
-        real = self._call(lambda _p: session.exec("pwd", timeout=self.timeout))
-        self.workspace.bind(real.stdout)
-
-    def _fs_path(self, rel: str) -> str:
-        """The path the file API takes: absolute under the real working directory, else as given."""
-        return posixpath.join(self._cwd, rel) if self._cwd is not None else rel
+    def _run_at_home(self, session: Session, command: str) -> ExecResult:
+        """``command`` in the sandbox's own default directory (to find where the workspace is)."""
+        result: ExecResult = self._call(lambda _p: session.exec(command, timeout=self.timeout))
+        return result
 
     def _absolute_paths(self) -> bool:
         try:
             return bool(getattr(self.handle.pool.backend.capabilities, "absolute_paths", False))
-        except SandboxError:
+        except SandboxkitError:
             return False
-
-    def _grade_tests(self, tests: Any) -> float:
-        from sandboxkit.judge import grade
-
-        path = str(self.task.get("solution_path", "solution.py"))
-        rel = self.workspace.relative(path)
-        content = self._read(rel)
-        if content is None:
-            self.final_info = {"reward_status": "missing_solution", "infra_error": False}
-            return 0.0
-        language = str(self.task.get("language", "python"))
-        code = content.decode("utf-8", errors="replace")
-        verdict = self._call(lambda p: grade(p, code, tests, language=language))
-        self.final_info = {
-            "reward_status": verdict.status,
-            "infra_error": bool(verdict.infra_error),
-            "pass_rate": verdict.pass_rate,
-        }
-        return float(verdict.reward) if verdict.reward is not None else 0.0
 
     # ------------------------------------------------------------------ plumbing
 
@@ -588,7 +446,7 @@ class SandboxEnv(BaseEnv):
             log.warning("releasing the sandbox of an episode failed", exc_info=True)
 
     def _task_files(self) -> dict[str, bytes]:
-        out = {self._sandbox_path(path): body for path, body in input_files(self.task, self.layout).items()}
+        out = {self.paths.sandbox_path(path): body for path, body in input_files(self.task, self.layout).items()}
         raw = self.task.get("files") or {}
         if isinstance(raw, str):
             raw = json.loads(raw)

@@ -42,7 +42,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sandboxkit.errors import SandboxError
+from sandboxkit.errors import InvalidRequest, SandboxError, SandboxkitError
 from sandboxkit.judge.cases import CompareOptions, InvalidTests, StdioCase, TestSuite
 from sandboxkit.judge.verdict import CaseResult, trim_message
 from sandboxkit.languages import resolve_language
@@ -135,7 +135,7 @@ def parse_checker(value: Any) -> Checker | None:
     if checker.type in ("program", "interactor"):
         try:
             resolve_language(checker.language)
-        except SandboxError as exc:
+        except InvalidRequest as exc:
             raise InvalidTests(f"checker: {exc}") from exc
     return checker
 
@@ -404,7 +404,7 @@ async def _run_program(
                 results.append(await session.run(compiled_request(checker, *triple, limits)))
     else:
         ran = await pool.run_many([program_request(checker, *t, limits) for t in triples])
-        errors = [r for r in ran if isinstance(r, SandboxError)]
+        errors = [r for r in ran if isinstance(r, SandboxkitError)]
         if errors:
             raise errors[0]
         results = [r for r in ran if isinstance(r, RunResult)]

@@ -28,7 +28,7 @@ from typing import Any
 
 import anyio
 
-from sandboxkit.errors import InvalidRequest, SandboxError
+from sandboxkit.errors import InvalidRequest, SandboxError, SandboxkitError
 from sandboxkit.judge._job import Job, Outcome, account, all_compile_error, compile_message, judge_run, timed_run
 from sandboxkit.judge._python import run_harness
 from sandboxkit.judge._sessions import Attempt, run_in_sessions
@@ -390,7 +390,7 @@ async def _one_run_per_case(
         for item in results:
             if isinstance(item, RunResult):
                 account(job, item, waited)
-        errors = [r for r in results if isinstance(r, SandboxError)]
+        errors = [r for r in results if isinstance(r, SandboxkitError)]
         if errors:
             raise errors[0]
         for (index, case), item in zip(pending, results, strict=True):

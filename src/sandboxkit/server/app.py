@@ -32,43 +32,26 @@ What sandboxkit adds:
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import os
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.responses import RedirectResponse, Response, StreamingResponse
 
 from sandboxkit.base import Backend
-from sandboxkit.errors import InvalidRequest, SandboxError
-from sandboxkit.languages import LANGUAGES, resolve_language
+from sandboxkit.errors import InvalidRequest
 from sandboxkit.models import Limits
 from sandboxkit.pool import SandboxPool
-from sandboxkit.protocols.sandbox_fusion import (
-    FieldError,
-    RunCodeRequest,
-    RunCodeResponse,
-    RunStatus,
-    request_from_sandbox_fusion,
-    result_to_sandbox_fusion,
-)
 from sandboxkit.server.admission import Admission, AdmissionMiddleware
 from sandboxkit.server.auth import BearerTokenMiddleware, check_token
 from sandboxkit.server.ceilings import Ceilings
-from sandboxkit.server.gate import Gate, QueueTimeout
-from sandboxkit.server.jupyter import (
-    KernelSessions,
-    RunJupyterRequest,
-    RunJupyterResponse,
-    SessionsFull,
-    UnknownSession,
-)
+from sandboxkit.server.context import ServerContext
+from sandboxkit.server.gate import Gate
+from sandboxkit.server.jupyter import KernelSessions
 from sandboxkit.server.metrics import ServerMetrics
 from sandboxkit.server.not_provided import add_not_provided_routes
+from sandboxkit.server.routes import health, jupyter, run_code
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_QUEUE", "DEFAULT_MAX_QUEUE_BYTES", "create_app"]
 
@@ -77,16 +60,6 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 DEFAULT_MAX_QUEUE = 4096
 DEFAULT_MAX_QUEUE_BYTES = 256 * 1024 * 1024
-_JSON = "application/json"
-
-
-@dataclass
-class _Answer:
-    """What a run produced, before it is written as a response: a status, a JSON body, headers."""
-
-    status: int
-    body: bytes
-    headers: dict[str, str] | None = None
 
 
 def create_app(
@@ -167,13 +140,11 @@ def create_app(
             handle_signals=False,  # uvicorn owns the signals
         )
         owns_pool = True
-    default_limits = limits or pool.limits
-    supported = pool.backend.capabilities.languages
-    languages = _sandbox_fusion_languages(supported)
-    pod_name = os.environ.get("MY_POD_NAME")
     metrics = ServerMetrics(pool, gate, admission)
-    beat = heartbeat_s or None
     kernels = KernelSessions(pool, ttl_s=kernel_ttl_s, max_sessions=max_sessions, max_total_s=ceilings.run_timeout_s)
+    beat = heartbeat_s or None
+    ctx = ServerContext(pool, gate, admission, metrics, kernels, ceilings, limits or pool.limits, beat, run_grace_s)
+    languages = ctx.languages
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -208,244 +179,7 @@ def create_app(
     app.state.metrics = metrics
     app.state.kernels = kernels
 
-    @app.get("/", include_in_schema=False)
-    async def index() -> RedirectResponse:
-        return RedirectResponse("./docs")
-
-    @app.get("/v1/ping", response_model=str)
-    async def ping() -> str:
-        """Health check: always ``"pong"`` while the server is up."""
-        return "pong"
-
-    @app.get("/v1/stats")
-    async def stats() -> dict[str, Any]:
-        """Admission counters and the pool's metrics."""
-        return {
-            "gate": vars(gate.statistics()),
-            "admission": vars(admission.statistics()),
-            "responses": metrics.response_counts(),
-            "pool": pool.metrics(),
-            "sessions": kernels.statistics(),
-        }
-
-    @app.get("/metrics", include_in_schema=True)
-    async def prometheus_metrics() -> Response:
-        """The pool's and the server's metrics in Prometheus text format."""
-        body, content_type = metrics.exposition()
-        return Response(body, media_type=content_type)
-
-    async def execute(body: RunCodeRequest) -> _Answer:
-        if not _runs(supported, body.language):
-            msg = (
-                f"language {body.language!r} is not available; this server ({pool.backend.name} backend) "
-                f"runs: {', '.join(languages)}"
-            )
-            return _unprocessable("language", msg, body.language)
-        try:
-            capped, notes = ceilings.apply(body)
-            request = request_from_sandbox_fusion(capped, default_limits)
-        except FieldError as exc:
-            return _unprocessable(exc.field, exc.message, None)
-        try:
-            async with gate.slot():
-                deadline = request.limits.compile_timeout_s + request.limits.timeout_s + run_grace_s
-                result = await pool.run(request, deadline_s=deadline)
-        except QueueTimeout:
-            return _saturated(
-                f"server busy: no run slot freed up within {gate.queue_timeout:g}s "
-                f"({gate.max_concurrency} runs in flight); retry later"
-            )
-        except InvalidRequest as exc:
-            return _unprocessable("body", str(exc), None)
-        except SandboxError as exc:
-            log.warning("run failed on the infrastructure side: %s", exc)
-            return _sandbox_error(f"{exc.kind}: {exc}", pod_name)
-        except Exception as exc:  # a backend bug: report it as an infra error, keep serving
-            log.exception("backend %s raised unexpectedly", pool.backend.name)
-            return _sandbox_error(f"internal error: {type(exc).__name__}: {exc}", pod_name)
-        response = result_to_sandbox_fusion(result, executor_pod_name=pod_name)
-        if notes:
-            response.message = "; ".join([*notes, *([response.message] if response.message else [])])
-        return _Answer(200, response.model_dump_json().encode())
-
-    @app.post(
-        "/run_code",
-        response_model=RunCodeResponse,
-        responses={
-            408: {"description": "the request body did not arrive within the server's body timeout"},
-            413: {"description": "request body larger than the server's limit"},
-            504: {"description": "the server holds as many requests (or body bytes) as it may; retry"},
-        },
-    )
-    async def run_code(body: RunCodeRequest) -> Response:
-        """Run code once: compile if needed, run with stdin, fetch files.
-
-        HTTP 200 for ``Success``, ``Failed`` and ``SandboxError``; 422 for invalid input; 504
-        when the server is full. A long wait is answered 200 with whitespace before the JSON.
-        """
-        return await respond(execute(body))
-
-    async def respond(work: Awaitable[_Answer]) -> Response:
-        """The answer, or (past ``heartbeat_s``) a 200 that sends whitespace until the answer."""
-        task = asyncio.ensure_future(work)
-        try:
-            if beat is not None:
-                await asyncio.wait({task}, timeout=beat)
-            else:
-                await asyncio.wait({task})
-        except BaseException:
-            task.cancel()
-            raise
-        if task.done():
-            answer = task.result()
-            metrics.answered(answer.status, answer.body, streamed=False)
-            return Response(answer.body, status_code=answer.status, media_type=_JSON, headers=answer.headers)
-        assert beat is not None
-        return StreamingResponse(_heartbeats(task, beat, metrics, pod_name), media_type=_JSON)
-
-    def no_kernels() -> _Answer | None:
-        if pool.backend.capabilities.kernels:
-            return None
-        detail = (
-            f"the {pool.backend.name} backend has no Python kernels; serve with "
-            "--backend subprocess or --backend docker for /run_jupyter"
-        )
-        return _Answer(404, json.dumps({"detail": detail}).encode())
-
-    async def execute_cells(body: RunJupyterRequest) -> _Answer:
-        if (refusal := no_kernels()) is not None:
-            return refusal
-        try:
-            # The session is claimed before a run slot: an unknown id or a full server is answered
-            # at once, with its own status, instead of after a wait (by then only as a 200 body).
-            async with kernels.claim(body.session_id) as kept, gate.slot():
-                response = await kernels.run(body, kept, pod_name)
-        except UnknownSession as exc:
-            return _Answer(404, json.dumps({"detail": str(exc)}).encode())
-        except SessionsFull as exc:
-            return _sessions_full(exc)
-        except QueueTimeout:
-            return _saturated(f"server busy: no run slot freed up within {gate.queue_timeout:g}s; retry later")
-        except InvalidRequest as exc:
-            return _unprocessable("body", str(exc), None)
-        except SandboxError as exc:
-            log.warning("jupyter cells failed on the infrastructure side: %s", exc)
-            return _jupyter_error(f"{exc.kind}: {exc}", pod_name, body.session_id)
-        except Exception as exc:  # a backend bug: report it as an infra error, keep serving
-            log.exception("backend %s raised unexpectedly", pool.backend.name)
-            return _jupyter_error(f"internal error: {type(exc).__name__}: {exc}", pod_name, body.session_id)
-        return _Answer(200, response.model_dump_json().encode())
-
-    @app.post(
-        "/run_jupyter",
-        response_model=RunJupyterResponse,
-        responses={
-            404: {"description": "session_id was not issued by this server"},
-            429: {"description": "the session must be made anew and max_sessions are live (with Retry-After)"},
-            504: {"description": "the server holds as many requests as it may; retry"},
-        },
-    )
-    async def run_jupyter(body: RunJupyterRequest) -> Response:
-        """Run notebook cells in one Python interpreter (Sandbox Fusion's fields).
-
-        Without ``session_id`` the interpreter lives for this request only (Sandbox Fusion's rule).
-        With an id from ``POST /run_jupyter/sessions`` (a sandboxkit extension) the interpreter and
-        its files are kept for the next request with that id, until ``kernel_ttl_s`` idle seconds pass.
-        """
-        return await respond(execute_cells(body))
-
-    @app.post(
-        "/run_jupyter/sessions",
-        status_code=201,
-        responses={429: {"description": "max_sessions kept sessions are live (with Retry-After)"}},
-    )
-    async def open_jupyter_session() -> Response:
-        """Open a kept ``/run_jupyter`` session; its ``session_id`` is the credential to use and close it."""
-        if (refusal := no_kernels()) is not None:
-            answer = refusal
-        else:
-            try:
-                body = {"session_id": await kernels.open(), "kernel_ttl_s": kernels.ttl_s}
-                answer = _Answer(201, json.dumps(body).encode())
-            except SessionsFull as exc:
-                answer = _sessions_full(exc)
-        return Response(answer.body, status_code=answer.status, media_type=_JSON, headers=answer.headers)
-
-    @app.delete("/run_jupyter/sessions/{session_id}", responses={404: {"description": "never issued here"}})
-    async def close_jupyter_session(session_id: str) -> Response:
-        """Close a kept ``/run_jupyter`` session now (its kernel and files); ``closed`` is false if already gone."""
-        try:
-            body = {"session_id": session_id, "closed": await kernels.close(session_id)}
-        except UnknownSession as exc:
-            return Response(json.dumps({"detail": str(exc)}), status_code=404, media_type=_JSON)
-        return Response(json.dumps(body), media_type=_JSON)
-
+    for routes in (health.router(ctx), run_code.router(ctx), jupyter.router(ctx)):
+        app.include_router(routes)
     add_not_provided_routes(app)
     return app
-
-
-async def _heartbeats(
-    task: asyncio.Future[_Answer], every: float, metrics: ServerMetrics, pod_name: str | None
-) -> AsyncIterator[bytes]:
-    """A space every ``every`` seconds until ``task`` is done, then its JSON (as a 200 body).
-
-    The status line (200) is already sent, so an answer that would have been another status
-    (a queue timeout) becomes a ``SandboxError`` body. A client that goes away cancels the run.
-    """
-    try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=every)
-            if done:
-                break
-            yield b" "
-        answer = task.result()
-        if answer.status != 200:
-            answer = _sandbox_error(
-                f"HTTP {answer.status} after the response had started: {answer.body!r:.300}", pod_name
-            )
-        metrics.answered(answer.status, answer.body, streamed=True)
-        yield answer.body
-    finally:
-        if not task.done():
-            task.cancel()
-            with suppress(asyncio.CancelledError, Exception):
-                await task
-            metrics.abandoned()
-
-
-def _runs(supported: frozenset[str], language: str) -> bool:
-    try:
-        return resolve_language(language).name in supported
-    except InvalidRequest:
-        return False
-
-
-def _sandbox_fusion_languages(supported: frozenset[str]) -> list[str]:
-    return sorted(LANGUAGES[name].sandbox_fusion or name if name in LANGUAGES else name for name in supported)
-
-
-def _unprocessable(field: str, message: str, value: Any) -> _Answer:
-    # The same shape FastAPI gives its own validation errors, so clients parse one format.
-    loc = ["body"] if field == "body" else ["body", field]
-    detail = {"detail": [{"type": "value_error", "loc": loc, "msg": message, "input": value}]}
-    return _Answer(422, json.dumps(detail).encode())
-
-
-def _sessions_full(exc: SessionsFull) -> _Answer:
-    return _Answer(429, json.dumps({"detail": str(exc)}).encode(), {"Retry-After": str(exc.retry_after_s)})
-
-
-def _saturated(message: str) -> _Answer:
-    return _Answer(504, json.dumps({"detail": message}).encode(), {"Retry-After": "1"})
-
-
-def _jupyter_error(message: str, pod_name: str | None, session_id: str | None) -> _Answer:
-    body = RunJupyterResponse(
-        status=RunStatus.SandboxError, message=message, executor_pod_name=pod_name, session_id=session_id
-    )
-    return _Answer(200, body.model_dump_json().encode())
-
-
-def _sandbox_error(message: str, pod_name: str | None) -> _Answer:
-    body = RunCodeResponse(status=RunStatus.SandboxError, message=message, executor_pod_name=pod_name)
-    return _Answer(200, body.model_dump_json().encode())

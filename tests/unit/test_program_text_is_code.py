@@ -46,9 +46,15 @@ def test_every_harness_part_file_is_used_and_compiles() -> None:
         compile(_harness_source.program_text(name), name, "exec", dont_inherit=True)  # whole statements
 
 
-def test_a_harness_program_is_the_parts_joined() -> None:
+def test_both_harnesses_share_one_copy_of_their_common_parts() -> None:
+    # One text for reporting and killing processes, not a copy per harness.
     assert _harness_isolated.SOURCE.startswith(
-        _harness_isolated.IMPORTS + _harness_source.program_text("isolated_head")
+        _harness_isolated.IMPORTS + _harness_source.REPORTING + _harness_source.program_text("isolated_head")
     )
-    assert _harness_source.PROCESSES in _harness_source.CORE
-    assert _harness_source.PROCESSES in _harness_isolated.SOURCE
+    for shared in (_harness_source.REPORTING, _harness_source.PROCESSES):
+        assert shared in _harness_source.CORE
+        assert shared in _harness_isolated.SOURCE
+        assert shared in _harness_isolated.LIBRARY
+    for name in ("_report", "_exc_line", "_where"):
+        assert _harness_isolated.SOURCE.count(f"def {name}(") == 1
+        assert _harness_source.CORE.count(f"def {name}(") == 1

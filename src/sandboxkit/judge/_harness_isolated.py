@@ -32,7 +32,7 @@ This string is standalone Python (stdlib only): the sandbox cannot see sandboxki
 
 from __future__ import annotations
 
-from sandboxkit.judge._harness_source import PROCESSES, RUN_VALUES, SOLUTION, program_text
+from sandboxkit.judge._harness_source import PROCESSES, REPORTING, RUN_VALUES, SOLUTION, program_text
 
 __all__ = ["CODEC", "IMPORTS", "INLINE_SOURCE", "LIBRARY", "RUN_INLINE", "RUN_MANY", "SOURCE"]
 
@@ -49,7 +49,7 @@ import builtins, marshal, os, resource, select, signal, sys, time
 from collections import Counter, OrderedDict, defaultdict, deque, namedtuple
 """
 
-_HEAD = program_text("isolated_head")
+_HEAD = REPORTING + program_text("isolated_head")
 
 #: The import path the checker keeps: the directories of ``sys.path`` the program cannot write. Found
 #: where the definitions are loaded: a warm fork server (whose path never held the workspace), or the run.

@@ -27,6 +27,7 @@ __all__ = [
     "MAIN",
     "NO_STDIO",
     "PROCESSES",
+    "REPORTING",
     "RUN_VALUES",
     "SOLUTION",
     "STDIO",
@@ -45,12 +46,22 @@ def program_text(name: str) -> str:
     return "\n" + (_PARTS / f"{name}.py").read_text(encoding="utf-8")
 
 
+#: The report channel's writer and an exception's one-line text, without importing traceback: shared
+#: with the isolated harness.
+REPORTING = program_text("reporting")
+
 #: Killing a case's process (group) and reading how long it waited for a CPU: shared with the isolated
 #: harness.
 PROCESSES = program_text("processes")
 
 #: Set-up: data, report channel, prelude, compile once, limits, the scheduler. ``_D`` is prepended.
-CORE = program_text("core_setup") + PROCESSES + program_text("core_cases")
+CORE = (
+    "\nimport builtins, os, resource, select, signal, sys, time\n"
+    + REPORTING
+    + program_text("core_children")
+    + PROCESSES
+    + program_text("core_cases")
+)
 
 #: The run's report channel (a copy of stdout) and limits, first of every run. Shared with the isolated
 #: harness.

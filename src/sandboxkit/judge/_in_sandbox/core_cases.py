@@ -180,23 +180,6 @@ def _function_verdict(c, base, code, signum):
     return dict(base, status="error", error=why, signal=signum)
 
 
-def _where(exc, case):
-    last = None
-    tb = exc.__traceback__
-    while tb is not None:  # the innermost frame of the solution or the test code
-        if tb.tb_frame.f_code.co_filename in (_SRC, "<test>"):
-            last = (tb.tb_frame.f_code.co_filename, tb.tb_lineno)
-        tb = tb.tb_next
-    if last is None:
-        return ""
-    where = " (%s line %d)" % last
-    if last[0] == "<test>":
-        lines = case.get("code", "").splitlines()
-        if 0 < last[1] <= len(lines):
-            where += ": " + lines[last[1] - 1].strip()[:120]
-    return where
-
-
 def _child_function(case, w):
     # call/assert: the solution's own output is discarded; only the payload on the private pipe counts.
     _write_all(w, _run_case(case).encode("utf-8", "backslashreplace"))
@@ -216,8 +199,8 @@ def _run_case(case):
     except SystemExit as e:
         result = "err\nthe program called sys.exit(%r) before the case finished" % (e.code,)
     except MemoryError as e:
-        result = "oom\nMemoryError" + _where(e, case)
+        result = "oom\nMemoryError" + _where(e, case.get("code", ""))
     except BaseException as e:
         lines = _exc_line(e).strip().splitlines() or [type(e).__name__]
-        result = "err\n" + lines[-1] + _where(e, case)
+        result = "err\n" + lines[-1] + _where(e, case.get("code", ""))
     return result

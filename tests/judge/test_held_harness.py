@@ -18,7 +18,7 @@ from test_isolated_inline import HEADER, PROGRAMS, TIMEOUT_S
 
 from sandboxkit import SandboxPool
 from sandboxkit.judge import AssertCase, grade
-from sandboxkit.judge import _python as python_module
+from sandboxkit.judge import _harness_run as python_module
 from sandboxkit.judge import harness as harness_module
 from sandboxkit.judge import isolated as isolated_module
 from sandboxkit.judge.isolated import build_isolated_harness, library, warm_module

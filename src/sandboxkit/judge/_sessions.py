@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandboxkit.errors import SandboxCrashed
-from sandboxkit.judge._job import Job, Outcome
+from sandboxkit.judge._grading_state import Job, Outcome
 from sandboxkit.judge.verdict import CaseResult, trim_message
 from sandboxkit.session import Session
 

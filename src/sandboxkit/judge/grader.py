@@ -29,8 +29,16 @@ from typing import Any
 import anyio
 
 from sandboxkit.errors import InvalidRequest, SandboxError, SandboxkitError
-from sandboxkit.judge._job import Job, Outcome, account, all_compile_error, compile_message, judge_run, timed_run
-from sandboxkit.judge._python import run_harness
+from sandboxkit.judge._grading_state import (
+    Job,
+    Outcome,
+    account,
+    all_compile_error,
+    compile_message,
+    judge_run,
+    timed_run,
+)
+from sandboxkit.judge._harness_run import run_harness
 from sandboxkit.judge._sessions import Attempt, run_in_sessions
 from sandboxkit.judge.banned import compile_patterns, find_banned
 from sandboxkit.judge.cases import (

@@ -54,7 +54,7 @@ from typing import Any
 
 from sandboxkit.base import Backend
 from sandboxkit.judge import _harness_source as _source
-from sandboxkit.judge._held import held_library, held_module, held_tail
+from sandboxkit.judge._preloaded_harness import held_library, held_module, held_tail
 from sandboxkit.judge.cases import AssertCase, CallCase, StdioCase
 
 __all__ = [
@@ -304,7 +304,7 @@ def runs_inline(cases: Sequence[StdioCase | AssertCase | CallCase]) -> bool:
     program still runs in a fresh sandbox process of its own, with the same verdicts: the payload
     and its reading are the child's, CPU time is limited by ``RLIMIT_CPU``, the wall limit by a
     timer; a death the process cannot report is read from the run's exit
-    (:func:`sandboxkit.judge._python.inline_lost`). A stdio case keeps its child: it runs as
+    (:func:`sandboxkit.judge._harness_run.inline_lost`). A stdio case keeps its child: it runs as
     ``__main__`` with its own exit code and streams.
     """
     return len(cases) == 1 and not isinstance(cases[0], StdioCase)

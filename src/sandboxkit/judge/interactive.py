@@ -65,7 +65,7 @@ import shlex
 from dataclasses import dataclass
 
 from sandboxkit.errors import InvalidRequest
-from sandboxkit.judge._job import Job, Outcome, all_compile_error, compile_message, judge_run, timed_run
+from sandboxkit.judge._grading_state import Job, Outcome, all_compile_error, compile_message, judge_run, timed_run
 from sandboxkit.judge._sessions import Attempt, run_in_sessions
 from sandboxkit.judge.cases import InvalidTests, StdioCase
 from sandboxkit.judge.checkers import Checker, CheckerFailed

@@ -52,10 +52,10 @@ from typing import Any
 
 from sandboxkit.base import Backend
 from sandboxkit.errors import SandboxError
+from sandboxkit.judge._grading_state import Job, Outcome, all_compile_error
 from sandboxkit.judge._harness_isolated import INLINE_SOURCE, LIBRARY, RUN_INLINE, RUN_MANY, SOURCE
-from sandboxkit.judge._held import held_library, held_module, held_tail, run_held
-from sandboxkit.judge._job import Job, Outcome, all_compile_error
-from sandboxkit.judge._python import inline_lost, timeout_result
+from sandboxkit.judge._harness_run import inline_lost, timeout_result
+from sandboxkit.judge._preloaded_harness import held_library, held_module, held_tail, run_held
 from sandboxkit.judge.cases import AssertCase
 from sandboxkit.judge.harness import (
     DEFAULT_PARALLEL,
@@ -262,7 +262,7 @@ def isolated_program(
 
 @functools.lru_cache(maxsize=1)
 def library() -> tuple[str, str]:
-    """The harness's definitions as a module for warm interpreters: ``(name, source)`` (see ``_held``)."""
+    """The harness's definitions as a module for warm interpreters: ``(name, source)`` (see ``_preloaded_harness``)."""
     return held_library("_sandboxkit_isolated_", LIBRARY, {"many": RUN_MANY, "inline": RUN_INLINE}, HARNESS_FILE)
 
 
@@ -310,7 +310,7 @@ def runs_inline(cases: Sequence[AssertCase]) -> bool:
     with the same verdicts, limits and security: the solution is still a process of its own that can
     neither trace the checker nor reach its descriptors. A death of the harness process itself (its
     CPU backstop, the OOM killer, a kill by the solution) is read from the run's exit, as for the
-    plain harness's inline case (:func:`sandboxkit.judge._python.inline_lost`).
+    plain harness's inline case (:func:`sandboxkit.judge._harness_run.inline_lost`).
     """
     return len(cases) == 1
 

@@ -7,8 +7,8 @@ import signal
 from collections.abc import Mapping
 from typing import Any
 
-from sandboxkit.judge._held import run_held
-from sandboxkit.judge._job import Job, Outcome, all_compile_error, judge_run
+from sandboxkit.judge._grading_state import Job, Outcome, all_compile_error, judge_run
+from sandboxkit.judge._preloaded_harness import run_held
 from sandboxkit.judge.cases import AssertCase, CallCase, CompareOptions, StdioCase
 from sandboxkit.judge.compare import compare_values
 from sandboxkit.judge.harness import (

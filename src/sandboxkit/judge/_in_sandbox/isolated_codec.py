@@ -1,16 +1,3 @@
-"""Part of the isolated assert harness's source: the framing and the value encoding (see
-:mod:`sandboxkit.judge._harness_isolated` for the encoding, :mod:`sandboxkit.judge.isolated` for why).
-
-Standalone Python text, compiled with the rest of the harness in the sandbox; the tests run it alone
-(after :data:`~sandboxkit.judge._harness_isolated.IMPORTS`) to check that values come back exactly.
-"""
-
-from __future__ import annotations
-
-__all__ = ["CODEC"]
-
-#: Framing and the value encoding, shared by the checker and the solution (standalone: tests run it).
-CODEC = r"""
 # ---------------------------------------------------------------- framing and the value encoding
 _MSG_CAP = 1 << 30
 _BIG = 1 << 1000
@@ -537,4 +524,3 @@ def _dumps(node):
 def _loads(data):
     return _JSON_LOADS(data.decode("utf-8"))
 
-"""

@@ -1,15 +1,3 @@
-"""Part of the isolated assert harness's source: the solution process and the checker process.
-
-See :mod:`sandboxkit.judge.isolated` for why they are apart and what crosses between them. Standalone
-Python text, compiled with the rest of the harness in the sandbox.
-"""
-
-from __future__ import annotations
-
-__all__ = ["ROLES"]
-
-#: The solution process (serves requests) and the checker process (runs the test code on proxies).
-ROLES = r'''
 # ---------------------------------------------------------------- the solution process
 
 
@@ -431,4 +419,3 @@ def _checked(case):
     elif result is None:
         result = "died\nthe solution's process stopped answering"
     return result
-'''

@@ -14,7 +14,7 @@ import hashlib
 from collections.abc import Callable, Mapping
 
 from sandboxkit.base import Backend
-from sandboxkit.judge._job import Job, timed_run
+from sandboxkit.judge._grading_state import Job, timed_run
 from sandboxkit.models import Limits, RunResult
 
 __all__ = ["NOLIB", "held_library", "held_module", "held_tail", "run_held"]

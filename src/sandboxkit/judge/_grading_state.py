@@ -1,7 +1,7 @@
 """What one grading carries between its runs: the job (code, limits, options) and the outcome so far.
 
 Shared by the grader's execution plan (:mod:`sandboxkit.judge.grader`) and the Python harness runner
-(:mod:`sandboxkit.judge._python`), with the reading of one program run as one case (:func:`judge_run`).
+(:mod:`sandboxkit.judge._harness_run`), with the reading of one program run as one case (:func:`judge_run`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,65 @@
+def _failure(e, code):
+    # The payload for an exception that ended the solution's set-up or the test, as the plain harness words it.
+    if isinstance(e, SystemExit):
+        return "err\nthe program called sys.exit(%r) before the case finished" % (e.code,)
+    told = getattr(e, "_sk_msg", None)
+    if isinstance(e, MemoryError):
+        return "oom\n" + (told or "MemoryError" + _where(e, code))
+    if told:
+        return "err\n" + told
+    lines = _exc_line(e).strip().splitlines() or [type(e).__name__]
+    return "err\n" + lines[-1] + _where(e, code)
+
+
+def _libc(name):
+    # A libc function returning int, through _ctypes alone: importing the ctypes package (struct, its
+    # Python layer) cost every run ~1.5 ms; the package where it is loaded already or _ctypes lacks
+    # this. Built once where the harness's definitions are loaded (a warm fork server holds them built).
+    try:
+        if "ctypes" in sys.modules:
+            raise ImportError("ctypes is loaded")
+        import _ctypes
+
+        class _Int(_ctypes._SimpleCData):
+            _type_ = "i"
+
+        class _Fn(_ctypes.CFuncPtr):
+            _flags_ = _ctypes.FUNCFLAG_CDECL
+            _restype_ = _Int
+
+        return _Fn(_ctypes.dlsym(_ctypes.dlopen(None, 0), name))
+    except BaseException:
+        try:
+            import ctypes
+            return getattr(ctypes.CDLL(None), name)
+        except BaseException:
+            return None
+
+
+_PRCTL = _libc("prctl")
+_GETCPU = _libc("sched_getcpu")
+
+
+def _pin(cpu=None):
+    # A checker and its solution talk in strict turns (a call, its reply): on one CPU each turn is a
+    # switch on that CPU; on two, each is a wake-up of the other CPU, which a VM pays dearly for
+    # (a round trip measured 62 us across CPUs, 18 us on one). So both run on one CPU: this process's
+    # own unless given. CPU-time limits are unchanged, and the wall limit already stretches by the
+    # time spent waiting for a CPU.
+    try:
+        os.sched_setaffinity(0, {_GETCPU() if cpu is None else cpu})
+    except BaseException:
+        pass
+
+
+def _no_dump():
+    # Non-dumpable: a process of the same uid cannot ptrace it, read its memory or open /proc/PID/fd.
+    # Every checker and solution is forked from here, so the checker never is dumpable.
+    if _PRCTL is None:
+        return False
+    try:
+        _PRCTL(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+        return _PRCTL(3, 0, 0, 0, 0) == 0  # PR_GET_DUMPABLE
+    except BaseException:
+        return False
+

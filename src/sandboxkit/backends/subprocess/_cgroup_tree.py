@@ -261,8 +261,10 @@ def _ancestor_tree(unified: tuple[str, str], cgroup: str, wanted: tuple[str, ...
         return None
     real_root = not os.path.exists(os.path.join(ancestor, "cgroup.type"))
     top = os.path.join(ancestor, TOP)
+    made = False
     try:
         os.mkdir(top)
+        made = True
     except FileExistsError:
         pass
     except OSError as exc:
@@ -280,6 +282,9 @@ def _ancestor_tree(unified: tuple[str, str], cgroup: str, wanted: tuple[str, ...
             problems.append(f"{c} limit: {err}")
     problems += [f"{c} limit: the hierarchy's root does not offer {c}" for c in wanted if c not in target]
     if not set(enabled) > here:
+        if made:  # leave no empty cgroup behind for nothing
+            with contextlib.suppress(OSError):
+                os.rmdir(top)
         return None
     given = " ".join(sorted(here)) or "none"
     how = (

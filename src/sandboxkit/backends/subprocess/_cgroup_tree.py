@@ -18,6 +18,11 @@ either (systemd would undo it): sandboxkit asks systemd for a transient scope wi
 ``Delegate=yes`` holding this process (what ``systemd-run --scope -p Delegate=yes`` does at
 launch) and builds the subtree there; where systemd cannot be asked, ``doctor`` says how to get a
 delegation. A later sandboxkit process started from the leaf finds the subtree and reuses it.
+
+Where the own cgroup is given fewer controllers than the hierarchy's root offers (its parent
+enables only some for it) and this process may write above it (root in the init cgroup
+namespace), the sandboxes go into sandboxkit's own cgroup ``<ancestor>/sandboxkit`` instead, as
+Docker and systemd make their own slices; see :func:`_ancestor_tree` for what it writes.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from sandboxkit.backends.subprocess import SubprocessSandbox
 from sandboxkit.backends.subprocess._cgroup_tree import (
     HOST_LEAF,
     SANDBOXES,
+    TOP,
     cgroup_mounts,
     host_path,
     own_cgroups,
@@ -146,18 +147,58 @@ def test_a_process_started_in_the_leaf_reuses_the_subtree(delegated: Delegated) 
     assert not os.path.exists(os.path.join(delegated.path, HOST_LEAF, SANDBOXES))
 
 
-def test_a_controller_that_is_not_delegated_is_reported_and_nothing_moves(delegated: Delegated) -> None:
-    """One level down nothing is enabled, so the controller is not offered: say so, touch nothing."""
+def _undelegated(delegated: Delegated) -> str:
+    """A cgroup one level down whose parent enables nothing for it, with the resident moved into it."""
     inner = os.path.join(delegated.path, "undelegated")
     os.mkdir(inner)
-    # The cgroup must not hold processes while it has a child that is offered nothing: move the
+    # The parent must not hold processes while it has a child that is offered nothing: move the
     # resident down into the undelegated cgroup (whose parent enables no controller).
     _write(os.path.join(inner, "cgroup.procs"), str(delegated.resident.pid))
-    tree = prepare_v2(delegated.mount, f"{delegated.own}/undelegated", wanted=(delegated.controller,))
+    return inner
+
+
+def test_a_controller_no_ancestor_offers_is_reported_and_nothing_moves(delegated: Delegated) -> None:
+    """Not in this cgroup's ``cgroup.controllers`` nor the root's: say so, touch nothing."""
+    inner = _undelegated(delegated)
+    absent = "sandboxkit_absent"
+    tree = prepare_v2(delegated.mount, f"{delegated.own}/undelegated", wanted=(absent,))
     assert tree.parent is None
-    assert any("not delegated" in p and delegated.controller in p for p in tree.problems), tree
+    assert any("not delegated" in p and absent in p for p in tree.problems), tree
     assert _cgroup_of(delegated.resident.pid) == f"{delegated.own}/undelegated"
     assert [e for e in os.listdir(inner) if e.startswith("sandboxkit")] == []
+
+
+def test_a_cgroup_its_parent_gives_too_little_gets_sandboxkits_own_cgroup_at_the_root(delegated: Delegated) -> None:
+    """The real 16-core host: ``/process_api`` enables only memory for ``/process_api/<id>``, the
+    root offers every controller. sandboxkit makes ``<root>/sandboxkit``, enables the controller
+    there, and leaves this process, its cgroup and the parent's ``subtree_control`` as they were."""
+    inner = _undelegated(delegated)
+    root = delegated.mount[0]
+    top = os.path.join(root, TOP)
+    made_top = not os.path.exists(top)
+    parent_control = _words(os.path.join(delegated.path, "cgroup.subtree_control"))
+    sandbox = os.path.join(top, f"sandboxkit-sbx-test-{secrets.token_hex(3)}")
+    try:
+        tree = prepare_v2(delegated.mount, f"{delegated.own}/undelegated", wanted=(delegated.controller,))
+        assert tree.parent == top, tree
+        assert tree.controllers == (delegated.controller,)
+        assert TOP in tree.how and "hierarchy's root" in tree.how
+        assert _cgroup_of(delegated.resident.pid) == f"{delegated.own}/undelegated"
+        assert _words(os.path.join(delegated.path, "cgroup.subtree_control")) == parent_control
+        assert [e for e in os.listdir(inner) if e.startswith("sandboxkit")] == []
+        # A sandbox cgroup there holds the controller, and a process of this cgroup can move in.
+        os.mkdir(sandbox)
+        assert delegated.controller in _words(os.path.join(sandbox, "cgroup.controllers"))
+        _write(os.path.join(sandbox, "cgroup.procs"), str(delegated.resident.pid))
+        assert _cgroup_of(delegated.resident.pid) == f"/{TOP}/{os.path.basename(sandbox)}"
+        # A second process finds it and reuses it.
+        again = prepare_v2(delegated.mount, f"{delegated.own}/undelegated", wanted=(delegated.controller,))
+        assert (again.parent, again.controllers) == (tree.parent, tree.controllers)
+    finally:
+        _write(os.path.join(inner, "cgroup.procs"), str(delegated.resident.pid))
+        _remove_tree(sandbox)
+        if made_top:
+            _remove_tree(top)
 
 
 def test_a_cgroup_outside_the_mount_is_not_guessed() -> None:

@@ -27,6 +27,7 @@ import secrets
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -220,17 +221,42 @@ async def test_checkpoints_never_copy_host_files(sandbox: SubprocessSandbox, can
     canary.assert_untouched()
 
 
-def _task_states(freezer: freeze.Freezer) -> list[str]:
-    """The scheduler state of every thread in the freezer's cgroup ('D' while frozen)."""
-    states = []
+def _cpu_ticks(freezer: freeze.Freezer) -> int:
+    """CPU clock ticks (utime + stime) used so far by every thread in the freezer's cgroup.
+
+    Why not the scheduler state: a task frozen by the v1 freezer shows 'D', one frozen by v2's
+    ``cgroup.freeze`` shows 'S' (kernel 6.x); what freezing means on both is that no thread runs.
+    """
+    ticks = 0
     with open(os.path.join(freezer.directory, "cgroup.procs")) as f:
         pids = f.read().split()
     for pid in pids:
         with contextlib.suppress(FileNotFoundError):
             for tid in os.listdir(f"/proc/{pid}/task"):
                 with contextlib.suppress(FileNotFoundError), open(f"/proc/{pid}/task/{tid}/stat") as f:
-                    states.append(f.read().rsplit(")", 1)[1].split()[0])
-    return states
+                    fields = f.read().rsplit(")", 1)[1].split()
+                    ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return ticks
+
+
+def _kernel_says_frozen(freezer: freeze.Freezer) -> bool:
+    """The kernel's own word: ``frozen 1`` in v2's ``cgroup.events``, ``FROZEN`` in v1's ``freezer.state``."""
+    if freezer.version == 2:
+        with open(os.path.join(freezer.directory, "cgroup.events")) as f:
+            return "frozen 1" in f.read().splitlines()
+    with open(os.path.join(freezer.directory, "freezer.state")) as f:
+        return f.read().strip() == "FROZEN"
+
+
+def _ticks_advance(freezer: freeze.Freezer, within_s: float) -> bool:
+    """Whether the cgroup's threads use any CPU within ``within_s`` (a busy thread always does unless stopped)."""
+    before = _cpu_ticks(freezer)
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        if _cpu_ticks(freezer) != before:
+            return True
+    return False
 
 
 async def test_the_kernel_is_frozen_while_the_host_holds_its_files_and_thawed_after_an_error(
@@ -242,11 +268,13 @@ async def test_the_kernel_is_frozen_while_the_host_holds_its_files_and_thawed_af
     if freezer is None:
         missing("no cgroup freezer for the kernel (cgroup v1 freezer or v2 cgroup.freeze, as root)")
     assert freezer is not None
+    assert _ticks_advance(freezer, 5.0), "the busy thread never ran"
     with pytest.raises(RuntimeError), freeze.frozen(freezer):
-        states = _task_states(freezer)
-        assert states and set(states) == {"D"}, states
+        assert _kernel_says_frozen(freezer)
+        assert not _ticks_advance(freezer, 0.5), "a thread of the kernel ran while frozen"
         raise RuntimeError("the host's file operation failed")
-    assert "D" not in _task_states(freezer), "the kernel stayed frozen after the host's error"
+    assert not _kernel_says_frozen(freezer), "the kernel stayed frozen after the host's error"
+    assert _ticks_advance(freezer, 5.0), "the busy thread did not run again after the thaw"
     assert (await kernels.cell(sandbox, "2")).value == "2"
     await sandbox.close()
     assert not os.path.exists(freezer.directory) or freezer.version == 2, "the freezer cgroup outlived the kernel"

@@ -6,7 +6,8 @@ limits what a sandbox really holds (files in its tmpfs included) and reports OOM
 pids cgroup caps a fork bomb; a CPU quota keeps a sandbox full of busy processes from
 starving its neighbours (``Limits.cpus``). Sandbox cgroups are created below the cgroup this
 process is in, so a container's own limits still apply above them; ``_cgroup_tree`` finds or
-builds that parent.
+builds that parent. Only where that cgroup is given too few controllers and an ancestor offers
+them (root in the init cgroup namespace) do they go into sandboxkit's own cgroup there instead.
 """
 
 from __future__ import annotations

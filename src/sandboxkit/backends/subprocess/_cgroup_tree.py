@@ -18,19 +18,37 @@ either (systemd would undo it): sandboxkit asks systemd for a transient scope wi
 ``Delegate=yes`` holding this process (what ``systemd-run --scope -p Delegate=yes`` does at
 launch) and builds the subtree there; where systemd cannot be asked, ``doctor`` says how to get a
 delegation. A later sandboxkit process started from the leaf finds the subtree and reuses it.
+
+Where the own cgroup is given fewer controllers than the hierarchy's root offers (its parent
+enables only some for it) and this process may write above it (root in the init cgroup
+namespace), the sandboxes go into sandboxkit's own cgroup ``<ancestor>/sandboxkit`` instead, as
+Docker and systemd make their own slices; see :func:`_ancestor_tree` for what it writes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
 
-__all__ = ["HOST_LEAF", "SANDBOXES", "WANTED", "CgroupMounts", "V2Tree", "cgroup_mounts", "own_cgroups", "prepare_v2"]
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "HOST_LEAF",
+    "SANDBOXES",
+    "TOP",
+    "WANTED",
+    "CgroupMounts",
+    "V2Tree",
+    "cgroup_mounts",
+    "own_cgroups",
+    "prepare_v2",
+]
 
 #: The controllers sandboxes use, in the order they are reported.
 WANTED = ("memory", "pids", "cpu")
@@ -38,6 +56,8 @@ WANTED = ("memory", "pids", "cpu")
 HOST_LEAF = "sandboxkit.host"
 #: The parent of every sandbox cgroup in a subtree sandboxkit built.
 SANDBOXES = "sandboxkit.sandboxes"
+#: sandboxkit's own cgroup next to an ancestor's children, where this process's cgroup lacks controllers.
+TOP = "sandboxkit"
 
 
 @dataclass(frozen=True)
@@ -200,6 +220,87 @@ def _enable(cgroup: str, controller: str, leaf: str | None) -> str | None:
     return f"cannot enable {controller} for the children of {cgroup}: processes keep arriving in it"
 
 
+def _ancestor_offering(point: str, cgroup: str, target: set[str]) -> str | None:
+    """The nearest ancestor of ``cgroup`` (up to the mount point) whose children may get every controller of ``target``.
+
+    An ancestor other than the hierarchy's real root counts only where it already enables them
+    all in its ``cgroup.subtree_control`` (sandboxkit never changes that file in a cgroup it did
+    not create); the real root counts where they are in its ``cgroup.controllers``.
+    """
+    directory = cgroup
+    while directory != point and directory.startswith(point + os.sep):
+        directory = os.path.dirname(directory)
+        real_root = not os.path.exists(os.path.join(directory, "cgroup.type"))
+        offered = set(_words(os.path.join(directory, "cgroup.controllers" if real_root else "cgroup.subtree_control")))
+        if target <= offered:
+            return directory
+    return None
+
+
+def _ancestor_tree(unified: tuple[str, str], cgroup: str, wanted: tuple[str, ...], here: set[str]) -> V2Tree | None:
+    """Make sandboxkit's own cgroup :data:`TOP` next to ``cgroup``'s ancestors where they offer more controllers.
+
+    Why: a parent may give this process's cgroup fewer controllers than the host has (the real
+    host's ``/process_api`` enables only ``memory`` for ``/process_api/<id>``), and no write
+    inside the own cgroup can get the others. As Docker and systemd make their own top-level
+    slices, sandboxkit then makes ``<ancestor>/sandboxkit`` and puts the sandboxes there. That
+    needs root in the cgroup namespace that shows the ancestor (with ``nsdelegate``, moving a
+    process there takes write access to the common ancestor's ``cgroup.procs``). The only file
+    written in a cgroup sandboxkit did not create is the real root's ``cgroup.subtree_control``,
+    and only to enable a wanted controller the root has but does not yet give its children.
+    The sandboxes then sit outside this process's cgroup: the limits of its parents (the
+    ``memory.max`` of ``/process_api``) no longer count them; their own limits do.
+
+    Returns:
+        The tree (None where no ancestor gives more than ``here``, or it could not be made).
+    """
+    point = os.path.normpath(unified[0])
+    mount_root = not os.path.exists(os.path.join(point, "cgroup.type"))
+    target = set(wanted) & set(
+        _words(os.path.join(point, "cgroup.controllers" if mount_root else "cgroup.subtree_control"))
+    )
+    if target <= here:
+        return None
+    ancestor = _ancestor_offering(point, cgroup, target)
+    if ancestor is None:
+        return None
+    real_root = not os.path.exists(os.path.join(ancestor, "cgroup.type"))
+    top = os.path.join(ancestor, TOP)
+    made = False
+    try:
+        os.mkdir(top)
+        made = True
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        log.info("cannot make %s (%s): sandboxes stay under this process's cgroup", top, exc.strerror)
+        return None
+    enabled: list[str] = []
+    problems: list[str] = []
+    for c in (c for c in wanted if c in target):
+        err = _enable(ancestor, c, None) if real_root else None  # the root may hold processes: no rule there
+        if err is None:
+            err = _enable(top, c, None)
+        if err is None:
+            enabled.append(c)
+        else:
+            problems.append(f"{c} limit: {err}")
+    problems += [f"{c} limit: the hierarchy's root does not offer {c}" for c in wanted if c not in target]
+    if not set(enabled) > here:
+        if made:  # leave no empty cgroup behind for nothing
+            with contextlib.suppress(OSError):
+                os.rmdir(top)
+        return None
+    given = " ".join(sorted(here)) or "none"
+    how = (
+        f"cgroup v2 cgroup {top} made by sandboxkit at "
+        + ("the hierarchy's root" if real_root else f"the ancestor {ancestor}")
+        + f", since this process's cgroup {cgroup} is given only: {given} (sandboxes are outside it: its"
+        " parents' limits do not count them)"
+    )
+    return V2Tree(top, tuple(enabled), how, tuple(problems))
+
+
 def prepare_v2(unified: tuple[str, str], own: str, wanted: tuple[str, ...] = WANTED) -> V2Tree:
     """Build (or find) the sandboxkit subtree under this process's v2 cgroup ``own``.
 
@@ -247,6 +348,10 @@ def prepare_v2(unified: tuple[str, str], own: str, wanted: tuple[str, ...] = WAN
         for c in wanted
         if c not in available
     ]
+    if problems and not root_cgroup:
+        above = _ancestor_tree(unified, cgroup, wanted, available)
+        if above is not None:
+            return V2Tree(above.parent, above.controllers, above.how + scope, above.problems)
     leaf = None if root_cgroup else os.path.join(cgroup, HOST_LEAF)
     sandboxes = os.path.join(cgroup, SANDBOXES)
     offered = [c for c in wanted if c in available]

@@ -289,6 +289,23 @@ async def test_right_solutions_pass_with_every_kind_of_value(pool: SandboxPool) 
     assert plain.status == "ok", plain.cases  # the same tests mean the same thing in both modes
 
 
+async def test_a_host_on_another_python_than_the_sandboxs_grades_the_same(
+    pool: SandboxPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A host on Python 3.12 sent its bytecode to the sandbox's 3.11, which crashed on it: every right answer
+    # failed (26 judge tests on 3.12). Bytecode of another interpreter is now never loaded.
+    import sandboxkit.judge.isolated as isolated
+
+    monkeypatch.setattr(isolated, "MAGIC_NUMBER", b"\xff\xff\r\n")
+    monkeypatch.setattr(isolated, "_test_bytecode", lambda code: "e3" + "00" * 64)  # not a code object anywhere
+    isolated._test_record.cache_clear()
+    try:
+        verdict = await _grade(pool, CORRECT, CORRECT_TESTS, True)
+    finally:
+        isolated._test_record.cache_clear()
+    assert verdict.status == "ok", verdict.cases
+
+
 async def test_wrong_and_crashing_solutions_fail_as_they_do_in_process(pool: SandboxPool) -> None:
     code = """
 import os, sys

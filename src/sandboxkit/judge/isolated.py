@@ -149,6 +149,7 @@ def _case_data(code: str) -> dict[str, Any]:
     bytecode = _test_bytecode(code)
     if bytecode is not None:
         data["bc"] = bytecode
+        data["magic"] = MAGIC_NUMBER.hex()  # whose bytecode it is: the sandbox's Python may be another version
     return data
 
 

@@ -402,8 +402,12 @@ def _checked(case):
                 ns[name] = _dec(node, _checker_handle)
             except _NoNumpy:
                 _no_numpy()
-        # Compiled by the host when this interpreter reads its bytecode (the same for every completion).
-        test = marshal.loads(bytes.fromhex(case["bc"])) if "bc" in case else compile(code, "<test>", "exec")
+        # Compiled by the host (the same for every completion), and loaded only where this interpreter reads
+        # that bytecode: a host on Python 3.12 grading in a sandbox's 3.11 sent bytecode that crashed the
+        # checker, so a right answer failed. Elsewhere the test compiles here.
+        magic = getattr(sys.modules.get("_frozen_importlib_external"), "MAGIC_NUMBER", b"").hex()
+        bc = case.get("bc") if case.get("magic") == magic else None
+        test = marshal.loads(bytes.fromhex(bc)) if bc else compile(code, "<test>", "exec")
         exec(test, ns)
         result = "ok"
     except (_Cannot, _Died, _Refused):

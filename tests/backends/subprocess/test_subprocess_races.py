@@ -36,7 +36,7 @@ from sandboxkit.backends.subprocess import SubprocessSandbox
 from sandboxkit.backends.subprocess import _beneath as beneath
 from sandboxkit.backends.subprocess import _freeze as freeze
 from sandboxkit.backends.subprocess._fork import DirectorySnapshot, _copy_tree
-from sandboxkit.errors import SandboxError
+from sandboxkit.errors import SandboxkitError
 from sandboxkit.models import RunRequest
 from support import kernels
 from support.marks import missing
@@ -147,7 +147,7 @@ async def test_reads_through_a_swapped_link_never_return_host_files(
         for path in ("d/secret", "l/secret"):
             try:
                 found = await sandbox.read_files([path])
-            except SandboxError:
+            except SandboxkitError:
                 tally["error"] += 1  # a clear error is a fair end; a host file's bytes are not
                 continue
             _check_read(found, canary)
@@ -166,7 +166,7 @@ async def test_writes_through_a_swapped_link_never_touch_host_files(
         for files in writes:
             try:
                 await sandbox.write_files(files)
-            except SandboxError:
+            except SandboxkitError:
                 errors += 1  # a clear error is a fair end; a write that reached the host is not
         if i % 16 == 0:
             canary.assert_untouched()
@@ -182,7 +182,7 @@ async def test_fetch_through_a_swapped_link_never_returns_host_files(
     for _ in range(SLOW_ATTEMPTS):
         try:
             result = await sandbox.run(RunRequest(code="pass", language="python", fetch_files=["d/secret", "l/secret"]))
-        except SandboxError:
+        except SandboxkitError:
             continue
         _check_read(result.files, canary)
     canary.assert_untouched()
@@ -197,7 +197,7 @@ async def test_exec_cwd_through_a_swapped_link_never_probes_host_directories(
     await _start_swapper(sandbox, canary)
     for _ in range(SLOW_ATTEMPTS):
         for cwd in ("d/only-on-host", "l/only-on-host"):
-            with pytest.raises(SandboxError):
+            with pytest.raises(SandboxkitError):
                 await sandbox.exec("true", cwd=cwd)
 
 
@@ -206,7 +206,7 @@ async def test_checkpoints_never_copy_host_files(sandbox: SubprocessSandbox, can
     for _ in range(SLOW_ATTEMPTS):
         try:
             snap = await sandbox.snapshot()
-        except SandboxError:
+        except SandboxkitError:
             continue  # a clear error is a fair end
         assert isinstance(snap, DirectorySnapshot)
         try:
@@ -431,12 +431,12 @@ async def test_a_rootfs_view_swapped_under_the_host_never_reaches_host_files(
             for path in ("d/secret", "l/secret", "/testbed/d/secret", "/testbed/l/secret", "/tb/d/secret"):
                 try:
                     _check_read(await sb.read_files([path]), canary)
-                except SandboxError:
+                except SandboxkitError:
                     pass
             for files in ({"d/secret": OWN}, {"l/new": MODEL}, {"/testbed/l/deep/x": MODEL}, {"/tb/y": MODEL}):
                 try:
                     await sb.write_files(files)
-                except SandboxError:
+                except SandboxkitError:
                     pass
             if i % 16 == 0:
                 canary.assert_untouched()

@@ -281,6 +281,7 @@ async def base() -> AsyncIterator[SubprocessBackend]:
         assert has_overlay_mounts([backend.root]) == []
 
 
+@pytest.mark.docker  # the image comes from the Docker engine (docker export)
 async def test_python_in_the_image_opens_testbed_files_warm(base: SubprocessBackend) -> None:
     async with _open(base) as sb:
         await sb.write_files({"/testbed/x.txt": "numbers 1 2 3"})
@@ -293,6 +294,7 @@ async def test_python_in_the_image_opens_testbed_files_warm(base: SubprocessBack
         assert await _reward(sb, "42") == 1.0
 
 
+@pytest.mark.docker  # the image comes from the Docker engine (docker export)
 async def test_run_never_writes_through_a_working_directory_the_program_replaced(base: SubprocessBackend) -> None:
     host_dir = Path(tempfile.mkdtemp(prefix="hostside-", dir=os.path.dirname(CACHE)))
     try:

@@ -244,6 +244,30 @@ def test_rows_that_cannot_be_graded_give_no_reward() -> None:
         env.close()
 
 
+def test_an_explicit_reward_command_beats_the_inferred_rules() -> None:
+    # A row with ground_truth, an empty domain and its own reward_command: the command grades it (it was
+    # ignored, and the empty domain scored the right answer 0.0 as unknown_domain).
+    task = {**row(domain=""), "reward_command": "grep -qx 42 /testbed/answer.txt", "pool_options": POOL}
+    env = SandboxEnv.from_dict(task)
+    try:
+        env.reset()
+        env.step(act("execute_bash", command="echo 42 > /testbed/answer.txt"))
+        assert env.step(act("submit"))[1] == 1.0, env.final_info
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("domain", ["", "poetry"])
+def test_a_row_with_no_rule_for_its_domain_is_refused_before_the_episode(domain: str) -> None:
+    env = SandboxEnv.from_dict({**row(domain=domain), "pool_options": POOL})
+    try:
+        _, info = env.reset()
+        assert "no LLM-in-Sandbox reward rule for domain" in info["error"], info
+        assert env.step(act("submit"))[1] == 0.0 and env.final_info.get("reward") is None
+    finally:
+        env.close()
+
+
 def test_a_hung_math_worker_is_no_reward_and_replaced() -> None:
     worker = MathWorker(workers=1, wall_s=0.5)
     try:

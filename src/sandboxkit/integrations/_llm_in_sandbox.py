@@ -197,6 +197,26 @@ def rouge_l(reference: str, candidate: str) -> float:
     return float(scorer.score(reference, candidate)["rougeL"].fmeasure)
 
 
+#: Domains (prefixes, lower case) LLM-in-Sandbox-RL's rules grade; instruct_follow needs IFBench.
+RULE_DOMAINS = ("math", "physics", "chem", "biomed", "instruct_pretrain", "long_context", "instruct_follow")
+
+
+def check_domain(domain: Any) -> None:
+    """Refuse, before an episode starts, a row graded by LLM-in-Sandbox's rules whose domain has no rule.
+
+    Such a row could only end with no reward after the whole episode ran; the dataset is wrong, not the
+    model, so the user hears it at once.
+
+    Raises:
+        ValueError: no rule for ``domain``; the message lists the known ones and the alternatives.
+    """
+    if not str(domain or "").lower().startswith(RULE_DOMAINS):
+        raise ValueError(
+            f"no LLM-in-Sandbox reward rule for domain {domain!r} (known: {', '.join(RULE_DOMAINS)}); "
+            "fix the row's domain, or give it a reward_command or tests"
+        )
+
+
 def score_answer(answer: str, ground_truth: Any, domain: Any, qa_type: Any = None) -> Score:
     """Score one answer as LLM-in-Sandbox-RL's ``instruct_pretrain`` reward does. Never raises."""
     truth = ground_truth if isinstance(ground_truth, str) else json.dumps(ground_truth)

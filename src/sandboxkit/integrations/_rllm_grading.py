@@ -42,13 +42,16 @@ def grade_episode(
     tests = task.get("tests")
     command = task.get("reward_command")
     try:
-        if tests is None and is_llm_in_sandbox_row(task):
-            return _grade_answer(task, layout, files, paths)
+        # What the row says beats what is inferred from it: tests, then an explicit reward_command, and only
+        # then LLM-in-Sandbox's rules for a row with ground_truth and domain (an explicit command used to be
+        # ignored on such a row, and an empty domain then scored a right answer 0.0 as "unknown_domain").
         if tests is not None:
             return _grade_tests(task, tests, files, call)
         if isinstance(command, str) and command:
             result = files.exec(files.workspace.command(command))
             return (1.0 if result.ok else 0.0), {"reward_status": result.status.value, "infra_error": False}
+        if is_llm_in_sandbox_row(task):
+            return _grade_answer(task, layout, files, paths)
     except SandboxkitError as exc:
         return 0.0, {"reward_status": "infra_error", "infra_error": True, "error": str(exc)}
     except ValueError as exc:  # a bad solution_path or test data in the task row

@@ -35,7 +35,7 @@ from sandboxkit.errors import InvalidRequest, SandboxError, SandboxkitError
 from sandboxkit.integrations._cells import format_cell, run_cell
 from sandboxkit.integrations._codetool import CODE_INTERPRETER_SCHEMA
 from sandboxkit.integrations._format import format_error, format_result
-from sandboxkit.integrations._llm_in_sandbox import Layout, input_files
+from sandboxkit.integrations._llm_in_sandbox import Layout, check_domain, input_files, is_llm_in_sandbox_row
 from sandboxkit.integrations._prepared import fork_prepared
 from sandboxkit.integrations._rllm_editor import EpisodeFiles, edit
 from sandboxkit.integrations._rllm_grading import grade_episode
@@ -272,6 +272,9 @@ class SandboxEnv(BaseEnv):
                 "extra_info": dict(self.task),  # as LLM-in-Sandbox's env gives it (its agent reads it)
             }
             try:
+                ruled = self.task.get("tests") is None and not self.task.get("reward_command")
+                if ruled and is_llm_in_sandbox_row(self.task):
+                    check_domain(self.task.get("domain"))  # a row no rule can grade is the dataset's error
                 self.layout = Layout.from_row(self.task, self._workdir)
                 self.workspace = WorkspaceMap(self.layout.working_dir)
                 self.paths = EpisodePaths(self.workspace, self._absolute_paths)

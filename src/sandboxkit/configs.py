@@ -110,7 +110,8 @@ class SubprocessConfig(BaseBackendConfig):
     rootfs_cache: str | None = None
     """Where root filesystems are unpacked, keyed by sha256 (default ``~/.cache/sandboxkit/rootfs``)."""
     workdir: str | None = None
-    """Working directory inside the root filesystem (default ``/testbed``; only with ``rootfs``)."""
+    """Working directory: inside the root filesystem (default ``/testbed``) with ``rootfs``, else where
+    bubblewrap binds the workspace (default ``/work``)."""
 
 
 class DockerConfig(BaseBackendConfig):

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from sandboxkit.backends.subprocess._isolation import probe
 from sandboxkit.backends.subprocess._rootfs import has_overlay_mounts
 from sandboxkit.integrations._llm_in_sandbox import Layout, input_files, score_answer
 from sandboxkit.integrations._math_worker import (
@@ -31,7 +32,6 @@ from sandboxkit.integrations._math_worker import (
     _cpu_seconds,
     shutdown_math_worker,
 )
-from sandboxkit.integrations._runtime import shared_handle
 from sandboxkit.integrations.rllm import TOOLS, SandboxEnv
 from support.integrations import descendant_processes, docker_backend_present, docker_engine_up
 from support.marks import missing, requires
@@ -156,6 +156,31 @@ def test_scripted_episode_scores_right_1_and_wrong_0(backend: dict[str, Any]) ->
     assert env.final_info == {"reward_status": "math", "reward": 1.0, "infra_error": False, "answer_found": True}
     steps, env = episode(backend, WRONG)
     assert steps[3][1:3] == (0.0, True) and env.final_info["reward"] == 0.0
+
+
+#: A program file the model wrote that names the task's files by their literal absolute paths
+#: (issue 28 item 5): only a command string can be rewritten, so ``/testbed`` must be real.
+SOLVER = (
+    "with open('/testbed/documents/nums.txt') as f:\n"
+    "    total = sum(int(x) for x in f)\n"
+    "with open('/testbed/answer.txt', 'w') as f:\n"
+    "    f.write(str(total))\n"
+)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_literal_testbed_path_inside_a_program_file_scores_1(backend: dict[str, Any]) -> None:
+    env = SandboxEnv.from_dict({**row(), **env_args(backend), "pool_options": POOL})
+    try:
+        env.reset()
+        created = env.step(act("str_replace_editor", command="create", path="/testbed/solve.py", file_text=SOLVER))
+        assert "created" in created[0], created
+        ran = env.step(act("execute_bash", command="cd /tmp && python3 /testbed/solve.py && pwd"))
+        assert "Error" not in ran[0], ran
+        assert env.step(act("submit"))[1:3] == (1.0, True)
+        assert env.final_info["reward"] == 1.0
+    finally:
+        env.close()
 
 
 def test_boxed_answer_written_with_the_editor_and_missing_answer() -> None:
@@ -388,9 +413,7 @@ def test_layout_and_input_files() -> None:
 def test_64_parallel_episodes_leave_nothing_behind(backend: dict[str, Any]) -> None:
     args = env_args(backend)
     before = descendant_processes()
-    handle = shared_handle(
-        args["backend"], **POOL, **({"backend_options": args["backend_options"]} if "backend_options" in args else {})
-    )
+    handle = SandboxEnv.from_dict({**row(), **args, "pool_options": POOL}).handle  # the episodes' shared pool
     with concurrent.futures.ThreadPoolExecutor(max_workers=64) as executor:  # as rLLM's engine runs envs
         runs = list(executor.map(lambda i: episode(backend, RIGHT if i % 2 else WRONG), range(64)))
     finals = [steps[-1][0] for steps, _ in runs]
@@ -408,8 +431,8 @@ def test_64_parallel_episodes_leave_nothing_behind(backend: dict[str, Any]) -> N
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_program_opens_testbed_paths_it_computes(backend: dict[str, Any]) -> None:
     env = SandboxEnv.from_dict({**row(), **env_args(backend), "pool_options": POOL})
-    if not env.handle.pool.backend.capabilities.absolute_paths:
-        pytest.skip(f"{backend} sandboxes have no root filesystem of their own here (the path is mapped instead)")
+    if not env.handle.pool.backend.capabilities.absolute_paths and probe().bwrap is None:
+        missing("no bubblewrap to show the workspace at /testbed (the path is mapped instead)")
     try:
         env.reset()
         computed = (

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from sandboxkit.integrations._runtime import shared_handle
 from sandboxkit.integrations.rllm import TOOLS, BaseEnv, RLLMSandbox, SandboxEnv
 from support.integrations import descendant_processes, docker_backend_present, docker_engine_up
 from support.marks import requires
@@ -162,7 +161,7 @@ def test_reset_releases_the_previous_sandbox_and_close_is_idempotent() -> None:
 
 def test_64_episodes_from_a_64_thread_pool_leave_nothing_behind() -> None:
     before = descendant_processes()
-    handle = shared_handle("subprocess", **POOL)
+    handle = SandboxEnv.from_dict({**TASK, "backend": "subprocess", "pool_options": POOL}).handle  # the episodes' pool
     with concurrent.futures.ThreadPoolExecutor(max_workers=64) as executor:  # as rLLM's engine runs envs
         results = list(executor.map(lambda _: run_episode("subprocess")[:2], range(64)))
     assert all(final == 1.0 for _, final in results)

@@ -1,22 +1,57 @@
 """Where the model's paths live in an rLLM episode's sandbox.
 
-The model is told its files are in a working directory (``/testbed``). On a backend with its own
-root filesystem where that directory exists and is writable, commands run there and files go to
-their real absolute paths, so a program that computes ``/testbed/...`` at run time finds them.
-Elsewhere the directory is mapped onto the sandbox's workspace, in commands and in output
-(:class:`~sandboxkit.integrations._workspace.WorkspaceMap`). This module decides which, once per
-episode, and turns the model's paths into the paths the backend's file API takes.
+The model is told its files are in a working directory (``/testbed``). Where a backend can, the
+directory is real: :func:`real_workdir_options` asks Docker for a writable root and the subprocess
+backend to show its workspace there (bubblewrap binds it at ``workdir=``), so a program file that
+names ``/testbed/...`` literally finds its files. On a backend with its own root filesystem where
+that directory exists and is writable, commands run there and files go to their real absolute
+paths. Elsewhere the directory is mapped onto the sandbox's workspace, in commands and in output
+(:class:`~sandboxkit.integrations._workspace.WorkspaceMap`); where the workspace already *is* the
+directory, that mapping is the identity. This module decides which, once per episode, and turns
+the model's paths into the paths the backend's file API takes.
 """
 
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
+from sandboxkit.errors import SandboxkitError
+from sandboxkit.integrations._llm_in_sandbox import Layout
+from sandboxkit.integrations._runtime import BackendLike
 from sandboxkit.integrations._workspace import WorkspaceMap
 from sandboxkit.models import ExecResult
 
-__all__ = ["EpisodePaths"]
+__all__ = ["EpisodePaths", "real_workdir_options"]
+
+
+def real_workdir_options(
+    backend: BackendLike, options: Mapping[str, Any] | None, layout: Layout
+) -> Mapping[str, Any] | None:
+    """Backend options that make the advertised working directory a real, writable one.
+
+    Only for a backend named as a string whose options leave the choice open. ``docker``: a
+    writable root with the layout's directories. ``subprocess``: ``workdir=`` the working
+    directory, where this machine's sandboxes can show the workspace there (bubblewrap, a path
+    that hides nothing of the host's); elsewhere the options stay as given and the directory is
+    mapped, as before.
+    """
+    if backend == "docker" and not (options and "writable_root" in options):
+        dirs = dict.fromkeys([layout.working_dir, layout.input_dir, layout.output_dir])
+        return {**dict(options or {}), "writable_root": True, "writable_dirs": tuple(dirs)}
+    if backend == "subprocess" and not (options and "workdir" in options):
+        # Imported here: the subprocess backend is Linux-only, and building an env opens nothing.
+        from sandboxkit.backends.subprocess._backend import _check_workdir
+        from sandboxkit.backends.subprocess._isolation import probe
+
+        rootfs = (options or {}).get("rootfs")
+        try:
+            _check_workdir(layout.working_dir, rootfs, bwrap=probe().bwrap is not None, root=None)
+        except SandboxkitError:
+            return options
+        return {**dict(options or {}), "workdir": layout.working_dir}
+    return options
 
 
 class EpisodePaths:

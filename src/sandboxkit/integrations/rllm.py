@@ -39,7 +39,7 @@ from sandboxkit.integrations._llm_in_sandbox import Layout, check_domain, input_
 from sandboxkit.integrations._prepared import fork_prepared
 from sandboxkit.integrations._rllm_editor import EpisodeFiles, edit
 from sandboxkit.integrations._rllm_grading import grade_episode
-from sandboxkit.integrations._rllm_paths import EpisodePaths
+from sandboxkit.integrations._rllm_paths import EpisodePaths, real_workdir_options
 from sandboxkit.integrations._rllm_sandbox import RLLMSandbox
 from sandboxkit.integrations._runtime import GRACE_S, BackendLike, PoolHandle, open_session, shared_handle
 from sandboxkit.integrations._toolcalls import ToolCall, ToolCallError, calls_in_action
@@ -135,21 +135,6 @@ CONTINUE_MSG = (
 FINISHED_MSG = "<<< Finished >>>"
 
 
-def _real_workdir_options(
-    backend: BackendLike, options: Mapping[str, Any] | None, layout: Layout
-) -> Mapping[str, Any] | None:
-    """Docker options that give an agent a real, writable working directory (``/testbed``).
-
-    Only for the ``docker`` backend named as a string without a ``writable_root`` choice of
-    the caller's: its containers have their own root, so the advertised directory can be a
-    real one instead of a name mapped onto the workspace.
-    """
-    if backend != "docker" or (options and "writable_root" in options):
-        return options
-    dirs = dict.fromkeys([layout.working_dir, layout.input_dir, layout.output_dir])
-    return {**dict(options or {}), "writable_root": True, "writable_dirs": tuple(dirs)}
-
-
 class SandboxEnv(BaseEnv):
     """One sandbox per episode, with ``execute_bash`` / ``str_replace_editor`` / ``submit``.
 
@@ -203,7 +188,7 @@ class SandboxEnv(BaseEnv):
         except ValueError:  # a bad row must not kill the engine's env builder: reset() reports it
             self.layout = Layout.from_row({}, workdir)
         options = {"max_concurrency": 64, "max_sandboxes": 128, **dict(pool_options or {})}
-        backend_options = _real_workdir_options(backend, backend_options, self.layout)
+        backend_options = real_workdir_options(backend, backend_options, self.layout)
         if backend_options:
             options["backend_options"] = dict(backend_options)
         self.handle: PoolHandle = (

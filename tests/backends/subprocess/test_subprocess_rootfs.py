@@ -220,7 +220,6 @@ async def test_bad_options_are_invalid_requests(tmp_path: Path) -> None:
     not_tar = tmp_path / "image.txt"
     not_tar.write_text("not a tarball")
     for kwargs in (
-        {"workdir": "/testbed"},  # without rootfs
         {"rootfs": str(tmp_path / "missing")},
         {"rootfs": str(not_tar)},
         {"rootfs": _needs_busybox(), "workdir": "relative"},

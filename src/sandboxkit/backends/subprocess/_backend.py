@@ -58,14 +58,30 @@ def _toolchain_present(lang: Language, path: str) -> bool:
     )
 
 
-def _check_workdir(workdir: str | None, rootfs: str | None) -> str:
+#: Top-level directories a sandbox without a root filesystem takes from the host (or replaces):
+#: binding the workspace over one would hide the interpreter, its libraries or /proc from the program.
+_HOST_DIRS = frozenset(
+    {"bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "root", "run", "sbin", "sys", "tmp",
+     "usr", "var"}
+)  # fmt: skip
+
+
+def _check_workdir(workdir: str | None, rootfs: str | None, *, bwrap: bool, root: str | None) -> str:
+    """Where programs see their workspace, checked against what the sandbox binds there.
+
+    With ``rootfs`` the directory is inside the image's private view (default ``/testbed``). Without
+    one, bubblewrap binds the workspace there instead of :data:`~._isolation.INNER_WORKDIR`, so a
+    program file that names ``/testbed/...`` literally finds it; that needs bubblewrap, and the path
+    must not hide what the sandbox takes from the host (``/usr``, ``/etc``, ``/tmp``, ...) or the
+    directory of the workspaces (``root``; None: not known yet), nor need a mount point inside a
+    read-only host directory.
+
+    Raises:
+        InvalidRequest: the path is not one a sandbox can show its workspace at.
+        BackendUnavailable: no rootfs and no bubblewrap (the workspace is then a host directory).
+    """
     if workdir is None:
-        return _rootfs.DEFAULT_WORKDIR
-    if rootfs is None:
-        raise InvalidRequest(
-            f"workdir={workdir!r} needs rootfs=: without a root filesystem the workspace is a host directory",
-            backend=NAME,
-        )
+        return _rootfs.DEFAULT_WORKDIR if rootfs is not None else isolation.INNER_WORKDIR
     try:
         checked = check_sandbox_path(workdir, absolute_ok=True) if isinstance(workdir, str) else ""
     except ValueError as exc:
@@ -73,6 +89,30 @@ def _check_workdir(workdir: str | None, rootfs: str | None) -> str:
     if not checked.startswith("/") or checked.split("/")[1] in ("tmp", "dev", "proc", "sys"):
         raise InvalidRequest(
             f"workdir must be an absolute directory outside /tmp, /dev, /proc and /sys, got {workdir!r}", backend=NAME
+        )
+    if rootfs is not None:
+        return checked
+    if not bwrap:
+        raise BackendUnavailable(
+            f"workdir={workdir!r} without rootfs= needs bubblewrap (to bind the workspace there); "
+            "install it (apt-get install bubblewrap) or leave workdir out",
+            backend=NAME,
+        )
+    top = "/" + checked.split("/")[1]
+    inside_root = root is not None and (
+        root == checked or root.startswith(checked + "/") or checked.startswith(root + "/")
+    )
+    if checked.split("/")[1] in _HOST_DIRS | {""} or inside_root:
+        raise InvalidRequest(
+            f"workdir={workdir!r} would hide what the sandbox takes from the host ({top}); "
+            "choose a directory of its own such as '/testbed'",
+            backend=NAME,
+        )
+    if checked != top and os.path.lexists(top) and not os.path.isdir(checked):
+        raise InvalidRequest(
+            f"workdir={workdir!r} is inside {top}, which the sandbox shows read-only from the host, "
+            "and is not a directory there; choose a new top-level directory such as '/testbed'",
+            backend=NAME,
         )
     return checked
 
@@ -116,13 +156,15 @@ class SubprocessBackend(Backend):
             ``/logs``) are real and private (see ``_rootfs``). Needs root and bubblewrap.
         rootfs_cache: where images are unpacked, keyed by sha256 (default
             ``~/.cache/sandboxkit/rootfs``).
-        workdir: where programs start and relative paths point, inside the root filesystem
-            (default ``/testbed``; only with ``rootfs``).
+        workdir: where programs start and relative paths point: inside the root filesystem
+            (default ``/testbed``) with ``rootfs``, else where bubblewrap binds the workspace
+            (default ``/work``), so literal paths like ``/testbed/data.txt`` inside program files work.
 
     Raises:
         InvalidRequest: a ``preload_modules`` entry is not a module name, ``workdir`` is not an
-            absolute path (or is given without ``rootfs``), or ``rootfs`` cannot be unpacked.
-        BackendUnavailable: ``rootfs`` needs what this machine lacks (root, bubblewrap, a tmpfs).
+            absolute path (or would hide a host directory the sandbox uses), or ``rootfs`` cannot be unpacked.
+        BackendUnavailable: ``rootfs`` needs what this machine lacks (root, bubblewrap, a tmpfs), or
+            ``workdir`` without ``rootfs`` needs bubblewrap.
     """
 
     name = NAME
@@ -160,7 +202,7 @@ class SubprocessBackend(Backend):
         self.disk_mb = disk_mb
         self.tmp_mb = tmp_mb
         self.server_python = shutil.which("python3", path=self.path)
-        self.workdir = _check_workdir(workdir, rootfs)
+        self.workdir = _check_workdir(workdir, rootfs, bwrap=self.isolation.bwrap is not None, root=self.root)
         #: The unpacked image every sandbox's root view is made of, or None (the host's filesystem).
         self.rootfs = _load_rootfs(rootfs, rootfs_cache, self.isolation) if rootfs is not None else None
         self._toolchains: dict[str, bool] = {}

@@ -192,14 +192,15 @@ class SubprocessSandbox(Sandbox):
 
     @property
     def inner_path(self) -> str:
-        """Where the program sees its workspace: :data:`INNER_WORKDIR` under bubblewrap, else the host path.
+        """Where the program sees its workspace: the backend's ``workdir`` under bubblewrap, else the host path.
 
-        A fixed path hides the host's layout from the program and keeps tracebacks free of
+        ``workdir`` defaults to :data:`INNER_WORKDIR`; an agent environment asks for ``/testbed`` so a
+        program file naming ``/testbed/...`` literally finds its files. A fixed path hides the host's layout from the program and keeps tracebacks free of
         sandboxkit's directory names (``File "/work/main.py"``, as on the Docker backend).
         """
         if self.view is not None:
             return self.view.workdir
-        return isolation.INNER_WORKDIR if self._iso.bwrap is not None else self.workspace.path
+        return self._backend.workdir if self._iso.bwrap is not None else self.workspace.path
 
     def _inner(self, host_path: str) -> str:
         """``host_path`` (the workspace or a path inside it) as the program sees it."""
@@ -208,7 +209,7 @@ class SubprocessSandbox(Sandbox):
         ws = self.workspace.path
         if self._iso.bwrap is None or host_path == ws:
             return self.inner_path if host_path == ws else host_path
-        return isolation.INNER_WORKDIR + host_path[len(ws) :] if host_path.startswith(ws + "/") else host_path
+        return self.inner_path + host_path[len(ws) :] if host_path.startswith(ws + "/") else host_path
 
     def _prefix(self, network: bool, cwd: str | None = None) -> tuple[list[str], list[int]]:
         """The namespace wrapper of this sandbox's processes (empty without bubblewrap).

@@ -183,6 +183,23 @@ def test_a_literal_testbed_path_inside_a_program_file_scores_1(backend: dict[str
         env.close()
 
 
+def test_a_working_dir_that_would_hide_a_host_directory_is_mapped_instead() -> None:
+    # /var is the host's inside a plain subprocess sandbox: the env keeps the workspace at /work and
+    # maps the row's directory in commands, so the episode still runs and scores (no pool refused).
+    task = row(working_dir="/var/task")
+    env = SandboxEnv.from_dict({**task, "pool_options": POOL})
+    try:
+        _, info = env.reset()
+        assert not info.get("infra_error"), info
+        command = (
+            "python3 -c \"print(sum(int(x) for x in open('/var/task/documents/nums.txt')))\" > /var/task/answer.txt"
+        )
+        env.step(act("execute_bash", command=command))
+        assert env.step(act("submit"))[1] == 1.0
+    finally:
+        env.close()
+
+
 def test_boxed_answer_written_with_the_editor_and_missing_answer() -> None:
     env = SandboxEnv.from_dict({**row(ground_truth="\\frac{1}{2}"), "pool_options": POOL})
     try:

@@ -8,6 +8,8 @@ host are refused before any sandbox opens.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from sandboxkit.backends.subprocess import SubprocessBackend
@@ -81,3 +83,12 @@ def test_workdirs_that_hide_the_hosts_directories_are_refused(workdir: str) -> N
     _bwrap_or_missing()
     with pytest.raises(InvalidRequest, match="workdir"):
         SubprocessBackend(workdir=workdir)
+
+
+def test_a_new_mount_point_inside_a_read_only_host_directory_is_refused() -> None:
+    _bwrap_or_missing()
+    tops = [n for n in sorted(os.listdir("/")) if os.path.isdir("/" + n) and n in ("home", "mnt", "opt", "srv")]
+    if not tops:
+        pytest.skip("no /home, /mnt, /opt or /srv on this host to nest a workdir in")
+    with pytest.raises(InvalidRequest, match="read-only"):
+        SubprocessBackend(workdir=f"/{tops[0]}/sandboxkit-no-such-dir")

@@ -35,19 +35,15 @@ DODGERS = {
     ),
 }
 
-#: The dataset's interactor: a number guessing game (the secret is the case's input file).
-GUESS_INTERACTOR = """
+#: The dataset's interactor: it tells the solution the case's number and accepts only that number plus one.
+PLUS_ONE_INTERACTOR = """
 import sys
-secret = int(open(sys.argv[1]).read())
-for _ in range(7):
-    g = int(input())
-    if g == secret:
-        print("=", flush=True)
-        sys.exit(0)
-    print("<" if g < secret else ">", flush=True)
-sys.exit(1)
+number = int(open(sys.argv[1]).read())
+print(number, flush=True)
+reply = sys.stdin.readline().strip()
+sys.exit(0 if reply == str(number + 1) else 1)
 """
-GUESS_CASES = [{"stdin": f"{n}\n", "expected_stdout": ""} for n in (1, 37, 100)]
+PLUS_ONE_CASES = [{"stdin": f"{n}\n", "expected_stdout": ""} for n in (1, 37, 100)]
 
 #: A wrong solution that rewrites every file it can find under the interactor's folder (and the
 #: folder's siblings) with an accept-everything script, and plants a site hook that would make the
@@ -116,14 +112,17 @@ class BlameTests(ConformanceBase):
         if not caps.stateful or "bash" not in caps.languages:
             pytest.skip("interactive problems need a stateful backend that runs bash")
         tests = {
-            "cases": GUESS_CASES,
-            "checker": {"type": "interactor", "language": "python", "code": GUESS_INTERACTOR},
+            "cases": PLUS_ONE_CASES,
+            "checker": {"type": "interactor", "language": "python", "code": PLUS_ONE_INTERACTOR},
         }
         async with self.pool(backend) as pool:
             await self.require_python(pool)
             verdict = await grade(pool, TAMPERS_WITH_THE_INTERACTOR, tests, language="python")
+            # The same problem passes a right solution: the interactor runs here, so the 0 above is its verdict.
+            right = await grade(pool, "print(int(input()) + 1, flush=True)", tests, language="python")
         _assert_not_a_pass(verdict, "tampers with the interactor")
         assert verdict.passed == 0, verdict
+        assert (right.status, right.reward) == ("ok", 1.0), right
 
 
 def _assert_not_a_pass(verdict: Verdict, attack: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import anyio
 import pytest
 
 from judge.test_checkers import EXAMPLE_CHECKER, GARBAGE, SUM_CASES
@@ -226,3 +227,26 @@ async def test_a_right_program_is_never_charged_for_a_short_deadline(pool: Sandb
 async def test_verl_charges_a_program_whose_timeouts_use_up_its_deadline() -> None:
     scored = await compute_score("x", SPINS, json.dumps(SIX_SUMS), language="c", timeout=1, deadline_s=4.0)
     assert (scored["score"], scored["status"]) == (0.0, "timeout"), scored
+
+
+class SlowSandboxes(RecordingBackend):
+    """The real backend, but each run waits 1 s before it starts: a busy host, nothing the program did."""
+
+    async def open(self, limits: Limits | None = None) -> Sandbox:
+        sandbox = await super().open(limits)
+        real = sandbox.run
+
+        async def run(request: RunRequest) -> RunResult:
+            await anyio.sleep(1.0)
+            return await real(request)
+
+        sandbox.run = run  # type: ignore[method-assign]
+        return sandbox
+
+
+async def test_a_right_program_on_a_slow_sandbox_past_the_deadline_gets_none_not_zero() -> None:
+    # The other side of the deadline rule: the time went to the sandbox, so the program is not charged.
+    with SandboxReward(SlowSandboxes(), deadline_s=3.0, limits=Limits(timeout_s=1), language="c") as reward:
+        rewards = await reward(prompts=["p"], completions=[SUMS], tests=[json.dumps(SIX_SUMS)])
+        assert rewards == [None]
+        assert reward.last_verdicts == [None]

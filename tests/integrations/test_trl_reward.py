@@ -115,3 +115,25 @@ def test_a_pool_instance_is_rejected_with_advice() -> None:
 
     with pytest.raises(ValueError, match="SyncSandboxPool"):
         SandboxReward(SandboxPool("subprocess"))
+
+
+C_SUM_TESTS = json.dumps({"inputs": [f"{i} {i}\n" for i in range(6)], "outputs": [f"{2 * i}\n" for i in range(6)]})
+C_RIGHT = '```c\n#include <stdio.h>\nint main(void){int a,b;scanf("%d %d",&a,&b);printf("%d\\n",a+b);return 0;}\n```'
+C_SPIN = "```c\nint main(void){for(;;);}\n```"
+
+
+async def test_a_program_that_times_out_every_case_cannot_dodge_its_zero_past_the_deadline() -> None:
+    """Six 1 s cases one after another (a compiled session) cannot fit a 4 s deadline if each times out.
+
+    The time went to the program's own timeouts, so it is the program's outcome (0.0), not ``None``; a
+    right program under the same deadline still scores 1.0.
+    """
+    reward = SandboxReward("subprocess", deadline_s=4.0, limits=Limits(timeout_s=1), language="c")
+    try:
+        rewards = await reward(prompts=["p"] * 2, completions=[C_SPIN, C_RIGHT], tests=[C_SUM_TESTS] * 2)
+        spin = reward.last_verdicts[0]
+    finally:
+        reward.close()
+    assert rewards == [0.0, 1.0]
+    assert spin is not None and spin.status == "timeout" and not spin.infra_error
+    assert any("not run" in (c.message or "") for c in spin.cases)

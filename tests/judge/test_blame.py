@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import anyio
 import pytest
 
 from judge.test_checkers import EXAMPLE_CHECKER, GARBAGE, SUM_CASES
@@ -198,3 +199,54 @@ async def test_every_attack_ends_with_a_number_through_trl_and_verl() -> None:
             "x", completion, json.dumps(tests), language=language, timeout=5, shaping="all_or_nothing"
         )
         assert (scored["score"], scored["status"] in ("failed", "compile_error")) == (0.0, True), (name, scored)
+
+
+#: Six cases of a compiled stdio problem: they run one after another in one session.
+SIX_SUMS = [{"stdin": f"{n} {n}\n", "expected_stdout": f"{2 * n}\n"} for n in range(6)]
+SPINS = "```c\nint main(void) { for (;;); }\n```"
+SUMS = '```c\n#include <stdio.h>\nint main(void) { int a, b; scanf("%d %d", &a, &b); printf("%d\\n", a + b); }\n```'
+
+
+async def test_a_program_whose_timeouts_use_up_the_deadline_is_charged_the_rest(pool: SandboxPool) -> None:
+    # Was: six 1 s timeouts one after another ran past the adapter's 4 s deadline, which gave None.
+    verdict = await grade(pool, SPINS, SIX_SUMS, language="c", limits=Limits(timeout_s=1), deadline_s=4.0)
+    assert (verdict.status, verdict.reward, verdict.infra_error) == ("timeout", 0.0, False), verdict
+    assert all(c.status == "timeout" for c in verdict.cases), verdict.cases
+    unrun = [c for c in verdict.cases if (c.message or "").startswith("not run")]
+    assert 1 <= len(unrun) <= 4, verdict.cases  # some ran and timed out; the rest were charged unrun
+    assert verdict.duration_s < 4.0
+
+
+async def test_a_right_program_is_never_charged_for_a_short_deadline(pool: SandboxPool) -> None:
+    # Its runs never time out, so none of the missing time is its doing: every case runs and passes
+    # (the caller's own deadline, not the judge, decides what a slow sandbox gets).
+    verdict = await grade(pool, SUMS, SIX_SUMS, language="c", limits=Limits(timeout_s=1), deadline_s=0.001)
+    assert (verdict.status, verdict.reward) == ("ok", 1.0), verdict
+
+
+async def test_verl_charges_a_program_whose_timeouts_use_up_its_deadline() -> None:
+    scored = await compute_score("x", SPINS, json.dumps(SIX_SUMS), language="c", timeout=1, deadline_s=4.0)
+    assert (scored["score"], scored["status"]) == (0.0, "timeout"), scored
+
+
+class SlowSandboxes(RecordingBackend):
+    """The real backend, but each run waits 1 s before it starts: a busy host, nothing the program did."""
+
+    async def open(self, limits: Limits | None = None) -> Sandbox:
+        sandbox = await super().open(limits)
+        real = sandbox.run
+
+        async def run(request: RunRequest) -> RunResult:
+            await anyio.sleep(1.0)
+            return await real(request)
+
+        sandbox.run = run  # type: ignore[method-assign]
+        return sandbox
+
+
+async def test_a_right_program_on_a_slow_sandbox_past_the_deadline_gets_none_not_zero() -> None:
+    # The other side of the deadline rule: the time went to the sandbox, so the program is not charged.
+    with SandboxReward(SlowSandboxes(), deadline_s=3.0, limits=Limits(timeout_s=1), language="c") as reward:
+        rewards = await reward(prompts=["p"], completions=[SUMS], tests=[json.dumps(SIX_SUMS)])
+        assert rewards == [None]
+        assert reward.last_verdicts == [None]

@@ -166,6 +166,7 @@ async def compute_score(
                     limits=limits,
                     compare=settings.get("compare"),
                     isolate_asserts=settings.get("isolate_asserts", True),
+                    deadline_s=deadline,
                 ),
                 deadline,
             ),

@@ -50,6 +50,8 @@ class SandboxReward:
             cannot forge a pass (default; see :mod:`sandboxkit.judge.isolated`). ``False`` trusts the
             solution's process (about twice as fast on assert cases).
         deadline_s: wall-clock bound on grading one batch; completions not graded by then get ``None``.
+            The judge gets the same bound: when a program's own timeouts use it up, its remaining cases
+            are charged as timeouts (a 0, not ``None``), so a policy cannot dodge a zero by being slow.
         name: the name TRL logs the reward under (``rewards/<name>/mean``).
         pool_options: more :class:`~sandboxkit.pool.SandboxPool` options (retries, creation_rate...).
         backend_options: options of the backend when ``backend`` is a name (checked against its config).
@@ -144,6 +146,7 @@ class SandboxReward:
                         limits=self.limits,
                         compare=self.compare,
                         isolate_asserts=self.isolate_asserts,
+                        deadline_s=self.deadline_s,
                     ),
                     self.deadline_s,
                 )

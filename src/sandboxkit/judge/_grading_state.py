@@ -22,8 +22,10 @@ from sandboxkit.pool import SandboxPool
 __all__ = [
     "Job",
     "Outcome",
+    "TimeBudget",
     "account",
     "all_compile_error",
+    "charge_unrun",
     "compile_message",
     "failure_message",
     "judge_run",
@@ -39,6 +41,36 @@ class Outcome:
     compile_error: str | None = None
     #: stdout of the stdio cases that ran cleanly, kept for a sandboxed checker.
     outputs: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
+class TimeBudget:
+    """The wall-clock time a caller will wait for one verdict, and who has spent it.
+
+    Cases that run one after another (a compiled session, stop-at-first-failure) can take their time
+    limit each: a program that times out in every case would push grading past the caller's deadline
+    and turn its zero into ``None`` (TRL drops the sample). Blame rule: what the program can cause is
+    its outcome, so when the next case cannot finish at its limit before the deadline *and* the
+    program's own timed-out runs account for the shortfall, the remaining cases are charged as
+    timeouts without running (:func:`out_of_time`). A right program never times out, so it is never
+    charged; a shortfall from queueing or a slow sandbox is the infrastructure's (the cases run, and
+    the caller's deadline gives ``None``).
+    """
+
+    #: ``time.monotonic()`` by which the verdict must be ready.
+    deadline: float
+    #: Seconds the program's own timed-out runs took (its doing).
+    program_s: float = 0.0
+    #: The largest per-run overhead seen in this grading (wall time minus compile and run), measured,
+    #: so the estimate of what the next case needs follows the backend actually used.
+    overhead_s: float = 0.0
+
+    def record(self, result: RunResult, waited: float) -> None:
+        """Account one run: its overhead, and its time when it timed out."""
+        compile_s = result.compile.duration_s if result.compile is not None else 0.0
+        self.overhead_s = max(self.overhead_s, waited - compile_s - result.duration_s)
+        if result.status is Status.TIMEOUT:
+            self.program_s += result.duration_s
 
 
 @dataclass(frozen=True)
@@ -57,6 +89,8 @@ class Job:
     #: Where the time went (seconds summed over this completion's sandbox calls): ``compile_s``,
     #: ``run_s``, and ``queue_s`` (waiting for a call slot or a sandbox, plus the backend's overhead).
     timing: dict[str, float] = field(default_factory=lambda: {"queue_s": 0.0, "compile_s": 0.0, "run_s": 0.0})
+    #: The caller's deadline for this verdict, when it has one (see :class:`TimeBudget`).
+    budget: TimeBudget | None = None
 
 
 def account(job: Job, result: RunResult, waited: float) -> None:
@@ -71,8 +105,37 @@ async def timed_run(job: Job, runner: Awaitable[RunResult]) -> RunResult:
     """Await one sandbox run and account for its time."""
     started = time.perf_counter()
     result = await runner
-    account(job, result, time.perf_counter() - started)
+    waited = time.perf_counter() - started
+    account(job, result, waited)
+    if job.budget is not None:
+        job.budget.record(result, waited)
     return result
+
+
+def out_of_time(job: Job) -> bool:
+    """Whether the program's own timeouts leave too little of the caller's deadline for the next case.
+
+    True only when the next case could not finish at its time limit (plus the run overhead measured in
+    this grading) before the deadline, and the time the program's timed-out runs took covers that
+    shortfall: without them the case would have fit.
+    """
+    budget = job.budget
+    if budget is None:
+        return False
+    needed = job.limits.timeout_s + budget.overhead_s
+    left = budget.deadline - time.monotonic()
+    return left < needed and budget.program_s >= needed - left
+
+
+def charge_unrun(index: int, case: StdioCase | AssertCase, job: Job) -> CaseResult:
+    """A case not run because the program's own timeouts used up the caller's deadline: a timeout."""
+    spent = job.budget.program_s if job.budget is not None else 0.0
+    return CaseResult(
+        index=index,
+        type=case.type,
+        status="timeout",
+        message=f"not run: the program's earlier timeouts ({spent:.1f}s) used up the time allowed for grading",
+    )
 
 
 def all_compile_error(group: list[tuple[int, Any]], message: str) -> Outcome:

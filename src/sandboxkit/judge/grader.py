@@ -32,10 +32,13 @@ from sandboxkit.errors import InvalidRequest, SandboxError, SandboxkitError
 from sandboxkit.judge._grading_state import (
     Job,
     Outcome,
+    TimeBudget,
     account,
     all_compile_error,
+    charge_unrun,
     compile_message,
     judge_run,
+    out_of_time,
     timed_run,
 )
 from sandboxkit.judge._harness_run import run_harness
@@ -83,6 +86,7 @@ async def grade(
     timeout_s: float | None = None,
     checker: Checker | Mapping[str, Any] | str | None = None,
     isolate_asserts: bool = True,
+    deadline_s: float | None = None,
 ) -> Verdict:
     """Grade one completion against its tests.
 
@@ -102,12 +106,18 @@ async def grade(
             cannot forge a pass (the default; see :mod:`sandboxkit.judge.isolated`); a test that compares
             a value the solution returned that is not plain data then fails that case.
             ``False`` runs the test code in the solution's process, trusting it (about twice as fast).
+        deadline_s: the seconds the caller will wait for this verdict (a reward adapter's deadline).
+            Cases that run one after another and can no longer finish at their limit in time, because
+            the program's own earlier timeouts used the time, are charged as timeouts without running:
+            a slow program cannot turn its zero into the caller's ``None``. A right program is never
+            charged this way (see :class:`~sandboxkit.judge._grading_state.TimeBudget`).
 
     Returns:
         The verdict. Never raises for bad input or a failing sandbox: those are ``invalid`` and
         ``infra_error`` verdicts with ``reward=None``.
     """
     started = time.perf_counter()
+    budget = TimeBudget(time.monotonic() + deadline_s) if deadline_s is not None else None
     language_name = str(language)
     try:
         shape = parse_shaping(shaping)
@@ -143,7 +153,17 @@ async def grade(
         )
 
     sandboxed = special if special is not None and special.sandboxed else None
-    job = Job(pool, extraction.code, lang, run_limits, options, shape.stop_on_first_failure, sandboxed, isolate_asserts)
+    job = Job(
+        pool,
+        extraction.code,
+        lang,
+        run_limits,
+        options,
+        shape.stop_on_first_failure,
+        sandboxed,
+        isolate_asserts,
+        budget=budget,
+    )
     try:
         outcome = await _execute(job, suite)
     except (InvalidRequest, InvalidTests) as exc:
@@ -382,6 +402,9 @@ async def _one_run_per_case(
         # from the first run instead of compiling the same broken code N times.
         while pending:
             index, case = pending.pop(0)
+            if out_of_time(job):
+                outcome.cases.update((i, charge_unrun(i, c, job)) for i, c in [(index, case), *pending])
+                return outcome
             result = await timed_run(job, job.pool.run(request(case)))
             verdict = _first_run_verdict(job, group, result)
             if verdict is not None:
@@ -439,7 +462,10 @@ async def _stdio_session_pass(
     outcome.cases[first_index] = judge_run(first_index, first_case, first, job, outcome)
     if job.stop and not outcome.cases[first_index].passed:
         return None
-    for index, case in rest:
+    for position, (index, case) in enumerate(rest):
+        if out_of_time(job):
+            outcome.cases.update((i, charge_unrun(i, c, job)) for i, c in rest[position:])
+            return None
         result = await timed_run(job, _run_compiled(session, job, case.stdin))
         outcome.cases[index] = judge_run(index, case, result, job, outcome)
         if job.stop and not outcome.cases[index].passed:

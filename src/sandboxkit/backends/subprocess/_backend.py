@@ -16,8 +16,8 @@ import tarfile
 import tempfile
 from collections.abc import Sequence
 
+from sandboxkit.backends.subprocess import _idmap, _rootfs
 from sandboxkit.backends.subprocess import _isolation as isolation
-from sandboxkit.backends.subprocess import _rootfs
 from sandboxkit.backends.subprocess import _seccomp as seccomp
 from sandboxkit.backends.subprocess._fork import DirectorySnapshot, open_forked
 from sandboxkit.backends.subprocess._sandbox import (
@@ -366,6 +366,7 @@ class SubprocessBackend(Backend):
             await sandbox.close()
         for snap in list(self._snapshots):
             await snap.release()
+        _idmap.reap_helpers()  # the last idmapping helper of an open or fork is reaped lazily; not past close
 
     def emergency_cleanup(self) -> None:
         """Kill and remove every sandbox synchronously (interpreter exit)."""

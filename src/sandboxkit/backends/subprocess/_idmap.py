@@ -16,13 +16,14 @@ queue bytes, pending signals).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import select
 import signal
 import threading
 
-__all__ = ["can_idmap", "idmapped_bind"]
+__all__ = ["can_idmap", "idmapped_bind", "reap_helpers"]
 
 _CLONE_NEWUSER = 0x10000000
 _READY_TIMEOUT_S = 5.0
@@ -113,6 +114,18 @@ def _reap(pid: int) -> None:
                 gone = True
             if gone:
                 _UNREAPED.remove(child)
+
+
+def reap_helpers() -> None:
+    """Wait for every killed helper not reaped yet (a backend's close: it must leave no zombie behind).
+
+    Each is already SIGKILLed, so this waits only for the kernel to finish tearing it down.
+    """
+    with _UNREAPED_LOCK:
+        for child in _UNREAPED:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(child, 0)
+        _UNREAPED.clear()
 
 
 def _idmapped_tree(source: str, uid: int, owner: int) -> int:

@@ -50,6 +50,14 @@ async def contained(pool: SandboxPool, backend: RecordingBackend, code: str, **k
     return result
 
 
+async def test_programs_are_the_oom_killers_first_choice(pool: SandboxPool) -> None:
+    # A host run with a negative oom_score_adj (a service manager's) must not make its programs unkillable.
+    script = "print(open('/proc/self/oom_score_adj').read().strip())"
+    python = await pool.run(script)
+    shell = await pool.run("cat /proc/self/oom_score_adj", language="bash")
+    assert int(python.stdout) >= 500 and int(shell.stdout) >= 500, (python, shell)
+
+
 async def test_infinite_loop(pool: SandboxPool, backend: RecordingBackend) -> None:
     result = await contained(pool, backend, "while True: pass")
     assert result.status is Status.TIMEOUT

@@ -487,7 +487,23 @@ def _recv(ctl: _socket.socket) -> tuple[bytes, list[int]]:
     return msg, fds
 
 
+def _oom_first() -> None:
+    # Sandboxes go before the host when the OOM killer chooses: a trainer run with a negative
+    # oom_score_adj (a service manager's -1000, say) made every program unkillable, so a memory bomb
+    # spun at its cgroup's limit until its timeout. Raising needs no privilege, but only while this
+    # process is still dumpable (its /proc files are its own); children inherit the value.
+    try:
+        fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+        try:
+            os.write(fd, b"500")
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
 def main() -> None:
+    _oom_first()
     _no_ptrace()
     ctl = _socket.socket(-1, -1, -1, CTL_FD)  # family/type detected from the descriptor
     global SYSV, SERVER_FRAMES

@@ -24,7 +24,7 @@ import pytest
 
 from sandboxkit.backends.subprocess import SubprocessSandbox
 from sandboxkit.backends.subprocess._isolation import probe
-from sandboxkit.errors import InvalidRequest, SandboxCrashed, SandboxError
+from sandboxkit.errors import InvalidRequest, SandboxCrashed
 from sandboxkit.judge import grade
 from sandboxkit.models import Limits, RunRequest, Status
 from sandboxkit.pool import SandboxPool
@@ -261,11 +261,11 @@ async def test_every_command_runs_inside_the_sandboxs_cgroups(sandbox: Subproces
 
 @needs_bwrap
 @needs_cgroup_v1
-async def test_lowering_memory_below_what_a_session_holds_is_a_sandbox_error(sandbox: SubprocessSandbox) -> None:
+async def test_lowering_memory_below_what_a_session_holds_is_a_clear_error(sandbox: SubprocessSandbox) -> None:
     assert (await sandbox.run(_req(FILL_SHM))).stdout == "filled\n"
     try:
         result = await sandbox.run(_req("print(1)", limits=LIMITS.merged(memory_mb=32)))
-    except SandboxError as exc:
+    except InvalidRequest as exc:  # the caller asked for less than the session holds: its mistake, said clearly
         assert "memory_mb=32" in str(exc) and "/dev/shm" in str(exc), exc
     else:
         assert result.status is Status.MEMORY_EXCEEDED, result

@@ -66,7 +66,6 @@ def test_arrays_come_back_with_their_dtype_shape_and_bytes(codec: dict[str, Any]
 @settings(max_examples=150, deadline=None)
 @given(SCALARS)
 def test_scalars_come_back_as_the_same_numpy_type(codec: dict[str, Any], v: Any) -> None:
-    import numpy as np
 
     back = _roundtrip(codec, v)
     assert type(back) is type(v) and _value_bytes(back) == _value_bytes(v), (v, back)

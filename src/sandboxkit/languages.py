@@ -118,7 +118,15 @@ def _jest_run(code: str) -> list[str]:
     config["testResultsProcessor"] = f"<rootDir>/{_JEST_PROCESSOR}"
     jest = [NODE_BIN, f"{NODE_MODULES}/jest/bin/jest.js", "--ci", "--config", json.dumps(config)]
     # The processor is written next to the test first, as C#'s config is; the test's own arguments follow.
-    return ["bash", "-c", 'printf %s "$1" > "$2" && shift 2 && exec "$@"', "jest", _JEST_REPORT_JS, _JEST_PROCESSOR, *jest]
+    return [
+        "bash",
+        "-c",
+        'printf %s "$1" > "$2" && shift 2 && exec "$@"',
+        "jest",
+        _JEST_REPORT_JS,
+        _JEST_PROCESSOR,
+        *jest,
+    ]
 
 
 #: Sandbox Fusion's jest project names ``jest-json-reporter`` as its ``testResultsProcessor`` with

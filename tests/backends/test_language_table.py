@@ -83,7 +83,9 @@ async def _need(sandbox: Sandbox, language: str) -> None:
         if sandbox.backend_name == "subprocess":
             _present[key] = not lang.missing_binaries()
         else:
-            checks = [f"command -v {b}" for b in lang.binaries] + [f"{{ test -f {f} || test -c {f}; }}" for f in lang.files]
+            checks = [f"command -v {b}" for b in lang.binaries] + [
+                f"{{ test -f {f} || test -c {f}; }}" for f in lang.files
+            ]
             _present[key] = (await sandbox.exec(" && ".join(checks))).exit_code == 0
     if not _present[key]:
         message = f"{language}: {LANGUAGES[language].install_hint} (missing on {sandbox.backend_name})"
@@ -191,7 +193,10 @@ async def test_jest_writes_sandbox_fusions_report(sandbox: Sandbox) -> None:
     report = json.loads(result.files["jest-report.json"])
     cases = {c["fullName"]: c for suite in report["testResults"] for c in suite["testResults"]}
     assert {name: c["status"] for name, c in cases.items()} == {"math adds": "passed", "math inner wrong": "failed"}
-    assert cases["math inner wrong"]["ancestorTitles"] == ["math", "inner"] and cases["math inner wrong"]["failureMessages"]
+    assert (
+        cases["math inner wrong"]["ancestorTitles"] == ["math", "inner"]
+        and cases["math inner wrong"]["failureMessages"]
+    )
 
 
 async def test_csharp_has_dotnets_implicit_usings(sandbox: Sandbox) -> None:
@@ -205,7 +210,9 @@ async def test_csharp_has_dotnets_implicit_usings(sandbox: Sandbox) -> None:
     result = await _run(sandbox, "csharp", code, stdin="1 2 3\n")
     assert (result.status, result.stdout) == (Status.OK, "6\n"), result
     bad = await _run(sandbox, "csharp", "class P { static void Main() {\n  Console.WriteLine(undefined); } }")
-    assert bad.status is Status.COMPILE_ERROR and "(2," in bad.compile.stdout + bad.compile.stderr, bad  # line 2 stays line 2
+    assert bad.status is Status.COMPILE_ERROR and "(2," in bad.compile.stdout + bad.compile.stderr, (
+        bad
+    )  # line 2 stays line 2
 
 
 async def test_scala_runs_the_object_it_finds(sandbox: Sandbox) -> None:

@@ -8,6 +8,7 @@ the per-run limits, reset and teardown.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import os
@@ -201,6 +202,18 @@ class SubprocessSandbox(Sandbox):
         if self.view is not None:
             return self.view.workdir
         return self._backend.workdir if self._iso.bwrap is not None else self.workspace.path
+
+    def _frozen_for(self, paths: Mapping[str, object]) -> contextlib.AbstractContextManager[None]:
+        """Freeze the kept processes while the host writes ``paths``, unless every one is a top-level name.
+
+        A top-level name is opened from the workspace's own descriptor with ``O_NOFOLLOW`` in one step, which
+        no rename can race (the workspace is a mount point: it cannot be swapped itself). Only a path with
+        directories on its way needs the freeze on top of the fd walk; skipping it for the usual
+        ``session.run(code)`` keeps a run next to a live kernel as cheap as before (1.46 -> 2.17 ms with it).
+        """
+        if any("/" in str(path).strip("/") for path in paths):
+            return frozen(self._freezer)
+        return contextlib.nullcontext()
 
     def _inner(self, host_path: str) -> str:
         """``host_path`` (the workspace or a path inside it) as the program sees it."""
@@ -515,8 +528,9 @@ class SubprocessSandbox(Sandbox):
         async with self._lock:
             self._check_open()
             src = lang.source_name(request.code)
-            with frozen(self._freezer):
-                self.workspace.write({**request.files, src: lang.prepare(request.code)})
+            written: dict[str, bytes | str] = {**request.files, src: lang.prepare(request.code)}
+            with self._frozen_for(written):
+                self.workspace.write(written)
             env = self._env({**lang.env, **request.env})
             compile_result: ExecResult | None = None
             compile_argv = lang.compile_argv(request.code)

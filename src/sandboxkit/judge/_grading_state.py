@@ -7,7 +7,7 @@ Shared by the grader's execution plan (:mod:`sandboxkit.judge.grader`) and the P
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,15 +127,12 @@ def out_of_time(job: Job) -> bool:
     return left < needed and budget.program_s >= needed - left
 
 
-def charge_unrun(index: int, case: StdioCase | AssertCase, job: Job) -> CaseResult:
-    """A case not run because the program's own timeouts used up the caller's deadline: a timeout."""
+def charge_unrun(outcome: Outcome, cases: Sequence[tuple[int, StdioCase | AssertCase]], job: Job) -> None:
+    """Record ``cases``, not run because the program's own timeouts used up the caller's deadline, as timeouts."""
     spent = job.budget.program_s if job.budget is not None else 0.0
-    return CaseResult(
-        index=index,
-        type=case.type,
-        status="timeout",
-        message=f"not run: the program's earlier timeouts ({spent:.1f}s) used up the time allowed for grading",
-    )
+    message = f"not run: the program's earlier timeouts ({spent:.1f}s) used up the time allowed for grading"
+    for index, case in cases:
+        outcome.cases[index] = CaseResult(index=index, type=case.type, status="timeout", message=message)
 
 
 def all_compile_error(group: list[tuple[int, Any]], message: str) -> Outcome:

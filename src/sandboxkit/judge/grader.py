@@ -403,7 +403,7 @@ async def _one_run_per_case(
         while pending:
             index, case = pending.pop(0)
             if out_of_time(job):
-                outcome.cases.update((i, charge_unrun(i, c, job)) for i, c in [(index, case), *pending])
+                charge_unrun(outcome, [(index, case), *pending], job)
                 return outcome
             result = await timed_run(job, job.pool.run(request(case)))
             verdict = _first_run_verdict(job, group, result)
@@ -464,7 +464,7 @@ async def _stdio_session_pass(
         return None
     for position, (index, case) in enumerate(rest):
         if out_of_time(job):
-            outcome.cases.update((i, charge_unrun(i, c, job)) for i, c in rest[position:])
+            charge_unrun(outcome, rest[position:], job)
             return None
         result = await timed_run(job, _run_compiled(session, job, case.stdin))
         outcome.cases[index] = judge_run(index, case, result, job, outcome)

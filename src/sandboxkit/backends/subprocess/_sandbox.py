@@ -204,7 +204,7 @@ class SubprocessSandbox(Sandbox):
         return self._backend.workdir if self._iso.bwrap is not None else self.workspace.path
 
     def _frozen_for(self, paths: Mapping[str, object]) -> contextlib.AbstractContextManager[None]:
-        """Freeze the kept processes while the host writes ``paths``, unless every one is a top-level name.
+        """Freeze the kept processes while a run writes or fetches ``paths``, unless each is a top-level name.
 
         A top-level name is opened from the workspace's own descriptor with ``O_NOFOLLOW`` in one step, which
         no rename can race: the descriptor is reached without following any link (a bind mount, or in a root
@@ -584,7 +584,7 @@ class SubprocessSandbox(Sandbox):
                 )
             fetched: dict[str, bytes] = {}
             if request.fetch_files:
-                with frozen(self._freezer):
+                with self._frozen_for(dict.fromkeys(request.fetch_files)):
                     fetched = self.workspace.read(request.fetch_files)
         return classify(
             outcome,

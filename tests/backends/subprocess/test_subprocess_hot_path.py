@@ -8,10 +8,17 @@ on the count, not on time: counts do not depend on the machine's load.
 
 from __future__ import annotations
 
+import os
 import subprocess
+from collections.abc import Mapping
 
+import anyio
+import pytest
+
+from sandboxkit.backends.subprocess import SubprocessSandbox
+from sandboxkit.models import RunRequest, Status
 from sandboxkit.pool import SandboxPool
-from support.subprocess_sandboxes import RecordingBackend
+from support.subprocess_sandboxes import FAST, RecordingBackend
 
 #: asks of the server's liveness per warm pooled run: the reset's report check, the lease's
 #: server lookup and the command itself.
@@ -42,3 +49,49 @@ async def test_a_warm_pooled_run_asks_the_server_for_liveness_at_most_three_time
     assert sandbox._server is server, "the warm path restarted the server"
     assert isinstance(server.proc, subprocess.Popen)
     assert polls <= MAX_POLLS_PER_RUN * runs, f"{polls / runs:.1f} liveness asks per run"
+
+
+async def test_a_warm_pooled_python_run_leaves_writing_its_source_to_the_sandbox(
+    pool: SandboxPool, backend: RecordingBackend
+) -> None:
+    """The host opens, chowns, writes and closes nothing in the workspace for ``print(1)``.
+
+    The forked child writes ``main.py`` itself (it already reads the request), before the
+    program runs; the file is still there for ``__file__``, tracebacks and the program's own reads.
+    """
+    await pool.run("print(1)")
+    (sandbox,) = backend.opened
+    writes = 0
+    real_write = sandbox.workspace.write
+
+    def counting_write(files: Mapping[str, bytes | str]) -> None:
+        nonlocal writes
+        writes += 1
+        real_write(files)
+
+    sandbox.workspace.write = counting_write  # type: ignore[method-assign]
+    for i in range(3):
+        result = await pool.run(f"print(open(__file__).read())  # run {i}")
+        assert result.stdout == f"print(open(__file__).read())  # run {i}\n", result
+    result = await pool.run("print(1)", files={"data.txt": "x"})  # files still go through the host
+    assert result.stdout == "1\n", result
+    assert writes == 1, f"{writes} host-side workspace writes for 3 runs without files and 1 with"
+
+
+@pytest.mark.parametrize(
+    "plant",
+    [
+        "os.remove('main.py'); os.symlink('/etc/passwd', 'main.py')",
+        "os.remove('main.py'); os.mkfifo('main.py')",
+        "os.remove('main.py'); os.makedirs('main.py/sub'); os.symlink('/etc', 'main.py/link')",
+    ],
+)
+async def test_whatever_a_session_left_at_main_py_the_next_run_runs_its_own_code(
+    sandbox: SubprocessSandbox, plant: str
+) -> None:
+    """A run's own earlier program may leave a link, a FIFO or a directory tree at its file's name."""
+    assert (await sandbox.run(RunRequest(code=f"import os\n{plant}\n", limits=FAST))).status is Status.OK
+    with anyio.fail_after(20):
+        result = await sandbox.run(RunRequest(code="print('mine')", limits=FAST))
+    assert result.stdout == "mine\n", result
+    assert os.path.exists("/etc/passwd") and os.path.isdir("/etc")

@@ -28,6 +28,7 @@ from pathlib import Path
 from sandboxkit.backends.subprocess._cgroup import SandboxCgroup
 from sandboxkit.backends.subprocess._output import Drain, OutputLimits
 from sandboxkit.backends.subprocess._status import Outcome
+from sandboxkit.backends.subprocess._watch import Watcher
 
 __all__ = ["GRACE_S", "ForkServer", "ServerStartError"]
 
@@ -110,6 +111,8 @@ class ForkServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.sock: socket.socket | None = None
         self.server_pid: int | None = None
+        #: Its socket's and its commands' pipes' readiness, on the loop as one reader (see ``_watch``).
+        self._watcher: Watcher | None = None
 
     @property
     def alive(self) -> bool:
@@ -217,6 +220,9 @@ class ForkServer:
     def kill(self) -> None:
         """Kill the server and everything in the sandbox. Idempotent, synchronous, quick."""
         proc, self.proc = self.proc, None
+        if self._watcher is not None:
+            self._watcher.close()
+            self._watcher = None
         if self.sock is not None:
             self.sock.close()
             self.sock = None
@@ -288,13 +294,19 @@ class ForkServer:
             if not done.done():
                 done.set_result(None)
 
-        loop.add_reader(fd, readable)
+        watcher = self._watcher_now()
+        watcher.add(fd, readable)
         timer = loop.call_later(timeout_s, expired)
         try:
             return await done
         finally:
             timer.cancel()
-            loop.remove_reader(fd)
+            watcher.remove(fd)
+
+    def _watcher_now(self) -> Watcher:
+        if self._watcher is None:
+            self._watcher = Watcher()
+        return self._watcher
 
     def take_report(self) -> bool:
         """Take the server's state report on the last command if it is already here (no wait).
@@ -468,7 +480,7 @@ class ForkServer:
             for fd in (in_r, out_w, err_w):
                 os.close(fd)
         feed = stdin if written == len(prefix) else prefix[written:] + stdin
-        drain = Drain(out_r, err_r, in_w, feed, output, self._send_kill)
+        drain = Drain(out_r, err_r, in_w, feed, output, self._send_kill, self._watcher_now())
         status: int | None = None
         timed_out = crashed = False
         try:

@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from sandboxkit.backends.subprocess import SubprocessSandbox
-from sandboxkit.models import RunRequest, Status
+from sandboxkit.models import RunRequest, RunResult, Status
 from sandboxkit.pool import SandboxPool
 from support.subprocess_sandboxes import FAST, RecordingBackend
 
@@ -124,3 +124,61 @@ async def test_a_warm_pooled_run_registers_nothing_with_the_event_loop(pool: San
         for name in ("add_reader", "remove_reader", "add_writer", "remove_writer"):
             delattr(loop, name)
     assert calls == [], calls
+
+
+async def test_a_warm_pooled_run_makes_no_descriptor_non_blocking_one_by_one(
+    pool: SandboxPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pipes are made with ``O_NONBLOCK`` (``pipe2``); ``set_blocking`` is two system calls each."""
+    await pool.run("print(1)")
+    calls = 0
+    real = os.set_blocking
+
+    def counting(fd: int, blocking: bool) -> None:
+        nonlocal calls
+        calls += 1
+        real(fd, blocking)
+
+    monkeypatch.setattr(os, "set_blocking", counting)
+    for _ in range(3):
+        assert (await pool.run("print(1)", stdin="some input")).stdout == "1\n"
+    assert calls == 0, f"{calls / 3:.1f} set_blocking calls per run"
+
+
+async def test_the_program_gets_blocking_standard_streams(pool: SandboxPool) -> None:
+    """Only the host's ends of the pipes are non-blocking; a program's reads and writes wait as usual."""
+    code = "import os, sys\nprint(*(os.get_blocking(fd) for fd in (0, 1, 2)), sys.stdin.read())"
+    assert (await pool.run(code, stdin="in")).stdout == "True True True in\n"
+    result = await pool.exec(["python3", "-c", code], stdin="in")
+    assert result.stdout == "True True True in\n", result
+
+
+async def test_a_run_result_is_built_without_validating_what_the_host_typed_itself(
+    pool: SandboxPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every field of a run's result comes from sandboxkit's own code, already typed: ``model_construct``.
+
+    The result is the same object a validated construction gives, fields set included.
+    """
+    await pool.run("print(1)")
+    validated = 0
+    real_init = RunResult.__init__
+
+    def counting_init(self: RunResult, **data: Any) -> None:
+        nonlocal validated
+        validated += 1
+        real_init(self, **data)
+
+    monkeypatch.setattr(RunResult, "__init__", counting_init)
+    results = [
+        await pool.run("print(1)"),
+        await pool.run("import sys; sys.exit(3)"),
+        await pool.run("print('x')", fetch_files=["out.txt"], files={"out.txt": b"y"}),
+    ]
+    assert validated == 0, f"{validated} validated results for 3 runs"
+    monkeypatch.undo()
+    for result in results:
+        again = RunResult.model_validate(result.model_dump())
+        assert again == result
+        assert again.model_fields_set == result.model_fields_set
+    assert results[1].status is Status.FAILED and results[2].files == {"out.txt": b"y"}

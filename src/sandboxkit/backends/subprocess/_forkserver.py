@@ -40,6 +40,7 @@ EOF_GRACE_S = 0.25
 START_TIMEOUT_S = 15.0
 #: Largest command message (argv + env): far above any real command, a bound on what a child reads.
 MAX_MESSAGE = 1 << 20
+_PIPE_FLAGS = os.O_NONBLOCK | os.O_CLOEXEC
 SERVER_SOURCE = (Path(__file__).with_name("_server_main.py")).read_text()
 
 
@@ -453,16 +454,17 @@ class ForkServer:
             raise ValueError(f"command, environment and arguments take {len(body)} bytes; the limit is {MAX_MESSAGE}")
         oom_before = self.cgroup.oom_kills() if self.cgroup is not None else 0
         header = marshal.dumps({"timeout": timeout_s, "sweep": self.sweep_all, "fresh": fresh})
-        in_r, in_w = os.pipe()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
+        # Non-blocking from the start, both ends (the child makes its own ends blocking): three
+        # ``set_blocking`` calls less here, six system calls per command.
+        in_r, in_w = os.pipe2(_PIPE_FLAGS)
+        out_r, out_w = os.pipe2(_PIPE_FLAGS)
+        err_r, err_w = os.pipe2(_PIPE_FLAGS)
         # The child's part rides ahead of stdin (see ``_server_main``). Written before the server
         # hears of the command, it is in the pipe when the child looks: written after, a child
         # forked on the other CPU while this process was preempted by the server's wake-up
         # would block on the empty pipe and need one more wake-up. A request larger than the
         # pipe goes on with stdin in the loop.
         prefix = len(body).to_bytes(8, "little") + body
-        os.set_blocking(in_w, False)
         try:
             written = os.write(in_w, prefix)
         except OSError:
@@ -480,7 +482,7 @@ class ForkServer:
             for fd in (in_r, out_w, err_w):
                 os.close(fd)
         feed = stdin if written == len(prefix) else prefix[written:] + stdin
-        drain = Drain(out_r, err_r, in_w, feed, output, self._send_kill, self._watcher_now())
+        drain = Drain(out_r, err_r, in_w, feed, output, self._send_kill, self._watcher_now(), nonblocking=True)
         status: int | None = None
         timed_out = crashed = False
         try:

@@ -68,6 +68,7 @@ class Drain:
         on_stop: called once, the first time a stream passes ``output.stop`` (kills the program).
         watcher: where the output pipes are watched (a fork server's epoll set, see ``_watch``);
             ``None``: the loop's own ``add_reader``.
+        nonblocking: the three descriptors are non-blocking already (made with ``O_NONBLOCK``).
     """
 
     def __init__(
@@ -79,6 +80,8 @@ class Drain:
         output: OutputLimits,
         on_stop: Callable[[], None],
         watcher: Watcher | None = None,
+        *,
+        nonblocking: bool = False,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self._watcher = watcher
@@ -90,7 +93,8 @@ class Drain:
         self._eof = self._loop.create_future()
         self._open = 2
         for reader in self._readers:
-            os.set_blocking(reader.fd, False)
+            if not nonblocking:
+                os.set_blocking(reader.fd, False)
             if watcher is not None:
                 watcher.add(reader.fd, functools.partial(self._on_readable, reader))
             else:
@@ -100,7 +104,8 @@ class Drain:
         self._writing = False
         if stdin_fd is not None:
             if stdin_data:
-                os.set_blocking(stdin_fd, False)
+                if not nonblocking:
+                    os.set_blocking(stdin_fd, False)
                 self._loop.add_writer(stdin_fd, self._on_writable)
                 self._writing = True
             else:

@@ -343,6 +343,8 @@ def _child(ctl: _socket.socket, fds: list[int]) -> None:
     try:
         os.setsid()
         os.close(ctl.detach())  # the program must not be able to talk to the host
+        for fd in fds[:3]:  # the host makes the pipes non-blocking (its own ends must be)
+            os.set_blocking(fd, True)
         req = _read_request(fds[0])
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)

@@ -271,13 +271,15 @@ class ForkServer:
                     pid = struct.unpack("3i", data[:12])[0]
             return msg, pid
 
-    async def _reply(self, sock: socket.socket, timeout_s: float) -> bytes | None:
+    async def _reply(self, sock: socket.socket, timeout_s: float, watcher: Watcher | None = None) -> bytes | None:
         """The server's next message; ``b""`` if it died, ``None`` if ``timeout_s`` passed first.
 
         One reader callback and one timer rather than ``wait_for``: this runs once per
         command, and the warm path's budget is about a millisecond.
         """
-        loop = asyncio.get_running_loop()
+        if watcher is None:
+            watcher = self._watcher_now(asyncio.get_running_loop())
+        loop = watcher.loop
         done: asyncio.Future[bytes | None] = loop.create_future()
         fd = sock.fileno()
 
@@ -295,7 +297,6 @@ class ForkServer:
             if not done.done():
                 done.set_result(None)
 
-        watcher = self._watcher_now()
         watcher.add(fd, readable)
         timer = loop.call_later(timeout_s, expired)
         try:
@@ -304,9 +305,10 @@ class ForkServer:
             timer.cancel()
             watcher.remove(fd)
 
-    def _watcher_now(self) -> Watcher:
+    def _watcher_now(self, loop: asyncio.AbstractEventLoop) -> Watcher:
         if self._watcher is None:
             self._watcher = Watcher()
+        self._watcher.attach(loop)
         return self._watcher
 
     def take_report(self) -> bool:
@@ -452,6 +454,7 @@ class ForkServer:
         body = marshal.dumps(request)
         if len(body) > MAX_MESSAGE:
             raise ValueError(f"command, environment and arguments take {len(body)} bytes; the limit is {MAX_MESSAGE}")
+        watcher = self._watcher_now(asyncio.get_running_loop())  # the server is alive: not closing
         oom_before = self.cgroup.oom_kills() if self.cgroup is not None else 0
         header = marshal.dumps({"timeout": timeout_s, "sweep": self.sweep_all, "fresh": fresh})
         # Non-blocking from the start, both ends (the child makes its own ends blocking): three
@@ -482,12 +485,12 @@ class ForkServer:
             for fd in (in_r, out_w, err_w):
                 os.close(fd)
         feed = stdin if written == len(prefix) else prefix[written:] + stdin
-        drain = Drain(out_r, err_r, in_w, feed, output, self._send_kill, self._watcher_now(), nonblocking=True)
+        drain = Drain(out_r, err_r, in_w, feed, output, self._send_kill, watcher, nonblocking=True)
         status: int | None = None
         timed_out = crashed = False
         try:
             end = time.monotonic() + timeout_s + GRACE_S
-            reply = await self._reply(sock, timeout_s + GRACE_S)
+            reply = await self._reply(sock, timeout_s + GRACE_S, watcher)
             if report_first and reply == b"":  # died before this command began: not the command's doing
                 self.died = True
                 raise lost("fork server is gone")
@@ -497,7 +500,7 @@ class ForkServer:
                 self.dirty = self.dirty or reply == b"dirty 1"
                 if fresh and self.dirty:  # the server refuses this command (b"stale"): not run
                     raise ServerStale("the last command left state")
-                reply = await self._reply(sock, max(end - time.monotonic(), 0.0))
+                reply = await self._reply(sock, max(end - time.monotonic(), 0.0), watcher)
             elif report_first and reply is not None:  # not the report: nonsense
                 reply = b""
             if reply == b"stale":

@@ -66,8 +66,8 @@ class Drain:
         stdin_data: bytes to feed; the pipe is closed afterwards so the program sees EOF.
         output: bytes kept per stream (head + tail) and the stop threshold.
         on_stop: called once, the first time a stream passes ``output.stop`` (kills the program).
-        watcher: where the output pipes are watched (a fork server's epoll set, see ``_watch``);
-            ``None``: the loop's own ``add_reader``.
+        watcher: where the output pipes are watched (a fork server's epoll set, see ``_watch``,
+            attached to the running loop); ``None``: the loop's own ``add_reader``.
         nonblocking: the three descriptors are non-blocking already (made with ``O_NONBLOCK``).
     """
 
@@ -83,7 +83,7 @@ class Drain:
         *,
         nonblocking: bool = False,
     ) -> None:
-        self._loop = asyncio.get_running_loop()
+        self._loop = watcher.loop if watcher is not None else asyncio.get_running_loop()
         self._watcher = watcher
         self._readers = [_Reader(stdout_fd, output, output.sinks[0]), _Reader(stderr_fd, output, output.sinks[1])]
         self._stop_at = output.stop

@@ -28,8 +28,17 @@ class Watcher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closing = False
 
-    def add(self, fd: int, callback: Callable[[], None]) -> None:
-        """Call ``callback`` on the running loop whenever ``fd`` is readable, until :meth:`remove`.
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The loop the set is attached to (see :meth:`attach`)."""
+        assert self._loop is not None, "Watcher.attach first"
+        return self._loop
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Watch the set on ``loop`` (the running one; a command calls this once, before :meth:`add`).
+
+        Passed in rather than looked up per descriptor: Python 3.11's ``get_running_loop`` makes a
+        ``getpid`` system call each time.
 
         Raises:
             ConnectionError: the server was killed (:meth:`close`).
@@ -37,11 +46,20 @@ class Watcher:
         epoll = self._epoll
         if epoll is None or self._closing:
             raise ConnectionError("fork server closed")
-        loop = asyncio.get_running_loop()
         if loop is not self._loop:  # first use, or a new loop (the last one closed)
             self._detach()
             loop.add_reader(epoll.fileno(), self._dispatch)
             self._loop = loop
+
+    def add(self, fd: int, callback: Callable[[], None]) -> None:
+        """Call ``callback`` on the attached loop whenever ``fd`` is readable, until :meth:`remove`.
+
+        Raises:
+            ConnectionError: the server was killed (:meth:`close`).
+        """
+        epoll = self._epoll
+        if epoll is None or self._closing:
+            raise ConnectionError("fork server closed")
         epoll.register(fd, select.EPOLLIN)
         self._callbacks[fd] = callback
 

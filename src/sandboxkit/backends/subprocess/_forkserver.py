@@ -406,10 +406,13 @@ class ForkServer:
         timeout_s: float,
         output: OutputLimits,
         fresh: bool = False,
+        alive_known: bool = False,
     ) -> Outcome:
         """Run one command (``request``: the child's part of the protocol, see ``_server_main``).
 
-        ``fresh``: the first command of a new tenant, after a reset that did not wait for the
+        ``alive_known``: the caller has just seen the server alive, with no pause since (one
+        ``waitpid`` less; a server dead since then is seen by this command anyway, when its socket
+        turns out closed). ``fresh``: the first command of a new tenant, after a reset that did not wait for the
         state report. The server refuses it after a dirty report (``ServerStale``), so the last
         tenant's state never reaches it, and a server found dead before it took the command is
         ``ServerLost`` (never this command's doing).
@@ -421,7 +424,7 @@ class ForkServer:
             ValueError: the request is too large to send.
         """
         sock = self.sock
-        if sock is None or not self.alive:
+        if sock is None or not (alive_known or self.alive):
             if fresh:
                 self.died = True
                 raise ServerLost("fork server is gone")

@@ -486,7 +486,9 @@ class SubprocessSandbox(Sandbox):
         fresh, self._handover = self._handover, False
         while True:
             try:
-                outcome = await server.run(request, stdin=stdin, timeout_s=timeout_s, output=output, fresh=fresh)
+                outcome = await server.run(
+                    request, stdin=stdin, timeout_s=timeout_s, output=output, fresh=fresh, alive_known=True
+                )
                 break
             except ServerStale:  # the last tenant left state: a server in fresh namespaces runs this
                 fresh = False

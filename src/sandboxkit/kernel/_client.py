@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 import anyio
 
+from sandboxkit._standalone import standalone_source
 from sandboxkit.errors import InvalidRequest, SandboxCrashed
 from sandboxkit.kernel._models import CellResult, CellStatus
 from sandboxkit.models import Limits
@@ -39,7 +40,8 @@ __all__ = ["GRACE_S", "KERNEL_SOURCE", "Kernel", "KernelLink", "PipeLink", "desc
 GRACE_S = 0.75
 #: How long a new kernel may take to say it is ready.
 START_TIMEOUT_S = 30.0
-KERNEL_SOURCE = Path(__file__).with_name("_kernel_main.py").read_text(encoding="utf-8")
+#: The in-sandbox program's text, with the shared helpers it imports written in.
+KERNEL_SOURCE = standalone_source(Path(__file__).with_name("_kernel_main.py"))
 
 
 def kernel_argv(

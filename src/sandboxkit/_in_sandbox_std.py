@@ -205,7 +205,9 @@ class HeadTail:
 
     def value(self) -> bytes:
         """The kept bytes: the whole stream if it fit, else head + :func:`cut_marker` + tail."""
-        tail = bytes(self._tail[max(0, len(self._tail) - self._tail_cap) :])
+        tail = self._tail
+        if len(tail) > self._tail_cap:  # trimmed in batches: what is kept is its end
+            tail = tail[len(tail) - self._tail_cap :]
         if not self.truncated:
-            return bytes(self._head) + tail
-        return bytes(self._head) + cut_marker(self.total - len(self._head) - len(tail)) + tail
+            return bytes(self._head + tail)
+        return bytes(self._head) + cut_marker(self.total - len(self._head) - len(tail)) + bytes(tail)

@@ -29,11 +29,3 @@ def _pin(cpu=None):
     except BaseException:
         pass
 
-
-def _no_dump():
-    # Non-dumpable: a process of the same uid cannot ptrace it, read its memory or open /proc/PID/fd.
-    # Every checker and solution is forked from here, so the checker never is dumpable.
-    try:
-        return set_dumpable(False)
-    except BaseException:
-        return False

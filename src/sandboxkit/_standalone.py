@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from pathlib import Path
 
 __all__ = ["HELPERS", "standalone_source"]
@@ -25,41 +26,52 @@ __all__ = ["HELPERS", "standalone_source"]
 #: The helper module the programs import from.
 HELPERS = "sandboxkit._in_sandbox_std"
 _HELPERS_FILE = Path(__file__).with_name("_in_sandbox_std.py")
+#: The one form of the import that is written in: names as they are, on one top-level line.
+_IMPORT = re.compile(r"from sandboxkit\._in_sandbox_std import (?P<names>\w+(?:, *\w+)*)[ \t]*(?:#.*)?\n?\Z")
 
 
 @functools.cache
 def standalone_source(path: Path) -> str:
     """The text of the program at ``path``, with its import of :data:`HELPERS` replaced by their definitions.
 
+    Found by its text, not by parsing the program (parsing the kernel and the fork server took 7 ms
+    of every process that imports the subprocess backend): the import must be one top-level line.
+
     Raises:
-        ValueError: the program imports from :data:`HELPERS` other than as ``from ... import a, b``
-            at its top level (a renaming, a star, a nested import), or a name it has not.
+        ValueError: the program imports from :data:`HELPERS` otherwise (a renaming, a star, a
+            parenthesised list, an indented or a plain ``import``), or a name it has not.
     """
     text = path.read_text(encoding="utf-8")
-    tree = ast.parse(text)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import) and any(alias.name == HELPERS for alias in node.names):
-            raise ValueError(f"{path.name}: import names from {HELPERS} (from {HELPERS} import ...), not the module")
-        if isinstance(node, ast.ImportFrom) and node.module == HELPERS and node not in tree.body:
-            raise ValueError(f"{path.name}: import from {HELPERS} only at the top level (it is written in there)")
+    if HELPERS not in text:
+        return text
     lines = text.splitlines(keepends=True)
-    for node in reversed(tree.body):
-        if isinstance(node, ast.ImportFrom) and node.module == HELPERS:
-            if any(alias.asname is not None or alias.name == "*" for alias in node.names):
-                raise ValueError(f"{path.name}: import {HELPERS}'s names as they are, without 'as' or '*'")
-            names = tuple(alias.name for alias in node.names)
-            lines[node.lineno - 1 : node.end_lineno] = [_definitions(names) + "\n"]
+    for number, line in enumerate(lines):
+        statement = line.strip()
+        if not statement.startswith((f"from {HELPERS} ", f"import {HELPERS}")):
+            continue
+        found = _IMPORT.match(line)
+        if found is None:
+            raise ValueError(
+                f"{path.name}:{number + 1}: import {HELPERS}'s names in one top-level line, as they are "
+                f"(from {HELPERS} import a, b): the shipping writes their definitions in its place"
+            )
+        lines[number] = _definitions(tuple(name.strip() for name in found["names"].split(","))) + "\n"
     return "".join(lines)
 
 
+#: Names of the helper module that are never written into a program.
+_NOT_SHARED = frozenset({"TYPE_CHECKING", "__all__"})
+
+
 @functools.cache
-def _helpers() -> tuple[list[ast.stmt], dict[str, ast.stmt]]:
-    """The helper module's top-level statements, and which of them binds each name."""
+def _helpers() -> tuple[list[ast.stmt], dict[str, int]]:
+    """The helper module's top-level statements, and the index of the one that binds each name."""
     body = ast.parse(_HELPERS_FILE.read_text(encoding="utf-8")).body
-    binds: dict[str, ast.stmt] = {}
-    for stmt in body:
+    binds: dict[str, int] = {}
+    for index, stmt in enumerate(body):
         for name in _bound_names(stmt):
-            binds.setdefault(name, stmt)
+            if name not in _NOT_SHARED:
+                binds.setdefault(name, index)
     return body, binds
 
 
@@ -75,50 +87,50 @@ def _bound_names(stmt: ast.stmt) -> list[str]:
     return []
 
 
+@functools.cache
+def _shipped(index: int) -> tuple[str, frozenset[int]]:
+    """Statement ``index`` as written into a program, and the statements it uses (by index)."""
+    body, binds = _helpers()
+    stmt = _bare(body[index])
+    uses = {binds[n.id] for n in ast.walk(stmt) if isinstance(n, ast.Name) and n.id in binds} - {index}
+    return ast.unparse(stmt), frozenset(uses)
+
+
 def _definitions(names: tuple[str, ...]) -> str:
     """The statements that define ``names`` and everything they use, in the helper module's order."""
-    body, binds = _helpers()
+    _, binds = _helpers()
     wanted: set[int] = set()
-    todo = list(names)
-    while todo:
-        name = todo.pop()
-        stmt = binds.get(name)
-        if stmt is None or name == "TYPE_CHECKING":
+    todo = []
+    for name in names:
+        if name not in binds:
             raise ValueError(f"{HELPERS} has no shareable definition named {name!r}")
-        if id(stmt) in wanted:
-            continue
-        wanted.add(id(stmt))
-        for node in ast.walk(_bare(stmt)):
-            if isinstance(node, ast.Name) and node.id in binds and node.id != name:
-                todo.append(node.id)
-    return "\n".join(ast.unparse(_bare(stmt)) for stmt in body if id(stmt) in wanted)
+        todo.append(binds[name])
+    while todo:
+        index = todo.pop()
+        if index not in wanted:
+            wanted.add(index)
+            todo.extend(_shipped(index)[1])
+    return "\n".join(_shipped(index)[0] for index in sorted(wanted))
 
 
 def _bare(stmt: ast.stmt) -> ast.stmt:
-    """``stmt`` without annotations or docstrings (a copy: the parsed module is cached)."""
-    stmt = _Strip().visit(ast.parse(ast.unparse(stmt)).body[0])
-    return ast.fix_missing_locations(stmt)
+    """``stmt`` without the annotations Python evaluates (a signature's, a module variable's) or docstrings.
 
-
-class _Strip(ast.NodeTransformer):
-    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
-        node.returns = None
-        for arg in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs, node.args.vararg, node.args.kwarg):
+    In place: each statement is shipped once per process (``_shipped`` caches it). A function's
+    local annotations stay; Python never evaluates them.
+    """
+    if isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+        return ast.fix_missing_locations(ast.Assign(targets=[stmt.target], value=stmt.value, lineno=stmt.lineno))
+    if isinstance(stmt, ast.FunctionDef):
+        args = stmt.args
+        stmt.returns = None
+        for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
             if arg is not None:
                 arg.annotation = None
-        node.body = _without_docstring(node.body)
-        self.generic_visit(node)
-        return node
-
-    def visit_ClassDef(self, node: ast.ClassDef) -> ast.ClassDef:
-        node.body = _without_docstring(node.body)
-        self.generic_visit(node)
-        return node
-
-    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.stmt:
-        if node.value is None:  # a declaration only: nothing to run
-            return ast.Pass()
-        return ast.Assign(targets=[node.target], value=node.value)
+        stmt.body = _without_docstring(stmt.body)
+    elif isinstance(stmt, ast.ClassDef):
+        stmt.body = [_bare(member) for member in _without_docstring(stmt.body)]
+    return stmt
 
 
 def _without_docstring(body: list[ast.stmt]) -> list[ast.stmt]:

@@ -46,8 +46,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("models", "errors", "languages", "output", "configs"),
 )
 
-#: What a backend may import from sandboxkit besides its own package (and third-party SDKs).
-BACKEND_MAY_IMPORT = ("models", "errors", "languages", "base", "output", "protocols", "streaming", "kernel")
+#: What a backend may import from sandboxkit besides its own package (and third-party SDKs); ``configs``:
+#: its constructor takes its options model.
+BACKEND_MAY_IMPORT = ("models", "errors", "languages", "base", "output", "protocols", "streaming", "kernel", "configs")
 #: What a wire protocol may import from sandboxkit.
 PROTOCOL_MAY_IMPORT = ("models", "errors", "languages", "output")
 #: Trainer frameworks: only integrations/ adapts to them (and distributed/ runs on Ray).

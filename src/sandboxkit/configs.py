@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import difflib
 import posixpath
+import warnings
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -86,6 +87,28 @@ class BaseBackendConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     kind: str
+
+    #: Old names of options renamed to say their unit (``backoff_base`` -> ``backoff_base_s``): still
+    #: accepted for one release, with a :class:`DeprecationWarning`.
+    renamed_options: ClassVar[tuple[str, ...]] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_old_names(cls, data: Any) -> Any:
+        if not cls.renamed_options or not isinstance(data, Mapping):
+            return data
+        data = dict(data)
+        for old in cls.renamed_options:
+            if old in data:
+                if f"{old}_s" in data:
+                    raise ValueError(f"pass {old}_s= only ({old}= is its deprecated old name)")
+                warnings.warn(
+                    f"{cls.__name__}: {old}= is deprecated; use {old}_s= (the same seconds)",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+                data[f"{old}_s"] = data.pop(old)
+        return data
 
     @classmethod
     def backend_name(cls) -> str:
@@ -276,6 +299,7 @@ class SandboxFusionConfig(BaseBackendConfig):
     """Options of the ``sandbox_fusion`` backend (a Sandbox Fusion-compatible ``/run_code`` service)."""
 
     kind: Literal["sandbox_fusion"] = "sandbox_fusion"
+    renamed_options: ClassVar[tuple[str, ...]] = ("backoff_base",)
     url: str | None = None
     """Service URL: its base (``http://host:8080``) or the full ``.../run_code`` URL (default:
     ``$SANDBOX_FUSION_URL``)."""
@@ -284,7 +308,7 @@ class SandboxFusionConfig(BaseBackendConfig):
     cpp, javascript, java, go, rust, bash)."""
     retries: int = Field(0, ge=0)
     """Extra attempts of one HTTP request inside the backend on a transient fault (0: the pool retries)."""
-    backoff_base: float = Field(0.1, ge=0)
+    backoff_base_s: float = Field(0.1, ge=0)
     """First backoff between those attempts, in seconds (it doubles, with full jitter)."""
     request_grace_s: float = Field(30.0, gt=0)
     """Added to a run's compile and run limits to make the HTTP read timeout; a service that stalls past

@@ -27,7 +27,7 @@ from sandboxkit import (
 from sandboxkit.testing import FakeBackend
 from support.marks import missing
 
-FAST = {"backoff_base": 0.001, "backoff_max": 0.01}
+FAST = {"backoff_base_s": 0.001, "backoff_max_s": 0.01}
 
 
 async def test_calls_in_flight_never_exceed_the_cap_under_1000_concurrent_calls() -> None:

@@ -14,7 +14,7 @@ import pytest
 from sandboxkit import CapacityExceeded, DeadlineExceeded, Limits, RateLimited, RunResult, SandboxPool, Status
 from sandboxkit.testing import FakeBackend
 
-FAST = {"backoff_base": 0.001, "backoff_max": 0.01}
+FAST = {"backoff_base_s": 0.001, "backoff_max_s": 0.01}
 
 
 async def test_a_batch_larger_than_the_service_limit_waits_instead_of_failing() -> None:

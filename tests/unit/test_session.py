@@ -18,7 +18,7 @@ from sandboxkit import (
 )
 from sandboxkit.testing import FakeBackend
 
-FAST = {"backoff_base": 0.001, "backoff_max": 0.01}
+FAST = {"backoff_base_s": 0.001, "backoff_max_s": 0.01}
 
 
 async def test_session_keeps_state_and_counts_against_the_cap() -> None:

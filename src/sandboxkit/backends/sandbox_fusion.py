@@ -115,7 +115,7 @@ class SandboxFusionBackend(Backend):
             raise InvalidRequest(f"no Sandbox Fusion URL: pass url='http://host:8080' or set ${URL_ENV}", backend=_NAME)
         self.base_url, self.run_code_url = split_url(url)
         self.retries = config.retries
-        self.backoff_base = config.backoff_base
+        self.backoff_base_s = config.backoff_base_s
         self.request_grace_s = config.request_grace_s
         self.connect_timeout_s = config.connect_timeout_s
         self.max_connections = config.max_connections
@@ -202,7 +202,7 @@ class SandboxFusionBackend(Backend):
             except Transient as exc:
                 if attempt >= self.retries:
                     raise
-                delay = random.uniform(0, self.backoff_base * 2**attempt)
+                delay = random.uniform(0, self.backoff_base_s * 2**attempt)
                 if isinstance(exc, RateLimited) and exc.retry_after:
                     delay = max(delay, min(exc.retry_after, 10.0))
                 attempt += 1

@@ -19,6 +19,11 @@ from sandboxkit.errors import SandboxkitError
 TOKEN_ENV = "SANDBOXKIT_SERVE_TOKEN"
 
 
+def _seconds(flag: str, help: str) -> Any:
+    """A duration's option: ``--<flag>-s``, with ``--<flag>`` (its name before durations said ``-s``) kept for a release."""
+    return typer.Option(f"--{flag}-s", f"--{flag}", help=help)
+
+
 def register(app: typer.Typer) -> None:
     """Add the command to ``app``."""
     app.command("serve")(serve)
@@ -31,10 +36,9 @@ def serve(
     max_concurrency: Annotated[int, typer.Option("--max-concurrency", "-j", help="Runs in flight at once.")] = 64,
     queue_timeout_s: Annotated[
         float | None,
-        typer.Option(
-            "--queue-timeout-s",
-            "--queue-timeout",
-            help="Seconds a request may wait for a run slot (default: as long as its client waits; "
+        _seconds(
+            "queue-timeout",
+            "Seconds a request may wait for a run slot (default: as long as its client waits; "
             "the heartbeat keeps it waiting). Past it: 504.",
         ),
     ] = None,
@@ -46,39 +50,28 @@ def serve(
     ] = 256.0,
     heartbeat_s: Annotated[
         float,
-        typer.Option(
-            "--heartbeat-s",
-            "--heartbeat",
-            help="Seconds without an answer after which the 200 response starts and a space is sent this often "
+        _seconds(
+            "heartbeat",
+            "Seconds without an answer after which the 200 response starts and a space is sent this often "
             "until the JSON, so no client read timeout fires while a request waits (0: off).",
         ),
     ] = 5.0,
     max_body_mb: Annotated[float, typer.Option(help="Largest request body in MiB; larger ones get 413.")] = 32.0,
     body_timeout_s: Annotated[
         float,
-        typer.Option("--body-timeout-s", "--body-timeout", help="Seconds a client has to send its body; slower: 408."),
+        _seconds("body-timeout", "Seconds a client has to send its body; slower: 408."),
     ] = 60.0,
     head_timeout_s: Annotated[
         float,
-        typer.Option(
-            "--head-timeout-s",
-            "--head-timeout",
-            help="Seconds a connection has to send a request's head (slow ones are closed).",
-        ),
+        _seconds("head-timeout", "Seconds a connection has to send a request's head (slow ones are closed)."),
     ] = 30.0,
     max_run_timeout_s: Annotated[
         float,
-        typer.Option(
-            "--max-run-timeout-s", "--max-run-timeout", help="Ceiling on a request's run_timeout (lowered to it)."
-        ),
+        _seconds("max-run-timeout", "Ceiling on a request's run_timeout (lowered to it)."),
     ] = 300.0,
     max_compile_timeout_s: Annotated[
         float,
-        typer.Option(
-            "--max-compile-timeout-s",
-            "--max-compile-timeout",
-            help="Ceiling on a request's compile_timeout (lowered to it).",
-        ),
+        _seconds("max-compile-timeout", "Ceiling on a request's compile_timeout (lowered to it)."),
     ] = 300.0,
     max_memory_mb: Annotated[int, typer.Option(help="Ceiling on a request's memory_limit_MB (lowered to it).")] = 8192,
     memory_mb: Annotated[
@@ -87,9 +80,7 @@ def serve(
     output_kb: Annotated[int, typer.Option(help="Per-stream output cap of a run in KiB (flagged when hit).")] = 1024,
     kernel_ttl_s: Annotated[
         float,
-        typer.Option(
-            "--kernel-ttl-s", "--kernel-ttl", help="Idle seconds after which a kept /run_jupyter session is closed."
-        ),
+        _seconds("kernel-ttl", "Idle seconds after which a kept /run_jupyter session is closed."),
     ] = 600.0,
     max_sessions: Annotated[
         int,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import ValidationError
 
@@ -26,6 +26,10 @@ __all__ = ["RunsPrograms", "make_request", "positive_timeout", "renamed", "valid
 T = TypeVar("T")
 
 
+@overload
+def renamed(new: None, old: T, name: str, *, where: str, stacklevel: int = 3) -> T: ...
+@overload
+def renamed(new: T | None, old: T | None, name: str, *, where: str, stacklevel: int = 3) -> T | None: ...
 def renamed(new: T | None, old: T | None, name: str, *, where: str, stacklevel: int = 3) -> T | None:
     """The value of a parameter renamed to say its unit: ``new``, or ``old`` with a :class:`DeprecationWarning`.
 

@@ -372,7 +372,7 @@ async def test_learned_concurrency_and_a_429_penalty_work_under_the_ray_limiter(
     from sandboxkit.testing import FakeBackend
 
     name = "sandboxkit-limiter-learned"
-    backend = FakeBackend(capacity=2, open_delay=0.002)
+    backend = FakeBackend(capacity=2, open_delay_s=0.002)
     limiter = RayLimiter(16, 16, creation_rate=1000, creation_burst=1000, name=name)
     try:
         async with SandboxPool(backend, max_concurrency=16, limiter=limiter, backoff_base_s=0.001) as pool:

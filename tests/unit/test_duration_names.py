@@ -97,3 +97,11 @@ def test_adapters_take_timeout_s_and_keep_their_old_names_for_a_release() -> Non
         warnings.simplefilter("error")
         assert SandboxEnv.from_dict({"timeout": 5}).timeout_s == 5
         assert SandboxEnv.from_dict({"step_timeout": 7}).timeout_s == 7
+
+
+def test_the_fake_backends_delays_say_seconds() -> None:
+    from sandboxkit.testing import FakeBackend
+
+    assert FakeBackend(open_delay_s=0.5).open_delay_s == 0.5
+    with _deprecated("close_delay"):
+        assert FakeBackend(close_delay=0.25).close_delay_s == 0.25

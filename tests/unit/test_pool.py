@@ -86,7 +86,7 @@ async def test_run_many_returns_every_result_once_in_order() -> None:
 
 
 async def test_cancelled_run_many_leaves_no_sandbox_open() -> None:
-    backend = FakeBackend(close_delay=0.01)
+    backend = FakeBackend(close_delay_s=0.01)
     pool = SandboxPool(backend, max_concurrency=8)
     async with pool:
         task = asyncio.ensure_future(pool.run_many([{"code": "sleep:30"}] * 20))

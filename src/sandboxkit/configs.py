@@ -55,6 +55,7 @@ from pydantic import (
 )
 
 from sandboxkit.errors import InvalidRequest
+from sandboxkit.models import check_sandbox_path
 
 __all__ = [
     "BUILTIN_CONFIGS",
@@ -234,6 +235,17 @@ class SubprocessConfig(BaseBackendConfig):
     """Where programs start and relative paths point: inside the root filesystem (default ``/testbed``) with
     ``rootfs``, else where bubblewrap binds the workspace (default ``/work``), so literal paths like
     ``/testbed/data.txt`` in program files work."""
+
+    @field_validator("workdir")
+    @classmethod
+    def _sandbox_directory(cls, workdir: str | None) -> str | None:
+        # Where it may go also depends on the machine (bubblewrap, the host's directories): the backend checks that.
+        if workdir is None:
+            return None
+        checked = check_sandbox_path(workdir, absolute_ok=True)
+        if not checked.startswith("/") or checked.split("/")[1] in ("tmp", "dev", "proc", "sys"):
+            raise ValueError("workdir must be an absolute directory outside /tmp, /dev, /proc and /sys")
+        return checked
 
     @field_validator("preload_modules", mode="before")
     @classmethod

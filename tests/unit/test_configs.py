@@ -72,6 +72,8 @@ def test_keyword_options_are_validated_by_the_model_and_named_with_the_backend()
     ("model", "options", "complaint"),
     [
         (DockerConfig, {"workdir": "work"}, "workdir must be an absolute path"),
+        (SubprocessConfig, {"workdir": "/tmp/w"}, "outside /tmp, /dev, /proc and /sys"),
+        (SubprocessConfig, {"workdir": "/a/../b"}, "contains '..'"),
         (DockerConfig, {"runner": "go"}, "Input should be 'auto', 'static' or 'python'"),
         (DaytonaConfig, {"cpu": 2}, "only to sandboxes built from an image"),
         (E2BConfig, {"sandbox_timeout_s": 86_401}, "less than or equal to 86400"),

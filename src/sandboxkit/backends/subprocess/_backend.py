@@ -29,7 +29,7 @@ from sandboxkit.base import Availability, Backend, Capabilities, Snapshot
 from sandboxkit.configs import DEFAULT_PRELOAD, SubprocessConfig
 from sandboxkit.errors import BackendUnavailable, InvalidRequest
 from sandboxkit.languages import LANGUAGES, Language, file_present
-from sandboxkit.models import Limits, check_sandbox_path
+from sandboxkit.models import Limits
 
 __all__ = ["DEFAULT_PRELOAD", "SubprocessBackend", "SubprocessSandbox"]
 
@@ -68,14 +68,7 @@ def _check_workdir(workdir: str | None, rootfs: str | None, *, bwrap: bool, root
     """
     if workdir is None:
         return _rootfs.DEFAULT_WORKDIR if rootfs is not None else isolation.INNER_WORKDIR
-    try:
-        checked = check_sandbox_path(workdir, absolute_ok=True) if isinstance(workdir, str) else ""
-    except ValueError as exc:
-        raise InvalidRequest(f"workdir: {exc}", backend=NAME) from None
-    if not checked.startswith("/") or checked.split("/")[1] in ("tmp", "dev", "proc", "sys"):
-        raise InvalidRequest(
-            f"workdir must be an absolute directory outside /tmp, /dev, /proc and /sys, got {workdir!r}", backend=NAME
-        )
+    checked = workdir  # normalised by SubprocessConfig: absolute, outside /tmp, /dev, /proc and /sys
     if rootfs is not None:
         return checked
     if not bwrap:

@@ -135,17 +135,36 @@ class SessionIds:
     An id is ``NONCE.MAC``: 18 random bytes and a truncated HMAC-SHA256 of the nonce under a key
     made at start. Recognising an id by its MAC (not by a table) is what lets an expired or closed
     session be told apart from an id nobody issued, for as long as the process lives, in constant
-    memory. The key is never written anywhere, so ids die with the process (a restarted server
+    memory. The key is never written anywhere, so ids die with the server (a restarted server
     refuses them: it cannot tell them from forgeries).
+
+    With ``--workers N`` every worker holds the same key (the supervisor's) and writes its own
+    number into the nonce, ``w<index>~<random>``, so the MAC also vouches for which worker holds
+    the session (:meth:`owner`): a request can be sent to that worker, and a replacement worker
+    recognises the ids of the worker it replaced as lost sessions, not forgeries.
+
+    Args:
+        key: the MAC key (default: a new random one, this object's alone).
+        worker: this process's worker number, written into the ids it issues (None: one process).
     """
 
-    def __init__(self) -> None:
-        self._key = secrets.token_bytes(32)
+    def __init__(self, key: bytes | None = None, worker: int | None = None) -> None:
+        self._key = key if key is not None else secrets.token_bytes(32)
+        self._prefix = "" if worker is None else f"w{worker}~"
 
     def issue(self) -> str:
         """A new id."""
-        nonce = secrets.token_urlsafe(18)
+        nonce = self._prefix + secrets.token_urlsafe(18)
         return f"{nonce}.{self._mac(nonce)}"
+
+    def owner(self, session_id: str) -> int | None:
+        """The worker that issued ``session_id``, if it is an issued id that names one."""
+        if not self.issued(session_id):
+            return None
+        head, tilde, _ = session_id.partition("~")
+        if not tilde or not head.startswith("w") or not head[1:].isdigit():
+            return None
+        return int(head[1:])
 
     def issued(self, session_id: str) -> bool:
         """Whether this object issued ``session_id`` (compared in constant time)."""
@@ -197,13 +216,20 @@ class KernelSessions:
         ttl_s: idle seconds after which a kept session is closed.
         max_sessions: kept sessions alive at once (their own pool's sandbox cap).
         max_total_s: ceiling on a request's ``total_timeout`` (lowered to it).
+        ids: issues and checks session ids (default: ids of this process alone).
 
     Raises:
         InvalidRequest: ``ttl_s`` is not positive or ``max_sessions`` is below 1.
     """
 
     def __init__(
-        self, pool: SandboxPool, *, ttl_s: float = 600.0, max_sessions: int = 64, max_total_s: float = 300.0
+        self,
+        pool: SandboxPool,
+        *,
+        ttl_s: float = 600.0,
+        max_sessions: int = 64,
+        max_total_s: float = 300.0,
+        ids: SessionIds | None = None,
     ) -> None:
         if not ttl_s > 0 or max_sessions < 1:
             raise InvalidRequest(f"kernel_ttl_s must be > 0 and max_sessions >= 1, got {ttl_s!r}, {max_sessions!r}")
@@ -211,7 +237,7 @@ class KernelSessions:
         self.ttl_s = ttl_s
         self.max_sessions = max_sessions
         self.max_total_s = max_total_s
-        self.ids = SessionIds()
+        self.ids = ids or SessionIds()
         # Its own cap: an idle kept session holds a sandbox of this pool, never one /run_code needs.
         self._kept_pool = SandboxPool(
             pool.backend,

@@ -34,6 +34,7 @@ def test_create_app_unknown_backend() -> None:
         (["--memory-mb", "4096", "--max-memory-mb", "1024"], "above the ceiling"),
         (["--max-queue", "-1"], "max_queue"),
         (["--head-timeout", "0"], "head_timeout"),
+        (["--workers", "0"], "--workers"),
     ],
 )
 def test_serve_usage_errors_exit_2(args: list[str], needle: str) -> None:

@@ -173,6 +173,8 @@ class _Supervisor:
         while not self.stopping.is_set():
             await self._spawn(worker, replacement)
             assert worker.proc is not None
+            if self.stopping.is_set():  # the stop came while it started: it missed the signal
+                _signal(worker.proc, signal.SIGTERM)
             code = await worker.proc.wait()
             if self.stopping.is_set():
                 break

@@ -66,10 +66,15 @@ def measure(
             for c in connections:
                 for n, server in servers.items():
                     load = os.getloadavg()[0]
+                    cpu = serve._tree_cpu(server.proc.pid)
                     out = serve._wrk(server.url, seconds, connections=c, threads=threads)
                     if out is None:
                         raise RuntimeError("wrk is not installed (apt-get install wrk)")
+                    # CPU of the server, its workers and sandboxes per answer: what a request costs,
+                    # whatever else the machine was doing (answers after wrk stopped included).
+                    cpu_ms = 1000 * (serve._tree_cpu(server.proc.pid) - cpu) / max(1, out["success_answers"])
                     out |= {"workers": n, "connections": c, "round": round_, "loadavg_before": round(load, 2)}
+                    out["cpu_ms_per_request"] = round(cpu_ms, 3)
                     out["loadavg_after"] = round(os.getloadavg()[0], 2)
                     results.append(out)
                     print(json.dumps(out), file=sys.stderr, flush=True)
@@ -102,7 +107,7 @@ def run(quick: bool = False) -> list[Any]:
                     ratio=best["rps"] / one["rps"] if one["rps"] else None,
                     target=f">= {TARGET_RPS_16_CORES:g} req/s on 16 cores",
                     met=None if (os.cpu_count() or 1) < 16 else best["rps"] >= TARGET_RPS_16_CORES and clean,
-                    extra={k: best[k] for k in ("success_answers", "non_2xx", "socket_errors")}
+                    extra={k: best[k] for k in ("success_answers", "non_2xx", "socket_errors", "cpu_ms_per_request")}
                     | {"cpus": os.cpu_count(), "loadavg_before": best["loadavg_before"]}
                     | {
                         "loadavg_after": best["loadavg_after"],
@@ -131,11 +136,14 @@ def main() -> None:
         args.threads,
     )
     print(f"cpus={os.cpu_count()}  -j {args.max_concurrency}")
-    print(f"{'workers':>7} {'c':>5} {'round':>5} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'ok':>7} {'non2xx':>6} load")
+    print(
+        f"{'workers':>7} {'c':>5} {'round':>5} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'ok':>7} {'non2xx':>6} "
+        f"{'cpu ms/req':>10} load"
+    )
     for r in results:
         print(
             f"{r['workers']:>7} {r['connections']:>5} {r['round']:>5} {r['rps']:>9.1f} {r['p50_ms']:>8.1f} "
-            f"{r['p99_ms']:>8.1f} {r['success_answers']:>7} {r['non_2xx']:>6} "
+            f"{r['p99_ms']:>8.1f} {r['success_answers']:>7} {r['non_2xx']:>6} {r['cpu_ms_per_request']:>10.2f} "
             f"{r['loadavg_before']}->{r['loadavg_after']} {r['socket_errors']}"
         )
 

@@ -98,3 +98,12 @@ def test_stats_sum_counts_and_keep_bounds() -> None:
         ]
     )
     assert merged == {"gate": {"admitted": 5, "max_concurrency": 8, "queue_timeout": None}}
+
+
+def test_session_seats_are_counted_for_the_whole_server_and_freed_with_a_dead_worker() -> None:
+    book = SlotBook(max_concurrency=1, max_requests=1, max_bytes=1, max_sessions=2)
+    assert book.seat(0) and book.seat(1) and not book.seat(1)
+    book.unseat(1)
+    assert book.seat(0) and not book.seat(1)
+    book.drop(0)
+    assert book.seat(1) and book.seat(1) and not book.seat(0)

@@ -241,6 +241,27 @@ def test_a_kept_session_is_reached_through_any_worker(two_workers_j3: ServeProce
     assert resp.status_code == 404
 
 
+def test_max_sessions_bounds_the_whole_server() -> None:
+    with ServeProcess("--backend", "subprocess", "--workers", "2", "--max-sessions", "1") as server:
+        with requests.Session() as fresh:
+            first = fresh.post(f"{server.url}/run_jupyter/sessions", timeout=TIMEOUT)
+        assert first.status_code == 201, first.text
+        for _ in range(8):  # fresh connections: both workers answer some of these
+            with requests.Session() as fresh:
+                more = fresh.post(f"{server.url}/run_jupyter/sessions", timeout=TIMEOUT)
+            assert more.status_code == 429 and more.headers["retry-after"], more.text
+        assert stats(server.url)["workers"]["sessions_kept"] == 1
+        with requests.Session() as fresh:
+            session_id = first.json()["session_id"]
+            assert fresh.delete(f"{server.url}/run_jupyter/sessions/{session_id}", timeout=TIMEOUT).json()["closed"]
+        for _ in range(4):  # the seat is free again, whichever worker takes it
+            with requests.Session() as fresh:
+                again = fresh.post(f"{server.url}/run_jupyter/sessions", timeout=TIMEOUT)
+                assert again.status_code == 201, again.text
+                sid = again.json()["session_id"]
+                assert fresh.delete(f"{server.url}/run_jupyter/sessions/{sid}", timeout=TIMEOUT).json()["closed"]
+
+
 def test_the_token_guards_every_worker_and_the_forwarded_requests() -> None:
     env = {"SANDBOXKIT_SERVE_TOKEN": "s3cret-token"}
     with ServeProcess("--backend", "subprocess", "--workers", "2", "-j", "2", env=env) as server:

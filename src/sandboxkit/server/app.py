@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
 from typing import Any
@@ -112,7 +111,7 @@ def create_app(
         worker: set in each worker process of ``sandboxkit serve --workers N``
             (:mod:`sandboxkit.server.supervisor`): run slots and admission then come from the
             supervisor's broker, so ``max_concurrency``, ``max_queue`` and ``max_queue_bytes``
-            bound the whole server; each worker keeps ``ceil(max_sessions / N)`` kept sessions.
+            bound the whole server, and so does ``max_sessions``.
 
     Raises:
         BackendNotFound / BackendUnavailable: the backend cannot be built.
@@ -157,12 +156,16 @@ def create_app(
         )
         owns_pool = True
     metrics = ServerMetrics(pool, gate, admission)
-    ids, peers = None, None
+    ids, peers, seats = None, None, None
     if worker is not None:
-        ids, peers = SessionIds(worker.session_key, worker.index), Peers(worker)
-        max_sessions = math.ceil(max_sessions / worker.count)
+        ids, peers, seats = SessionIds(worker.session_key, worker.index), Peers(worker), worker.link
     kernels = KernelSessions(
-        pool, ttl_s=kernel_ttl_s, max_sessions=max_sessions, max_total_s=ceilings.run_timeout_s, ids=ids
+        pool,
+        ttl_s=kernel_ttl_s,
+        max_sessions=max_sessions,
+        max_total_s=ceilings.run_timeout_s,
+        ids=ids,
+        seats=seats,
     )
     beat = heartbeat_s or None
     ctx = ServerContext(

@@ -46,10 +46,13 @@ class Op:
     UNRESERVE = 5  # flag = a request too, value = bytes
     STATS = 6  # id: reply STAT records, then STATS_END
     READY = 7  # the worker serves
+    SEAT = 8  # id: take a kept session's seat: reply SEATED
+    UNSEAT = 9  # give a seat back
     GRANT = 101  # id
     RESERVED = 102  # id, flag = granted, value = requests inside the server
     STAT = 103  # flag = field index, value
     STATS_END = 104  # id
+    SEATED = 105  # id, flag = granted
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class BrokerStatistics:
     runs_waiting: int
     requests_inside: int
     body_bytes_inside: int
+    sessions_kept: int
     workers_connected: int
     workers_restarted: int
 
@@ -68,15 +72,20 @@ _STAT_FIELDS = tuple(BrokerStatistics.__dataclass_fields__)
 
 
 class SlotBook:
-    """The run slots and the admission budget of all workers; no I/O, every method is O(1) or O(waiters).
+    """The run slots, admission budget and session seats of all workers; no I/O, O(1) or O(waiters).
 
     Args:
         max_concurrency: runs in flight at once, across workers.
         max_requests: requests (running and waiting) inside the server at once.
         max_bytes: body bytes those requests may hold at once.
+        max_sessions: kept ``/run_jupyter`` sessions alive at once, across workers (None: no bound here).
     """
 
-    def __init__(self, max_concurrency: int, max_requests: int, max_bytes: int) -> None:
+    def __init__(
+        self, max_concurrency: int, max_requests: int, max_bytes: int, max_sessions: int | None = None
+    ) -> None:
+        self.max_sessions = max_sessions
+        self.seats: Counter[int] = Counter()
         self.max_concurrency = max_concurrency
         self.max_requests = max_requests
         self.max_bytes = max_bytes
@@ -127,8 +136,21 @@ class SlotBook:
             self.requests -= 1
             self.held_requests[worker] -= 1
 
+    def seat(self, worker: int) -> bool:
+        """Take a kept session's seat; False when ``max_sessions`` are taken."""
+        if self.max_sessions is not None and self.seats.total() >= self.max_sessions:
+            return False
+        self.seats[worker] += 1
+        return True
+
+    def unseat(self, worker: int) -> None:
+        """Give a seat back."""
+        if self.seats[worker] > 0:
+            self.seats[worker] -= 1
+
     def drop(self, worker: int) -> list[tuple[int, int]]:
         """A worker is gone: return all it held and waited for; returns the waiters granted as a result."""
+        self.seats.pop(worker, None)
         for key in [key for key in self.queue if key[0] == worker]:
             del self.queue[key]
         self.in_flight -= self.slots.pop(worker, 0)
@@ -206,6 +228,10 @@ class BrokerServer:
             side.send(Op.RESERVED, request_id, int(ok), book.requests)
         elif op == Op.UNRESERVE:
             book.unreserve(worker, value, request=bool(flag))
+        elif op == Op.SEAT:
+            side.send(Op.SEATED, request_id, int(book.seat(worker)))
+        elif op == Op.UNSEAT:
+            book.unseat(worker)
         elif op == Op.READY:
             self.on_ready(worker)
         elif op == Op.STATS:
@@ -227,6 +253,7 @@ class BrokerServer:
             runs_waiting=len(book.queue),
             requests_inside=book.requests,
             body_bytes_inside=book.bytes,
+            sessions_kept=book.seats.total(),
             workers_connected=len(self.connected),
             workers_restarted=self.restarts,
         )
@@ -330,6 +357,26 @@ class BrokerLink:
         """Give back what :meth:`reserve` took."""
         self._send(Op.UNRESERVE, 0, int(request), size)
 
+    async def take_seat(self) -> bool:
+        """A kept session's seat in the whole server's ``max_sessions``; False when all are taken.
+
+        Raises:
+            BrokerGone: the broker went away.
+        """
+        request_id, future = self._ask()
+        self._send(Op.SEAT, request_id)
+        try:
+            return bool(await future)
+        except asyncio.CancelledError:
+            delivered = self._waiting.pop(request_id, None) is None and future.done() and not future.cancelled()
+            if delivered and future.exception() is None and future.result():
+                self.give_seat()
+            raise
+
+    def give_seat(self) -> None:
+        """Give back a seat :meth:`take_seat` took."""
+        self._send(Op.UNSEAT, 0)
+
     async def statistics(self) -> dict[str, int]:
         """The broker's :class:`BrokerStatistics` as a dict.
 
@@ -358,6 +405,8 @@ class BrokerLink:
         if op == Op.RESERVED:
             # granted: value >= 0; refused: -(value + 1), so both carry the requests inside.
             future.set_result(value if flag else -(value + 1))
+        elif op == Op.SEATED:
+            future.set_result(flag)
         else:
             future.set_result(0)
 

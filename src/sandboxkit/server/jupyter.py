@@ -45,7 +45,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import anyio
 from pydantic import BaseModel, Field
@@ -115,6 +115,18 @@ class RunJupyterResponse(BaseModel):
     state_lost: bool = Field(
         False, description="sandboxkit: the kept session had expired or was closed; this request ran in a new one."
     )
+
+
+class Seats(Protocol):
+    """Seats of kept sessions shared with other processes (the ``--workers`` broker's link)."""
+
+    async def take_seat(self) -> bool:
+        """One more kept session, if the shared ``max_sessions`` allows it."""
+        ...
+
+    def give_seat(self) -> None:
+        """A kept session closed."""
+        ...
 
 
 class SessionsFull(Exception):
@@ -217,6 +229,8 @@ class KernelSessions:
         max_sessions: kept sessions alive at once (their own pool's sandbox cap).
         max_total_s: ceiling on a request's ``total_timeout`` (lowered to it).
         ids: issues and checks session ids (default: ids of this process alone).
+        seats: where ``max_sessions`` is counted when other processes share it (``--workers``;
+            default: this object alone).
 
     Raises:
         InvalidRequest: ``ttl_s`` is not positive or ``max_sessions`` is below 1.
@@ -230,6 +244,7 @@ class KernelSessions:
         max_sessions: int = 64,
         max_total_s: float = 300.0,
         ids: SessionIds | None = None,
+        seats: Seats | None = None,
     ) -> None:
         if not ttl_s > 0 or max_sessions < 1:
             raise InvalidRequest(f"kernel_ttl_s must be > 0 and max_sessions >= 1, got {ttl_s!r}, {max_sessions!r}")
@@ -238,6 +253,7 @@ class KernelSessions:
         self.max_sessions = max_sessions
         self.max_total_s = max_total_s
         self.ids = ids or SessionIds()
+        self._seats = seats
         # Its own cap: an idle kept session holds a sandbox of this pool, never one /run_code needs.
         self._kept_pool = SandboxPool(
             pool.backend,
@@ -261,7 +277,7 @@ class KernelSessions:
         """
         await self.expire()
         async with self._lock:
-            self._check_room()
+            await self._take_room()
             session_id = self.ids.issue()
             self._kept[session_id] = Kept(session_id, self._kept_pool.session())
         return session_id
@@ -288,7 +304,9 @@ class KernelSessions:
             async with self._lock:
                 kept = self._hold(session_id)
                 if kept is None:
-                    self._check_room()
+                    if self._kept.pop(session_id, None) is not None:  # its sandbox died: its seat goes too
+                        self._give_room()
+                    await self._take_room()
                     why = self._gone.pop(session_id, "was closed or expired")
                     kept = self._kept[session_id] = Kept(session_id, self._kept_pool.session(), lost=why)
                     kept.busy += 1
@@ -329,6 +347,7 @@ class KernelSessions:
             kept = self._kept.pop(session_id, None)
             if kept is not None:
                 self._note_gone(session_id, "was closed (DELETE)")
+                self._give_room()
         if kept is None:
             return False
         await kept.session.close()
@@ -342,6 +361,7 @@ class KernelSessions:
             closing = [self._kept.pop(k) for k in stale]
             for session_id in stale:
                 self._note_gone(session_id, f"expired after {self.ttl_s:g}s idle")
+                self._give_room()
         for kept in closing:
             await kept.session.close()
         return len(closing)
@@ -364,6 +384,8 @@ class KernelSessions:
         """Close every kept session and their pool (server shutdown)."""
         async with self._lock:
             closing, self._kept = list(self._kept.values()), {}
+            for _ in closing:
+                self._give_room()
         with anyio.CancelScope(shield=True):
             for kept in closing:
                 await kept.session.close()
@@ -385,18 +407,32 @@ class KernelSessions:
                 "session_id for a one-shot kernel"
             )
 
-    def _check_room(self) -> None:
-        """Raise :class:`SessionsFull` unless one more kept session fits (call with the lock held)."""
+    async def _take_room(self) -> None:
+        """Raise :class:`SessionsFull` unless one more kept session fits; take its seat (call with the lock held)."""
         if len(self._kept) < self.max_sessions:
-            return
+            try:
+                if self._seats is None or await self._seats.take_seat():
+                    return
+            except ConnectionError:  # the broker is gone: the server is stopping
+                pass
         now = time.monotonic()
         idle = [self.ttl_s - (now - kept.last_used) for kept in self._kept.values() if not kept.busy]
         retry = max(1, math.ceil(min(idle) if idle else self.ttl_s))
+        live = (
+            "the server's max_sessions kept sessions are live"
+            if self._seats
+            else (f"{len(self._kept)} kept sessions are live, the server's max_sessions")
+        )
         raise SessionsFull(
-            f"{len(self._kept)} kept sessions are live, the server's max_sessions; retry in {retry}s, "
-            "close one with DELETE /run_jupyter/sessions/{session_id}, or send no session_id for a one-shot kernel",
+            f"{live}; retry in {retry}s, close one with DELETE /run_jupyter/sessions/{{session_id}}, "
+            "or send no session_id for a one-shot kernel",
             retry,
         )
+
+    def _give_room(self) -> None:
+        """A kept session is gone: give its seat back."""
+        if self._seats is not None:
+            self._seats.give_seat()
 
     def _note_gone(self, session_id: str, why: str) -> None:
         self._gone[session_id] = why

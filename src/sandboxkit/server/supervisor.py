@@ -115,7 +115,8 @@ class _Supervisor:
     def __init__(self, config: WorkersConfig, announce: Callable[[list[str]], None]) -> None:
         self.config = config
         self.announce = announce
-        self.broker = BrokerServer(SlotBook(config.max_concurrency, config.max_requests, config.max_bytes))
+        book = SlotBook(config.max_concurrency, config.max_requests, config.max_bytes, config.app["max_sessions"])
+        self.broker = BrokerServer(book)
         self.broker.on_ready = self._ready
         self.session_key = secrets.token_bytes(32)
         self.run_dir = tempfile.mkdtemp(prefix="sandboxkit-serve-")  # 0700: only this user reaches the workers

@@ -119,7 +119,7 @@ class _Supervisor:
         self.broker = BrokerServer(book)
         self.broker.on_ready = self._ready
         self.session_key = secrets.token_bytes(32)
-        self.run_dir = tempfile.mkdtemp(prefix="sandboxkit-serve-")  # 0700: only this user reaches the workers
+        self.run_dir = _private_dir()
         self.workers: list[_Worker] = []
         self.stopping = asyncio.Event()
         self.all_ready = asyncio.Event()
@@ -230,6 +230,15 @@ class _Supervisor:
         worker.proc.stdin.write(json.dumps(config).encode())
         await worker.proc.stdin.drain()
         worker.proc.stdin.close()
+
+
+def _private_dir() -> str:
+    """A new directory only this user may enter (0700), short enough for the workers' Unix socket paths."""
+    path = tempfile.mkdtemp(prefix="sandboxkit-serve-")
+    if len(os.path.join(path, "worker-999.sock").encode()) > 100:  # AF_UNIX paths end at 107 bytes
+        os.rmdir(path)
+        path = tempfile.mkdtemp(prefix="sandboxkit-serve-", dir="/tmp")
+    return path
 
 
 def _bind(host: str, port: int, count: int) -> list[socket.socket]:

@@ -316,3 +316,36 @@ def test_sigterm_drains_and_leaves_nothing_behind() -> None:
         assert not os.path.exists(run_dir), "the run directory was left behind"
     finally:
         server.stop()
+
+
+def test_a_second_sigterm_stops_without_waiting_for_open_requests() -> None:
+    server = ServeProcess("--backend", "subprocess", "--workers", "2", "-j", "2")
+    server.start()
+    try:
+        assert server.proc is not None
+        workers = workers_of(server)
+        outcome: list[Any] = []
+
+        def long_run() -> None:
+            try:
+                outcome.append(run_code(server.url, SLEEPER.format(sleep=100), run_timeout=120))
+            except requests.RequestException as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=long_run)
+        thread.start()
+        deadline = time.monotonic() + 60
+        while stats(server.url)["workers"]["runs_in_flight"] < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        server.proc.send_signal(signal.SIGTERM)
+        time.sleep(1)
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(timeout=60) == 0  # long before the 100 s run would have ended
+        thread.join(TIMEOUT)
+        assert outcome and not (isinstance(outcome[0], requests.Response) and outcome[0].status_code == 200)
+        assert not [pid for pid in workers if proc_stat(pid) is not None]
+        assert not cgroups_of(workers), "sandbox cgroups left behind"
+    finally:
+        server.stop()
+    assert not server.leftover

@@ -20,7 +20,8 @@ How (the supervisor is this module, in the process ``sandboxkit serve`` started)
   it did not compute), and clients retry it as a transport error. Its sandboxes die with it
   (``PR_SET_PDEATHSIG``) and the replacement removes what they left (subprocess backend);
 * **SIGTERM or SIGINT drains**: each worker stops accepting, finishes what it holds, closes its
-  sandboxes; then the supervisor removes its run directory and exits.
+  sandboxes; then the supervisor removes its run directory and exits. A second signal stops the
+  workers without waiting for open requests (their sandboxes are still closed).
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ class _Supervisor:
             self.workers = [_Worker(i, sock) for i, sock in enumerate(listeners)]
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, self.stopping.set)
+                loop.add_signal_handler(sig, self._on_signal)
             self.not_ready = set(range(len(self.workers)))
             watchers = [asyncio.ensure_future(self._keep(worker)) for worker in self.workers]
             ready = asyncio.ensure_future(self.all_ready.wait())
@@ -154,6 +155,7 @@ class _Supervisor:
                 _signal(worker.proc, signal.SIGTERM)
             await asyncio.gather(*watchers)
             ready.cancel()
+            await self._remove_leftovers()
         finally:
             for worker in self.workers:
                 worker.listener.close()
@@ -162,6 +164,39 @@ class _Supervisor:
             print(f"error: {self.failed}", file=sys.stderr)
             return 1
         return 0
+
+    def _on_signal(self) -> None:
+        """Drain on the first SIGTERM/SIGINT; stop now on a second one.
+
+        Stopping now is uvicorn's second SIGINT: a worker no longer waits for open requests, and
+        still closes its sandboxes.
+        """
+        if not self.stopping.is_set():
+            self.stopping.set()
+            return
+        log.warning("stopping now: open requests are dropped")
+        for worker in self.workers:
+            _signal(worker.proc, signal.SIGINT)
+
+    async def _remove_leftovers(self) -> None:
+        """What workers that stopped without closing their sandboxes left (a second signal, a crash).
+
+        Only the subprocess backend's cleanup spares the sandboxes of live owners; for the others
+        a worker's own shutdown is all there is.
+        """
+        if self.config.backend != "subprocess":
+            return
+        from sandboxkit.registry import backend as make_backend
+
+        try:
+            backend = make_backend(self.config.backend, **dict(self.config.app.get("backend_options") or {}))
+            removed = await backend.cleanup()
+            await backend.aclose()
+        except Exception:  # the workers' own shutdown already closed what it could
+            log.exception("removing what the workers left failed")
+            return
+        if removed:
+            log.warning("removed %d sandboxes the workers left behind", removed)
 
     def _ready(self, index: int) -> None:
         self.not_ready.discard(index)

@@ -48,6 +48,7 @@ def router(ctx: ServerContext) -> APIRouter:
         per_worker.insert(me.index, own)
         answers = [answer for answer in per_worker if answer is not None]
         merged = merge_stats(answers)
+        merged.pop("worker", None)  # who answered: per_worker says it for each
         merged["workers"] = {"count": me.count, "answered": len(answers), **await me.link.statistics()}
         merged["per_worker"] = per_worker
         return merged

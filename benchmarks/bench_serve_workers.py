@@ -20,7 +20,6 @@ take the same cores.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
@@ -31,20 +30,17 @@ TARGET_RPS_16_CORES = 5000.0
 
 
 def _sibling(name: str) -> Any:
-    """A module of this folder by path (``sandboxkit bench`` loads benchmarks by path, not by package)."""
-    path = Path(__file__).with_name(f"{name}.py")
-    spec = importlib.util.spec_from_file_location(f"sandboxkit_benchmarks.{name}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """``bench_<name>.py`` of this folder, loaded the way ``sandboxkit bench`` loads it (by path)."""
+    from sandboxkit.cli.bench import _load
+
+    return _load(Path(__file__).parent, name)
 
 
 def measure(
     workers: list[int], concurrency: int, connections: list[int], seconds: int, rounds: int, threads: int
 ) -> list[dict[str, Any]]:
     """Every (workers, connections) pair, ``rounds`` times, in turns; one dict per wrk run."""
-    serve = _sibling("bench_serve")
+    serve = _sibling("serve")
     servers = {
         n: serve._Server(
             "--backend",

@@ -344,13 +344,12 @@ class BrokerLink:
         """
         request_id, future = self._ask()
         self._send(Op.RESERVE, request_id, int(new_request), size)
-        try:
-            value = await future
-        except asyncio.CancelledError:
-            delivered = self._waiting.pop(request_id, None) is None and future.done() and not future.cancelled()
-            if delivered and future.exception() is None and future.result() >= 0:
+
+        def undo(value: int) -> None:
+            if value >= 0:
                 self.unreserve(size, request=new_request)
-            raise
+
+        value = await self._reply(request_id, future, undo)
         return (True, value) if value >= 0 else (False, -value - 1)
 
     def unreserve(self, size: int, *, request: bool) -> None:
@@ -365,13 +364,12 @@ class BrokerLink:
         """
         request_id, future = self._ask()
         self._send(Op.SEAT, request_id)
-        try:
-            return bool(await future)
-        except asyncio.CancelledError:
-            delivered = self._waiting.pop(request_id, None) is None and future.done() and not future.cancelled()
-            if delivered and future.exception() is None and future.result():
+
+        def undo(seated: int) -> None:
+            if seated:
                 self.give_seat()
-            raise
+
+        return bool(await self._reply(request_id, future, undo))
 
     def give_seat(self) -> None:
         """Give back a seat :meth:`take_seat` took."""
@@ -418,6 +416,16 @@ class BrokerLink:
                 future.set_exception(BrokerGone("the server's supervisor is gone; the server is stopping"))
         if self.on_lost is not None:
             self.on_lost()
+
+    async def _reply(self, request_id: int, future: asyncio.Future[int], undo: Callable[[int], None]) -> int:
+        """The broker's answer; a caller cancelled after the answer arrived hands ``undo`` what it got."""
+        try:
+            return await future
+        except asyncio.CancelledError:
+            delivered = self._waiting.pop(request_id, None) is None and future.done() and not future.cancelled()
+            if delivered and future.exception() is None:
+                undo(future.result())
+            raise
 
     def _ask(self) -> tuple[int, asyncio.Future[int]]:
         if self.gone or self._transport is None:

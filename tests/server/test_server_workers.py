@@ -349,3 +349,37 @@ def test_a_second_sigterm_stops_without_waiting_for_open_requests() -> None:
     finally:
         server.stop()
     assert not server.leftover
+
+
+def test_a_session_of_a_killed_worker_comes_back_as_lost_not_as_unknown(two_workers_j3: ServeProcess) -> None:
+    url = two_workers_j3.url
+    by_worker: dict[str, str] = {}
+    for _ in range(40):
+        with requests.Session() as fresh:
+            session_id = fresh.post(f"{url}/run_jupyter/sessions", timeout=TIMEOUT).json()["session_id"]
+        by_worker.setdefault(session_id.split("~")[0], session_id)
+        if len(by_worker) == 2:
+            break
+    assert set(by_worker) == {"w0", "w1"}
+    for session_id in by_worker.values():
+        body = {"cells": ["z = 5"], "session_id": session_id}
+        assert requests.post(f"{url}/run_jupyter", json=body, timeout=TIMEOUT).json()["status"] == "Success"
+    victim = next(w["worker"]["pid"] for w in stats(url)["per_worker"] if w["worker"]["index"] == 0)
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while True:  # 503 (or a closed connection) while worker 0 is being replaced, then its answer
+        try:
+            with requests.Session() as fresh:
+                body = {"cells": ["print(globals().get('z'))"], "session_id": by_worker["w0"]}
+                resp = fresh.post(f"{url}/run_jupyter", json=body, timeout=TIMEOUT)
+            if resp.status_code == 200:
+                break
+            assert resp.status_code == 503 and resp.headers["retry-after"], resp.text
+        except requests.ConnectionError:
+            pass
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    answer = resp.json()
+    assert answer["state_lost"] and answer["cells"][0]["stdout"] == "None\n", answer  # said, never silent
+    kept = {"cells": ["print(z)"], "session_id": by_worker["w1"]}
+    assert requests.post(f"{url}/run_jupyter", json=kept, timeout=TIMEOUT).json()["cells"][0]["stdout"] == "5\n"

@@ -318,6 +318,15 @@ def test_sigterm_drains_and_leaves_nothing_behind() -> None:
         server.stop()
 
 
+def test_a_second_server_on_the_same_port_is_refused_not_merged(two_workers_j3: ServeProcess) -> None:
+    port = two_workers_j3.url.rsplit(":", 1)[1]
+    second = ServeProcess("--backend", "subprocess", "--workers", "2")
+    second.args[second.args.index("--port") + 1] = port
+    with pytest.raises(RuntimeError, match="in use"):
+        second.start()
+    second.stop()
+
+
 def test_a_second_sigterm_stops_without_waiting_for_open_requests() -> None:
     server = ServeProcess("--backend", "subprocess", "--workers", "2", "-j", "2")
     server.start()

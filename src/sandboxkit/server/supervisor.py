@@ -277,8 +277,20 @@ def _private_dir() -> str:
 
 
 def _bind(host: str, port: int, count: int) -> list[socket.socket]:
-    """``count`` listening sockets on one address (``SO_REUSEPORT``); port 0 picks one for all."""
+    """``count`` listening sockets on one address (``SO_REUSEPORT``); port 0 picks one for all.
+
+    ``SO_REUSEPORT`` would also let this server bind beside another one of the same user already
+    on the port (a stale server), and the two would split the connections silently. So the address
+    is first bound once without it, which fails (``EADDRINUSE``) while anyone listens there.
+
+    Raises:
+        OSError: the address is in use or cannot be bound.
+    """
     family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind(address)
+        address = probe.getsockname()  # port 0: the port every worker's socket takes
     sockets: list[socket.socket] = []
     try:
         for _ in range(count):

@@ -120,6 +120,8 @@ def test_admission_bounds_the_whole_server() -> None:
         answered = [r for r in responses if r.status_code == 200]
         assert statuses.count(504) >= 8 - 2 - 1, statuses  # at most 2 inside at once (+1 that came after one left)
         assert all(r.headers.get("retry-after") == "1" for r in responses if r.status_code == 504)
+        refused = [r.json()["detail"] for r in responses if r.status_code == 504]
+        assert all(d.startswith("server busy: 2 requests already inside") for d in refused), refused
         assert most_at_once(intervals(answered)) == 1
         inside = stats(server.url)["workers"]
         assert inside["requests_inside"] == 0 and inside["runs_in_flight"] == 0

@@ -107,6 +107,10 @@ class Admission:
         if request:
             self.requests -= 1
 
+    def inside(self) -> str:
+        """What the server holds, for a refusal's message."""
+        return f"{self.requests} requests ({self.bytes} body bytes)"
+
     def statistics(self) -> AdmissionStatistics:
         """A snapshot."""
         return AdmissionStatistics(
@@ -218,7 +222,7 @@ class AdmissionMiddleware:
     def _busy(self) -> str:
         adm = self.admission
         return (
-            f"server busy: {adm.requests} requests ({adm.bytes} body bytes) already inside, the bound is "
+            f"server busy: {adm.inside()} already inside, the bound is "
             f"{adm.max_requests} requests / {adm.max_bytes} bytes (--max-queue, --max-queue-mb); retry later"
         )
 

@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 import anyio
 
 from sandboxkit.errors import Transient
-from sandboxkit.server.admission import Admission, AdmissionStatistics
+from sandboxkit.server.admission import Admission
 from sandboxkit.server.broker import BrokerGone, BrokerLink
 from sandboxkit.server.gate import Gate, GateStatistics, QueueTimeout
 
@@ -105,13 +105,13 @@ class SharedAdmission(Admission):
             self.requests += new_request
         return granted
 
+    def inside(self) -> str:
+        """The whole server's requests, as the broker last counted them (bytes are per worker)."""
+        return f"{self.server_requests} requests"
+
     def release(self, size: int, *, request: bool) -> None:
         """Give back what :meth:`reserve` took, here and at the broker."""
         self.bytes -= size
         if request:
             self.requests -= 1
         self.link.unreserve(size, request=request)
-
-    def statistics(self) -> AdmissionStatistics:
-        """This worker's share and the server's bounds."""
-        return super().statistics()

@@ -308,7 +308,6 @@ def test_sigterm_drains_and_leaves_nothing_behind() -> None:
         while stats(url)["workers"]["runs_in_flight"] < 1:
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        assert cgroups_of(workers) or not os.path.exists("/sys/fs/cgroup"), "no sandbox cgroups to check"
         assert server.stop() == 0  # SIGTERM: the run in flight finishes first
         thread.join(TIMEOUT)
         assert slow and slow[0].status_code == 200 and slow[0].json()["status"] == "Success"

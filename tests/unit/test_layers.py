@@ -46,7 +46,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("models", "errors", "languages", "output", "configs", "_in_sandbox_std", "_standalone"),
 )
 
-#: What a backend may import from sandboxkit besides its own package (and third-party SDKs).
+#: What a backend may import from sandboxkit besides its own package (and third-party SDKs); ``configs``:
+#: its constructor takes its options model.
 BACKEND_MAY_IMPORT = (
     "models",
     "errors",
@@ -56,6 +57,7 @@ BACKEND_MAY_IMPORT = (
     "protocols",
     "streaming",
     "kernel",
+    "configs",
     "_in_sandbox_std",
     "_standalone",
 )

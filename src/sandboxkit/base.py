@@ -285,10 +285,14 @@ class Backend(abc.ABC):
         config_model: the options model (a :class:`~sandboxkit.configs.BaseBackendConfig`) of a backend
             whose constructor takes ``config=``; the registry then builds the config once and hands it
             over. ``None``: the constructor takes plain keyword options.
+        owner_ttl_s: the dead-man switch's TTL: how long this process's sandboxes outlive it
+            when it dies without closing them (a pool sets it from its deadlines,
+            :func:`sandboxkit._watchdog.ttl_for`; ``None``: from the default limits).
     """
 
     name: str = ""
     config_model: ClassVar[type[BaseBackendConfig] | None] = None
+    owner_ttl_s: float | None = None
 
     @property
     @abc.abstractmethod

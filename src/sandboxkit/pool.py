@@ -25,6 +25,7 @@ import anyio
 from sandboxkit._lease import CLOSE_TIMEOUT_S, LeaseCore
 from sandboxkit._request import RunsPrograms, positive_timeout, renamed
 from sandboxkit._signals import install_sigterm_to_exit
+from sandboxkit._watchdog import ttl_for
 from sandboxkit.base import Backend, OutputCallback, Sandbox
 from sandboxkit.checkpoint import Checkpoint, check_forkable
 from sandboxkit.errors import InvalidRequest, PoolClosed, SandboxCrashed, SandboxkitError
@@ -142,6 +143,8 @@ class SandboxPool(RunsPrograms):
         self.backoff_base_s = 0.2 if base_s is None else base_s
         self.backoff_max_s = 10.0 if max_s is None else max_s
         self.deadline_s = deadline_s
+        ttl_s = ttl_for(deadline_s, self.limits)  # the dead-man switch: a backend shared by pools takes the longest
+        self.backend.owner_ttl_s = max(ttl_s, self.backend.owner_ttl_s or 0.0)
         self.health_check_after_s = health_check_after_s
         self.handle_signals = handle_signals
         self._limiter = self._make_limiter(limiter, creation_rate, creation_burst)

@@ -16,6 +16,7 @@ import tarfile
 import tempfile
 from typing import Any, ClassVar
 
+from sandboxkit._watchdog import Lease, ttl_for
 from sandboxkit.backends.subprocess import _idmap, _rootfs
 from sandboxkit.backends.subprocess import _isolation as isolation
 from sandboxkit.backends.subprocess import _seccomp as seccomp
@@ -281,6 +282,7 @@ class SubprocessBackend(Backend):
                 f"cannot create a sandbox workspace under {self.root!r}: {exc}; check that it is writable", backend=NAME
             ) from exc
         self._sandboxes.add(sandbox)
+        Lease.hold(NAME, self.root, self.owner_ttl_s or ttl_for(None, Limits()))  # the dead-man switch
         return sandbox
 
     async def open_from(self, snapshot: Snapshot, limits: Limits | None = None) -> SubprocessSandbox:

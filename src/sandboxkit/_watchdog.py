@@ -1,0 +1,138 @@
+"""The dead-man switch of the local backends: a watchdog process removes what a dead owner left.
+
+A trainer killed with SIGKILL runs no ``finally`` and no ``atexit``: its sandboxes' processes,
+cgroups, mounts and workspaces stay until someone runs ``sandboxkit cleanup``. Every host
+process that opens local sandboxes therefore starts one watchdog per backend root (not one
+per sandbox) in a session of its own, so it survives the owner. The owner renews a lease
+file's mtime from a daemon thread every quarter TTL; once the owner is gone (its pid no longer
+names the process that started the watchdog), the watchdog waits until the last renewal plus
+the TTL has passed and then runs the backend's own leftover removal, which touches only
+entries of dead owners (``backends.subprocess._cleanup``), and exits.
+
+The TTL comes from the pool's deadlines (:func:`ttl_for`), so a crashed run's sandboxes
+live no longer than one of its calls could have; ``sandboxkit doctor`` prints it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import ClassVar
+
+from sandboxkit.models import Limits
+
+__all__ = ["LEASE_PREFIX", "Lease", "ttl_for"]
+
+#: Name prefix of the lease files a backend root holds (``.owner-p<pid>.lease``).
+LEASE_PREFIX = ".owner-p"
+#: The shortest TTL: below it renewals (every quarter TTL) would cost more than they save.
+MIN_TTL_S = 1.0
+
+
+def ttl_for(deadline_s: float | None, limits: Limits) -> float:
+    """How long a dead owner's sandboxes may outlive it: the longest one call of its pool may take.
+
+    That is the pool's deadline when it has one, else the run's wall limit plus its compile
+    limit (the default limits' 10 s + 30 s = 40 s), never less than :data:`MIN_TTL_S`.
+    """
+    longest = deadline_s if deadline_s is not None else limits.timeout_s + limits.compile_timeout_s
+    return max(MIN_TTL_S, float(longest))
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks (field 22 of ``/proc/PID/stat``); None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
+
+
+class Lease:
+    """This process's lease on one backend root, renewed while it lives, watched by a process of its own."""
+
+    _by_root: ClassVar[dict[tuple[str, str], Lease]] = {}
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, kind: str, root: str, ttl_s: float) -> None:
+        self.kind = kind
+        self.root = root
+        self.ttl_s = ttl_s
+        self.owner = os.getpid()
+        self.path = os.path.join(root, f"{LEASE_PREFIX}{self.owner}.lease")
+        self._write()
+        package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([package_parent, os.environ.get("PYTHONPATH", "")]))
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "sandboxkit._watchdog", kind, root, str(os.getpid()), self.path],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # a signal to the trainer's process group must not reach it
+            close_fds=True,
+            env=env,
+        )
+        threading.Thread(target=self._renew, name="sandboxkit-lease", daemon=True).start()
+
+    @classmethod
+    def hold(cls, kind: str, root: str, ttl_s: float) -> Lease:
+        """The lease of ``root`` in this process, started on first use; a longer TTL replaces a shorter one."""
+        key = (kind, root)
+        with cls._lock:
+            lease = cls._by_root.get(key)  # a forked child (another pid) starts its own
+            if lease is None or lease.process.poll() is not None or lease.owner != os.getpid():
+                lease = cls._by_root[key] = cls(kind, root, ttl_s)
+            elif ttl_s > lease.ttl_s:
+                lease.ttl_s = ttl_s
+                lease._write()
+            return lease
+
+    def _write(self) -> None:
+        """Record the TTL in the lease file; its mtime is the last renewal."""
+        with open(self.path, "w") as f:
+            f.write(f"{self.ttl_s}\n")
+
+    def _renew(self) -> None:
+        while True:
+            with contextlib.suppress(OSError):
+                os.utime(self.path)
+            time.sleep(self.ttl_s / 4)
+
+
+def _expiry(lease_path: str) -> float:
+    """The wall time after which the owner's sandboxes may go: last renewal plus TTL (now, once the file is gone)."""
+    try:
+        with open(lease_path) as f:
+            ttl = float(f.read().strip() or MIN_TTL_S)
+        return os.stat(lease_path).st_mtime + ttl
+    except (OSError, ValueError):
+        return time.time()
+
+
+def _remove(kind: str, root: str) -> None:
+    """Remove every dead owner's leftovers under ``root`` with the backend's own cleanup code."""
+    if kind == "subprocess":
+        from sandboxkit.backends.subprocess import _isolation
+        from sandboxkit.backends.subprocess._cleanup import remove_leftovers
+
+        remove_leftovers(root, _isolation.probe(), keep=set())
+
+
+def watch(kind: str, root: str, owner: int, lease_path: str) -> None:
+    """Wait for ``owner`` to die, then for its lease to expire, then remove what it left."""
+    started = _start_time(owner)
+    while started is not None and _start_time(owner) == started:
+        time.sleep(min(1.0, max(0.05, (_expiry(lease_path) - time.time()) / 4)))
+    while (left := _expiry(lease_path) - time.time()) > 0:
+        time.sleep(min(left, 1.0))
+    _remove(kind, root)
+    with contextlib.suppress(OSError):
+        os.unlink(lease_path)
+
+
+if __name__ == "__main__":
+    watch(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4])

@@ -23,6 +23,7 @@ import pluggy
 from pydantic import ValidationError
 
 from sandboxkit import hookspecs
+from sandboxkit._workers._spec import Recipe, remember
 from sandboxkit.base import Availability, Backend
 from sandboxkit.errors import BackendNotFound, BackendUnavailable, InvalidRequest
 
@@ -362,8 +363,10 @@ def backend(name: str | BaseBackendConfig, **options: Any) -> Backend:
     factory = _spec(key).load()
     kwargs = config.options() if config is not None else options
     try:
-        return factory(**kwargs)
+        made = factory(**kwargs)
     except TypeError as exc:
         if config is not None:
             raise  # the options matched the config: this is a bug in the backend, not a typo
         raise InvalidRequest(f"backend {key!r} rejected its options {sorted(kwargs)!r}: {exc}", backend=key) from exc
+    remember(made, Recipe(config if config is not None else key, {} if config is not None else dict(kwargs)))
+    return made

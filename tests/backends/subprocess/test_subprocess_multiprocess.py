@@ -1,0 +1,242 @@
+"""``SandboxPool(..., processes=N)``: pooled runs served by host worker processes behind one limiter.
+
+What must not change when the host's work spreads over worker processes: results in input
+order with none lost, the pool's caps on calls and sandboxes (one count across processes), the
+deadline and its error type, a program's failure as a result, a dead worker's calls retried
+(never a 0), and nothing left on the machine (process, cgroup, mount, workspace) once a worker
+is gone or the pool is closed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+
+from sandboxkit import DeadlineExceeded, InvalidRequest, SandboxPool, Status, Transient
+from sandboxkit.backends.subprocess._cgroup import PREFIX
+from sandboxkit.backends.subprocess._isolation import probe
+from sandboxkit.limiter import LocalLimiter
+from sandboxkit.models import Limits
+from support.subprocess_sandboxes import FAST
+
+HOSTILE = Limits(timeout_s=2.0, memory_mb=256, pids=64, output_bytes=64 * 1024, file_size_mb=16)
+
+
+class RecordingLimiter(LocalLimiter):
+    """The pool's real limiter, remembering the most calls and sandboxes it ever let through at once."""
+
+    def __init__(self, calls: int, sandboxes: int) -> None:
+        super().__init__(calls, sandboxes)
+        self.calls_now = self.most_calls = 0
+        self.sandboxes_now = self.most_sandboxes = 0
+
+    async def acquire_call(self, token: object) -> None:
+        await super().acquire_call(token)
+        self.calls_now += 1
+        self.most_calls = max(self.most_calls, self.calls_now)
+
+    def release_call(self, token: object) -> None:
+        super().release_call(token)
+        self.calls_now -= 1
+
+    async def try_acquire_sandbox(self, token: object) -> bool:
+        ok = await super().try_acquire_sandbox(token)
+        if ok:
+            self.sandboxes_now += 1
+            self.most_sandboxes = max(self.most_sandboxes, self.sandboxes_now)
+        return ok
+
+    def release_sandbox(self, token: object) -> None:
+        super().release_sandbox(token)
+        self.sandboxes_now -= 1
+
+
+def worker_pids(pool: SandboxPool) -> list[int]:
+    assert pool._workers is not None
+    return [link.pid for link in pool._workers.links if link.pid is not None]
+
+
+def left_behind(pids: list[int], root: str) -> list[str]:
+    """What the sandboxes of these (gone) worker processes left: the processes, cgroups, mounts, workspaces."""
+    tags = [f"-p{pid}" for pid in pids]
+    found = [f"worker {pid} still running" for pid in pids if _running(pid)]
+    for parent in set(probe().cgroup.parents().values()):
+        found += [f"cgroup {e}" for e in os.listdir(parent) if e.startswith(PREFIX) and any(t in e for t in tags)]
+    with open("/proc/self/mountinfo") as f:
+        found += [f"mount {line.split()[4]}" for line in f if any(t in line.split()[4] for t in tags)]
+    if os.path.isdir(root):
+        found += [f"workspace {e}" for e in os.listdir(root) if any(e.endswith(t) for t in tags)]
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cgroup") as f:
+                groups = f.read()
+        except OSError:
+            continue
+        if any(t + "\n" in groups or t + "/" in groups for t in tags):
+            found.append(f"process {pid} in a sandbox cgroup")
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture
+async def pool() -> AsyncIterator[SandboxPool]:
+    async with SandboxPool("subprocess", max_concurrency=4, limits=FAST, processes=2) as p:
+        yield p
+
+
+async def test_results_come_back_in_input_order_and_none_is_lost(pool: SandboxPool) -> None:
+    results = await pool.run_many([{"code": f"print({i})"} for i in range(120)])
+    assert [r.stdout for r in results] == [f"{i}\n" for i in range(120)]  # type: ignore[union-attr]
+    metrics = pool.metrics()
+    assert metrics["calls"] == 120 and metrics["statuses"] == {"ok": 120}
+    assert metrics["processes"] == 2 and metrics["workers_alive"] == 2
+    assert metrics["sandboxes_created"] >= 1  # the workers' sandboxes are counted in the pool's metrics
+
+
+async def test_both_workers_serve_and_a_program_failure_is_a_result(pool: SandboxPool) -> None:
+    assert pool._workers is not None
+    results = await pool.run_many(
+        [{"code": "import time; time.sleep(0.2); print(1)"}] * 4 + [{"code": "raise SystemExit(3)"}]
+    )
+    failed = results[-1]
+    assert not isinstance(failed, Exception) and failed.status is Status.FAILED and failed.exit_code == 3
+    executed = await pool.exec("echo hi")
+    assert executed.stdout == "hi\n"
+    assert pool.metrics()["sandboxes_open"] >= 2  # four sleepers at once did not fit in one worker's one sandbox
+
+
+async def test_the_caps_are_one_count_across_processes() -> None:
+    limiter = RecordingLimiter(3, 2)
+    async with SandboxPool(
+        "subprocess", max_concurrency=3, max_sandboxes=2, limits=FAST, processes=2, limiter=limiter
+    ) as pool:
+        async with pool.session() as session:  # the parent's own sandbox counts against the same cap
+            await session.run("open('kept', 'w').write('x')")
+            results = await pool.run_many([{"code": "import time; time.sleep(0.05); print(1)"}] * 24)
+            assert (await session.run("print(open('kept').read())")).stdout == "x\n"
+        assert all(not isinstance(r, Exception) and r.stdout == "1\n" for r in results), results
+    assert limiter.most_calls <= 3 and limiter.most_sandboxes <= 2, (limiter.most_calls, limiter.most_sandboxes)
+    assert limiter.calls_now == 0 and limiter.sandboxes_now == 0
+
+
+async def test_the_deadline_is_the_pools_and_the_sandbox_is_not_reused(pool: SandboxPool) -> None:
+    with pytest.raises(DeadlineExceeded):
+        await pool.run("import time; time.sleep(30)", deadline_s=0.5)
+    again = await pool.run("print('next')")
+    assert again.status is Status.OK and again.stdout == "next\n"
+    assert pool.metrics()["errors"] == {"deadline_exceeded": 1}
+
+
+async def test_a_bad_request_is_the_same_error_before_any_worker_sees_it(pool: SandboxPool) -> None:
+    with pytest.raises(InvalidRequest):
+        await pool.run("print(1)", language="no-such-language")
+    with pytest.raises(InvalidRequest):
+        await pool.run("print(1)", timeout=-1)
+
+
+async def test_a_killed_worker_is_retried_replaced_and_leaves_nothing() -> None:
+    async with SandboxPool("subprocess", max_concurrency=2, limits=FAST, processes=2, backoff_base=0.01) as pool:
+        await pool.run_many([{"code": "pass"}] * 2)
+        root = pool.backend.root  # type: ignore[attr-defined]
+
+        async def kill_one_once_busy() -> int:
+            assert pool._workers is not None
+            while True:
+                for link in pool._workers.links:
+                    if link.calls and link.sandboxes and link.pid is not None:
+                        os.kill(link.pid, signal.SIGKILL)
+                        return link.pid
+                await anyio.sleep(0.01)
+
+        async with anyio.create_task_group() as tg:
+            killed: list[int] = []
+
+            async def killer() -> None:
+                killed.append(await kill_one_once_busy())
+
+            tg.start_soon(killer)
+            result = await pool.run("import time; time.sleep(1); print('done')")
+        assert result.status is Status.OK and result.stdout == "done\n"  # retried, never scored as a failure
+        metrics = pool.metrics()
+        assert metrics["retries"] >= 1 and metrics["errors"] == {}
+        with anyio.fail_after(60):
+            while pool.metrics()["workers_alive"] < 2:
+                await anyio.sleep(0.05)
+        assert pool.metrics()["workers_replaced"] == 1
+        assert left_behind(killed, root) == []
+        assert (await pool.run("print(2)")).stdout == "2\n"
+
+
+async def test_without_retries_a_dead_worker_is_an_infrastructure_error() -> None:
+    async with SandboxPool("subprocess", max_concurrency=1, limits=FAST, processes=2, retries=0) as pool:
+        await pool.run("pass")
+        assert pool._workers is not None
+
+        async def kill_when_busy() -> None:
+            assert pool._workers is not None
+            while True:
+                for link in pool._workers.links:
+                    if link.calls and link.sandboxes and link.pid is not None:
+                        os.kill(link.pid, signal.SIGKILL)
+                        return
+                await anyio.sleep(0.01)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(kill_when_busy)
+            with pytest.raises(Transient) as caught:
+                await pool.run("import time; time.sleep(2)")
+        assert caught.value.kind == "worker_lost"
+
+
+async def test_closing_the_pool_ends_the_workers_and_leaves_nothing() -> None:
+    pool = SandboxPool("subprocess", max_concurrency=4, limits=FAST, processes=2, warm=2)
+    await pool.start()
+    pids = worker_pids(pool)
+    root = pool.backend.root  # type: ignore[attr-defined]
+    await pool.run_many([{"code": "import time; time.sleep(0.1)"}] * 4)
+    assert left_behind(pids, root) != []  # the check sees live sandboxes (it can fail)
+    await pool.aclose()
+    assert left_behind(pids, root) == []
+
+
+async def test_a_cancelled_call_ends_its_run_in_the_worker(pool: SandboxPool) -> None:
+    with anyio.move_on_after(0.5):
+        await pool.run("import time; time.sleep(30)")
+    with anyio.fail_after(30):  # the worker discards the sandbox it was running in
+        while (
+            pool.metrics()["sandboxes_open"] > 0 and pool.metrics()["sandboxes_idle"] < pool.metrics()["sandboxes_open"]
+        ):
+            await anyio.sleep(0.05)
+    assert (await pool.run("print(3)")).stdout == "3\n"
+
+
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [
+        ("while True: pass", Status.TIMEOUT),
+        ("import os\nwhile True:\n    try: os.fork()\n    except OSError: pass", Status.TIMEOUT),
+        ("blocks = []\nwhile True:\n    blocks.append(bytearray(16 << 20))", Status.MEMORY_EXCEEDED),
+        ("import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(100):\n    sys.stdout.write(chunk)", Status.OUTPUT_LIMIT),
+    ],
+    ids=["loop", "fork-bomb", "memory-bomb", "stdout-flood"],
+)
+async def test_hostile_programs_are_contained_through_workers(code: str, status: Status) -> None:
+    async with SandboxPool("subprocess", max_concurrency=2, limits=HOSTILE, processes=2) as pool:
+        pids = worker_pids(pool)
+        root = pool.backend.root  # type: ignore[attr-defined]
+        result = await pool.run(code)
+        assert result.status is status, result
+        after = await pool.run("print('still serving')")
+        assert after.stdout == "still serving\n"
+    assert left_behind(pids, root) == []

@@ -157,6 +157,7 @@ class _Worker:
     async def _job(self, rid: int, fn: Any, args: tuple[Any, ...]) -> None:
         try:
             result = await fn(self.pool, *args)
+            pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)  # a result that cannot travel is the job's error
         except asyncio.CancelledError:
             raise
         except BaseException as exc:

@@ -32,6 +32,7 @@ import contextlib
 import itertools
 import logging
 import os
+import pickle
 import socket
 import subprocess
 import sys
@@ -45,7 +46,7 @@ from sandboxkit._slots import CallSlot, Entry
 from sandboxkit._workers._shared import SharedLimiter
 from sandboxkit._workers._spec import Recipe
 from sandboxkit._workers._wire import Link, Message
-from sandboxkit.errors import BackendUnavailable, PoolClosed, Transient
+from sandboxkit.errors import BackendUnavailable, InvalidRequest, PoolClosed, Transient
 from sandboxkit.metrics import CallRecord
 
 if TYPE_CHECKING:
@@ -453,9 +454,17 @@ class WorkerSet:
         :class:`WorkerLost`; a job is not retried (it may have done part of its work).
 
         Raises:
+            InvalidRequest: ``fn`` or an argument cannot be pickled (it cannot reach a worker).
             WorkerLost: the worker died.
             Whatever ``fn`` raised.
         """
+        try:
+            pickle.dumps((fn, args), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            raise InvalidRequest(
+                f"{getattr(fn, '__qualname__', fn)!r} or its arguments cannot be sent to a host worker process: {exc}",
+                backend=self.pool.backend.name,
+            ) from exc
         link = await self._pick()
         return cast("T", await self._send(link, "job", (fn, args), None))
 

@@ -240,3 +240,29 @@ async def test_hostile_programs_are_contained_through_workers(code: str, status:
         after = await pool.run("print('still serving')")
         assert after.stdout == "still serving\n"
     assert left_behind(pids, root) == []
+
+
+def _fds_and_rss(pid: int) -> tuple[int, int]:
+    with open(f"/proc/{pid}/status") as f:
+        rss_kb = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    return len(os.listdir(f"/proc/{pid}/fd")), rss_kb * 1024
+
+
+@pytest.mark.slow
+async def test_soak_ten_thousand_runs_none_lost_and_fds_and_memory_flat() -> None:
+    total, rounds = 10_000, 10
+    async with SandboxPool("subprocess", max_concurrency=8, warm=8, limits=FAST, processes=2) as pool:
+        await pool.run_many([{"code": "print(1)"}] * 500)  # warm: fork servers, code paths, metric windows
+        pids = [os.getpid(), *worker_pids(pool)]
+        before = {pid: _fds_and_rss(pid) for pid in pids}
+        lost = 0
+        for _ in range(rounds):
+            results = await pool.run_many([{"code": "print(1)"}] * (total // rounds))
+            lost += sum(1 for r in results if isinstance(r, Exception) or r.stdout != "1\n")
+        after = {pid: _fds_and_rss(pid) for pid in pids}
+        assert worker_pids(pool) == pids[1:]  # no worker died or was replaced on the way
+    assert lost == 0
+    for pid in pids:
+        (fds0, rss0), (fds1, rss1) = before[pid], after[pid]
+        assert fds1 <= fds0, f"pid {pid}: {fds0} -> {fds1} descriptors"
+        assert rss1 - rss0 < 24 << 20, f"pid {pid}: RSS grew {(rss1 - rss0) >> 20} MiB over {total} runs"

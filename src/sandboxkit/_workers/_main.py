@@ -15,7 +15,7 @@ import pickle
 import signal
 import socket
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from sandboxkit._workers._remote import Dispatched, ForwardingMetrics, RemoteLimiter, dispatched
@@ -46,6 +46,9 @@ class _Worker:
         self.pool: _WorkerPool | None = None
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.stop = asyncio.Event()
+        self.owed = False  # a reclaim asked for when nothing was idle
+        self.background: set[asyncio.Task[None]] = set()
+        self._core_notify: Callable[[], None] = lambda: None
 
     async def serve(self, fd: int) -> None:
         loop = asyncio.get_running_loop()
@@ -84,11 +87,29 @@ class _Worker:
                     self.pool._core.notify()
             elif kind == "reclaim":
                 if self.pool is not None:
-                    asyncio.get_running_loop().create_task(self.pool._core.reclaim_idle())
+                    self._background(self._reclaim())
             elif kind == "init":
-                asyncio.get_running_loop().create_task(self._init(message[1]))
+                self._background(self._init(message[1]))
             elif kind == "close":
                 self.stop.set()
+
+    async def _reclaim(self) -> None:
+        """Close an idle sandbox for another owner; with none idle now, the next one that goes idle."""
+        assert self.pool is not None
+        if not await self.pool._core.reclaim_idle():
+            self.owed = True
+
+    def _notified(self) -> None:
+        """The worker's core changed (a sandbox went idle, say): pay a reclaim owed to another owner."""
+        self._core_notify()
+        if self.owed and self.pool is not None and self.pool._core.idle:
+            self.owed = False
+            self._background(self._reclaim())
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self.background.add(task)  # the loop keeps only a weak reference: an unreferenced task may vanish
+        task.add_done_callback(self.background.discard)
 
     def _lost(self, exc: BaseException | None) -> None:
         self.stop.set()  # the parent closed the socket or died: close the pool and exit
@@ -111,6 +132,8 @@ class _Worker:
             backend = settings.pop("backend")
             self.pool = _WorkerPool(backend, limiter=self.limiter, processes=1, handle_signals=False, **settings)
             self.pool.metrics_data = self.pool._core.metrics = ForwardingMetrics(self.link)
+            self._core_notify = self.pool._core.notify
+            self.pool._core.notify = self._notified  # type: ignore[method-assign]
             await self.pool.start()
         except BaseException as exc:
             self.link.send(("failed", _picklable(exc)))

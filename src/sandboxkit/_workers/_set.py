@@ -269,6 +269,7 @@ class WorkerSet:
             BackendUnavailable: a worker could not start or build the backend.
         """
         self._changed = asyncio.Event()
+        self.limiter.watch_local(self.pool._core)
         warm = [self.pool.warm // self.processes + (i < self.pool.warm % self.processes) for i in range(self.processes)]
         results = await asyncio.gather(
             *(self._spawn(i, warm[i]) for i in range(self.processes)), return_exceptions=True

@@ -20,12 +20,13 @@ What one process does by itself, several owners must be told:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 from sandboxkit.limiter import Limiter, LimiterStatistics
 
 if TYPE_CHECKING:
+    from sandboxkit._lease import LeaseCore
     from sandboxkit._workers._set import WorkerLink
 
 __all__ = ["SharedLimiter"]
@@ -48,6 +49,8 @@ class SharedLimiter(Limiter):
         self._notify_local: Callable[[], None] = lambda: None
         self._reclaim_local: Callable[[], Awaitable[bool]] = _nothing_idle
         self._reclaiming = False
+        self.local_waiting = False  # the parent's own core was refused a sandbox slot, not yet woken
+        self._tasks: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ the limiter protocol
 
@@ -60,6 +63,7 @@ class SharedLimiter(Limiter):
     async def try_acquire_sandbox(self, token: object) -> bool:
         if await self.inner.try_acquire_sandbox(token):
             return True
+        self.local_waiting = True
         self.refused(None)
         return False
 
@@ -90,11 +94,12 @@ class SharedLimiter(Limiter):
 
     @property
     def anyone_waiting(self) -> bool:
-        """Whether a worker was refused a sandbox slot and not yet woken."""
-        return any(link.waiting for link in self.links)
+        """Whether an owner (the parent's core or a worker) was refused a sandbox slot and not yet woken."""
+        return self.local_waiting or any(link.waiting for link in self.links)
 
     def capacity_freed(self) -> None:
         """A slot freed somewhere: wake the parent's core and every worker that was refused one."""
+        self.local_waiting = False
         self._notify_local()
         for link in self.links:
             if link.waiting:
@@ -107,11 +112,33 @@ class SharedLimiter(Limiter):
             asker.waiting = True
         if not self._reclaiming:
             self._reclaiming = True
-            asyncio.get_running_loop().create_task(self._reclaim_for(asker))
+            self._background(self._reclaim_for(asker))
 
-    async def _reclaim_for(self, asker: WorkerLink | None) -> None:
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)  # the loop keeps only a weak reference: an unreferenced task may vanish
+        task.add_done_callback(self._tasks.discard)
+
+    def watch_local(self, core: LeaseCore) -> None:
+        """Hook the parent's own lease core: a sandbox it gets back idle goes to a worker that waits for one.
+
+        A worker refused a slot while the parent's sessions held every sandbox learns nothing when a
+        session ends: the sandbox stays warm in the parent, no slot is freed. So when the parent's core
+        changes while a worker waits, the parent closes one of its idle sandboxes for it.
+        """
+        notify = core.notify
+
+        def notified() -> None:
+            notify()
+            if core.idle and any(link.waiting for link in self.links) and not self._reclaiming:
+                self._reclaiming = True
+                self._background(self._reclaim_for(None, local_first=True))
+
+        core.notify = notified  # type: ignore[method-assign]
+
+    async def _reclaim_for(self, asker: WorkerLink | None, *, local_first: bool = False) -> None:
         try:
-            if asker is None or not await self._reclaim_local():
+            if (asker is None and not local_first) or not await self._reclaim_local():
                 self.ask_to_reclaim(exclude=asker)
         finally:
             self._reclaiming = False
@@ -123,12 +150,18 @@ class SharedLimiter(Limiter):
         return self.ask_to_reclaim(exclude=None)
 
     def ask_to_reclaim(self, *, exclude: WorkerLink | None) -> bool:
-        """Ask the worker that seems to hold the most idle sandboxes to close one; whether one was asked."""
+        """Ask a worker to close an idle sandbox; whether one was asked.
+
+        The worker that seems to hold the most idle ones (its sandboxes beyond its calls in flight),
+        or, when none seems to, every worker that holds any: a worker with none idle now closes the
+        next one that goes idle (a job's runs, unlike dispatched runs, are not counted here, and a
+        sandbox in use now is idle soon).
+        """
         best: WorkerLink | None = None
         for link in self.links:
             if link is not exclude and link.idle_estimate > (best.idle_estimate if best is not None else 0):
                 best = link
-        if best is None:
-            return False
-        best.send(("reclaim",))
-        return True
+        asked = [best] if best is not None else [link for link in self.links if link is not exclude and link.sandboxes]
+        for link in asked:
+            link.send(("reclaim",))
+        return bool(asked)

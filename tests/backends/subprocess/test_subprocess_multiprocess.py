@@ -130,6 +130,40 @@ async def test_the_caps_are_one_count_across_processes() -> None:
     assert limiter.calls_now == 0 and limiter.sandboxes_now == 0
 
 
+async def test_a_session_waits_for_the_sandbox_a_worker_keeps_after_its_run() -> None:
+    # One sandbox for the whole pool: a worker's run holds it when the session (in the parent) asks,
+    # and keeps it idle after. Was: nobody told the worker to let it go, and the session waited forever.
+    async with SandboxPool("subprocess", max_concurrency=2, max_sandboxes=1, limits=FAST, processes=2) as pool:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pool.run, "import time; time.sleep(1)")
+            await anyio.sleep(0.3)
+            with anyio.fail_after(30):
+                async with pool.session() as session:
+                    assert (await session.run("print('mine')")).stdout == "mine\n"
+        assert (await pool.run("print('and back')")).stdout == "and back\n"
+
+
+async def test_a_worker_gets_the_sandbox_a_closed_session_left_warm_in_the_parent() -> None:
+    # The other way round: the session's sandbox goes back warm to the parent's idle list, which frees
+    # no slot. Was: the worker refused a slot while the session ran waited forever.
+    async with SandboxPool("subprocess", max_concurrency=2, max_sandboxes=1, limits=FAST, processes=2) as pool:
+        async with pool.session() as session:
+            await session.run("pass")
+            async with anyio.create_task_group() as tg:
+                results: list[str] = []
+
+                async def pooled() -> None:
+                    results.append((await pool.run("print('pooled')")).stdout)
+
+                tg.start_soon(pooled)
+                await anyio.sleep(0.5)  # the worker has asked for the one slot and been refused
+                await session.close()
+                with anyio.fail_after(30):
+                    while not results:
+                        await anyio.sleep(0.05)
+        assert results == ["pooled\n"]
+
+
 async def test_the_deadline_is_the_pools_and_the_sandbox_is_not_reused(pool: SandboxPool) -> None:
     with pytest.raises(DeadlineExceeded):
         await pool.run("import time; time.sleep(30)", deadline_s=0.5)

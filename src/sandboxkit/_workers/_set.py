@@ -203,11 +203,7 @@ class WorkerLink:
             self.ready.set_exception(
                 BackendUnavailable(f"a host worker process of the pool exited while starting ({exc!r})")
             )
-        error = WorkerLost(
-            f"host worker process {self.index} (pid {self.pid}) of the pool exited during the call; "
-            "the pool retries the call on another worker",
-            backend=workers.pool.backend.name,
-        )
+        error = self.lost_error()
         for rid, call in list(self.calls.items()):
             if not call.future.done():
                 call.future.set_result(("done", rid, False, error))
@@ -222,6 +218,16 @@ class WorkerLink:
         for token in sandboxes:
             workers.limiter.release_sandbox(token)
         workers.lost(self)
+
+    def lost_error(self) -> WorkerLost | PoolClosed:
+        """What a call this worker can no longer answer raises: ``PoolClosed`` while the pool closes."""
+        if self.workers.closing:
+            return PoolClosed("the pool was closed during the call", backend=self.workers.pool.backend.name)
+        return WorkerLost(
+            f"host worker process {self.index} (pid {self.pid}) of the pool exited during the call; "
+            "the pool retries the call on another worker",
+            backend=self.workers.pool.backend.name,
+        )
 
     @property
     def pid(self) -> int | None:
@@ -257,7 +263,7 @@ class WorkerSet:
         self._ids = itertools.count()
         self._changed: asyncio.Event | None = None
         self._replacing: set[asyncio.Task[None]] = set()
-        self._closing = False
+        self.closing = False
         self.replaced = 0
 
     # ------------------------------------------------------------------ lifetime
@@ -339,7 +345,7 @@ class WorkerSet:
             self.links.remove(link)
         with contextlib.suppress(ValueError):
             self.limiter.links.remove(link)
-        if self._closing or not self._started(link):
+        if self.closing or not self._started(link):
             return  # a worker that never got ready is the start's error, raised there
         log.warning("host worker process %d (pid %s) of the pool exited; starting another", link.index, link.pid)
         task = asyncio.get_running_loop().create_task(self._replace(link))
@@ -352,7 +358,7 @@ class WorkerSet:
 
     async def _replace(self, link: WorkerLink) -> None:
         await self._reap(link)
-        if self._closing:
+        if self.closing:
             return
         self.replaced += 1
         try:
@@ -380,7 +386,7 @@ class WorkerSet:
 
     async def aclose(self) -> None:
         """Close every worker's pool and wait for the processes to exit (killed after a timeout)."""
-        self._closing = True
+        self.closing = True
         for task in list(self._replacing):
             task.cancel()
         links = list(self.links)
@@ -395,7 +401,7 @@ class WorkerSet:
 
     async def _pick(self) -> WorkerLink:
         while True:
-            if self._closing:
+            if self.closing:
                 raise PoolClosed("the pool is closed; create a new SandboxPool", backend=self.pool.backend.name)
             best: WorkerLink | None = None
             for link in self.links:
@@ -470,6 +476,8 @@ class WorkerSet:
         return cast("T", await self._send(link, "job", (fn, args), None))
 
     async def _send(self, link: WorkerLink, kind: str, payload: Any, slot: CallSlot | None) -> Any:
+        if not link.alive:
+            raise link.lost_error()
         rid = next(self._ids)
         loop = asyncio.get_running_loop()
         call = _Call(loop.create_future(), slot)

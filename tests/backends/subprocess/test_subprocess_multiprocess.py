@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 
-from sandboxkit import DeadlineExceeded, InvalidRequest, SandboxPool, Status, Transient
+from sandboxkit import DeadlineExceeded, InvalidRequest, PoolClosed, SandboxPool, Status, Transient
 from sandboxkit.backends.subprocess._cgroup import PREFIX
 from sandboxkit.backends.subprocess._isolation import probe
 from sandboxkit.limiter import LocalLimiter
@@ -162,6 +162,20 @@ async def test_a_worker_gets_the_sandbox_a_closed_session_left_warm_in_the_paren
                     while not results:
                         await anyio.sleep(0.05)
         assert results == ["pooled\n"]
+
+
+async def test_closing_the_pool_under_a_call_raises_pool_closed_as_in_one_process() -> None:
+    pool = SandboxPool("subprocess", max_concurrency=2, limits=FAST, processes=2)
+    await pool.start()
+    async with anyio.create_task_group() as tg:
+
+        async def close_soon() -> None:
+            await anyio.sleep(1.0)
+            await pool.aclose()
+
+        tg.start_soon(close_soon)
+        with pytest.raises(PoolClosed):
+            await pool.run("import time; time.sleep(30)")
 
 
 async def test_the_deadline_is_the_pools_and_the_sandbox_is_not_reused(pool: SandboxPool) -> None:

@@ -75,3 +75,14 @@ async def test_everything_sent_in_one_loop_turn_leaves_in_one_frame() -> None:
     assert [[m[:2] for m in batch] for batch in received] == [[("run", 0), ("run", 1), ("run", 2)], [("cancel", 0)]]
     sender.close()
     receiver.close()
+
+
+def test_ci_runs_a_subset_with_two_workers_per_pool() -> None:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    assert "bash scripts/multiprocess-subset.sh" in (root / ".ci" / "run").read_text().splitlines()
+    script = (root / "scripts" / "multiprocess-subset.sh").read_text()
+    assert f"{ENV}=2" in script
+    subset = script.split("SUBSET=(", 1)[1].split(")", 1)[0].split()
+    assert subset and all((root / path).exists() for path in subset), subset

@@ -285,14 +285,24 @@ class WorkerSet:
             await self.aclose()
             raise errors[0]
 
-    def _settings(self, warm: int) -> dict[str, Any]:
+    def share(self, index: int) -> int:
+        """Worker ``index``'s part of ``max_sandboxes`` (at least 1): the most it keeps open.
+
+        The limiter holds the pool's cap across all owners; the shares keep one worker's warm idle
+        sandboxes from taking the slots another worker's calls wait for (a reclaim closes a warm
+        sandbox, and the next call there opens a cold one), so most calls never cross workers.
+        """
+        cap = self.pool.max_sandboxes
+        return max(1, cap // self.processes + (index < cap % self.processes))
+
+    def _settings(self, index: int, warm: int) -> dict[str, Any]:
         pool = self.pool
         stats = self.limiter.statistics()
         return {
             "backend": self.recipe.backend,
             "backend_options": dict(self.recipe.options),
             "max_concurrency": pool.max_concurrency,
-            "max_sandboxes": pool.max_sandboxes,
+            "max_sandboxes": self.share(index),
             "warm": warm,
             "max_uses": pool.max_uses,
             "retries": pool.retries,
@@ -323,7 +333,7 @@ class WorkerSet:
         finally:
             theirs.close()
         await asyncio.get_running_loop().create_unix_connection(lambda: link.link, sock=ours)
-        link.send(("init", self._settings(warm)))
+        link.send(("init", self._settings(index, min(warm, self.share(index)))))
         self.links.append(link)
         self.limiter.links.append(link)
         try:

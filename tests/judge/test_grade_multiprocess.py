@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -50,3 +53,33 @@ async def test_a_job_that_cannot_travel_is_refused_before_it_leaves() -> None:
 
         with pytest.raises(InvalidRequest, match="cannot be sent to a host worker"):
             await pool._workers.job(local)
+
+
+def test_sandboxkit_grade_with_two_host_processes(tmp_path: Path) -> None:
+    rows = rows_of("python")[:12]
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    cli = str(Path(sys.executable).parent / "sandboxkit")
+    done = subprocess.run(
+        [cli, "grade", str(source), "-j", "4", "-P", "2", "-o", "out.jsonl", "-q"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=280,
+    )
+    assert done.returncode == 0, done.stderr
+    got = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["status"], r["passed"]) for r in got] == [
+        (r["id"], r["expect"]["status"], r["expect"]["passed"]) for r in rows
+    ]
+    bad = subprocess.run(
+        [cli, "grade", str(source), "-P", "none", "-q"], capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
+    assert bad.returncode != 0 and "processes must be a positive integer or 'auto'" in bad.stderr
+
+
+async def test_streamed_output_is_served_in_the_parent_with_the_same_result() -> None:
+    async with SandboxPool("subprocess", max_concurrency=2, limits=FAST, processes=2) as pool:
+        chunks: list[bytes] = []
+        result = await pool.run("print('streamed')", on_stdout=chunks.append)
+        assert result.stdout == "streamed\n" and b"".join(chunks) == b"streamed\n"

@@ -314,3 +314,38 @@ async def test_soak_ten_thousand_runs_none_lost_and_fds_and_memory_flat() -> Non
         (fds0, rss0), (fds1, rss1) = before[pid], after[pid]
         assert fds1 <= fds0, f"pid {pid}: {fds0} -> {fds1} descriptors"
         assert rss1 - rss0 < 24 << 20, f"pid {pid}: RSS grew {(rss1 - rss0) >> 20} MiB over {total} runs"
+
+
+PARENT = """
+import asyncio, sys
+from sandboxkit import SandboxPool
+from sandboxkit.models import Limits
+
+async def main():
+    pool = SandboxPool("subprocess", max_concurrency=2, limits=Limits(timeout_s=60), processes=2)
+    await pool.start()
+    print(*[link.pid for link in pool._workers.links], pool.backend.root, flush=True)
+    await pool.run_many([{"code": "import time; time.sleep(60)"}] * 2)
+
+asyncio.run(main())
+"""
+
+
+async def test_workers_of_a_killed_parent_close_their_sandboxes_and_exit() -> None:
+    import subprocess
+    import sys
+
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        *pids, root = (await anyio.to_thread.run_sync(parent.stdout.readline)).split()
+        workers = [int(p) for p in pids]
+        with anyio.fail_after(30):  # both long runs have started in their sandboxes
+            while len(left_behind(workers, root)) < 4:  # 2 workers + at least 2 of their sandbox entries
+                await anyio.sleep(0.1)
+    finally:
+        parent.kill()
+        parent.wait()
+    with anyio.fail_after(60):
+        while left_behind(workers, root):
+            await anyio.sleep(0.2)

@@ -194,7 +194,7 @@ async def test_a_bad_request_is_the_same_error_before_any_worker_sees_it(pool: S
 
 
 async def test_a_killed_worker_is_retried_replaced_and_leaves_nothing() -> None:
-    async with SandboxPool("subprocess", max_concurrency=2, limits=FAST, processes=2, backoff_base=0.01) as pool:
+    async with SandboxPool("subprocess", max_concurrency=2, limits=FAST, processes=2, backoff_base_s=0.01) as pool:
         await pool.run_many([{"code": "pass"}] * 2)
         root = pool.backend.root  # type: ignore[attr-defined]
 

@@ -88,7 +88,7 @@ class WorkerLink:
     def __init__(self, workers: WorkerSet, index: int) -> None:
         self.workers = workers
         self.index = index
-        self.link = Link(self._received, self._lost)
+        self.link = Link(self._received, self._lost, self._unsendable)
         self.send = self.link.send
         self.process: asyncio.subprocess.Process | None = None
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -137,6 +137,16 @@ class WorkerLink:
                     self.ready.set_result(None)
             elif kind == "failed" and not self.ready.done():
                 self.ready.set_exception(message[1])
+
+    def _unsendable(self, message: Message, exc: Exception) -> None:
+        """A call whose arguments cannot be pickled fails alone, as an invalid request."""
+        call = self.calls.pop(message[1], None) if message[0] in ("run", "exec", "job") else None
+        if call is not None and not call.future.done():
+            error = InvalidRequest(
+                f"the {message[0]} cannot be sent to a host worker process: {exc}",
+                backend=self.workers.pool.backend.name,
+            )
+            call.future.set_result(("done", message[1], False, error))
 
     def _acquire(self, tid: int, rid: int | None) -> None:
         call = self.calls.get(rid) if rid is not None else None
@@ -450,7 +460,9 @@ class WorkerSet:
         deadline_s: float | None,
     ) -> ExecResult:
         """``pool.exec`` on a worker, under the pool's guarded call."""
-        return cast("ExecResult", await self._guarded("exec", (command, env, stdin, timeout), deadline_s))
+        argv = command if isinstance(command, str) else list(command)  # plain types travel whatever was passed
+        environment = dict(env) if env is not None else None
+        return cast("ExecResult", await self._guarded("exec", (argv, environment, stdin, timeout), deadline_s))
 
     async def _guarded(self, kind: str, payload: Any, deadline_s: float | None) -> Any:
         async def on_worker(target: Sandbox) -> Any:

@@ -172,8 +172,7 @@ class LeaseCore:
         # after one failed load it opens a new sandbox (a released checkpoint must not empty the pool).
         warm_fork = snapshot is not None and self.backend.capabilities.fork_warm
         while True:
-            if self.closed:
-                self.check_open()
+            self.check_open()
             seen = self._generation
             # A warm idle sandbox first (LIFO: the most recently used is the warmest); for a session,
             # one opened with its limits. A reset sandbox is as clean as a new one and far cheaper.

@@ -25,6 +25,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from sandboxkit._standalone import standalone_source
 from sandboxkit.backends.subprocess._cgroup import SandboxCgroup
 from sandboxkit.backends.subprocess._output import Drain, OutputLimits
 from sandboxkit.backends.subprocess._status import Outcome
@@ -39,7 +40,7 @@ EOF_GRACE_S = 0.25
 START_TIMEOUT_S = 15.0
 #: Largest command message (argv + env): far above any real command, a bound on what a child reads.
 MAX_MESSAGE = 1 << 20
-SERVER_SOURCE = (Path(__file__).with_name("_server_main.py")).read_text()
+SERVER_SOURCE = standalone_source(Path(__file__).with_name("_server_main.py"))
 
 
 class ServerStartError(RuntimeError):

@@ -15,8 +15,10 @@ it will ever use -- its own and the preload list -- before the first command exi
 sees a command's environment or arguments: those travel in a pipe that only the forked child
 reads, so no earlier run's secrets sit in the heap that later runs inherit.
 
-This file must stay standalone (stdlib only, no sandboxkit import): the host passes its
-source text to the sandbox's own ``python3``, which cannot see sandboxkit's installation.
+This file must stay standalone (stdlib only): the host passes its source text to the sandbox's own
+``python3``, which cannot see sandboxkit's installation. Its one sandboxkit import, of the helpers
+every in-sandbox program shares, is replaced by their definitions when the text is shipped
+(:func:`sandboxkit._standalone.standalone_source`).
 
 Command line: ``CTL_FD PRELOAD PRIVATE MODULES_FD``: the control socket's descriptor, the
 comma-separated modules to import before serving, ``1`` when ``/tmp``, ``/dev/shm``, ``/dev/mqueue``
@@ -61,6 +63,8 @@ import select  # noqa: E402
 import signal  # noqa: E402
 import time  # noqa: E402
 
+from sandboxkit._in_sandbox_std import exit_code, libc, read_exactly, set_dumpable  # noqa: E402
+
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing would cost every sandbox memory
 if TYPE_CHECKING:
     from typing import Any
@@ -82,10 +86,6 @@ _SHM_INFO, _MSG_INFO, _SEM_INFO = 14, 12, 19
 SHADOWABLE: frozenset[str] = frozenset()
 
 
-class _Int(_ctypes._SimpleCData):  # type: ignore[misc]
-    _type_ = "i"
-
-
 class _Char(_ctypes._SimpleCData):  # type: ignore[misc]
     _type_ = "c"
 
@@ -95,25 +95,6 @@ class _Buffer(_ctypes.Array):  # type: ignore[misc]
 
     _type_ = _Char
     _length_ = 256
-
-
-class _Function(_ctypes.CFuncPtr):  # type: ignore[misc]
-    _flags_ = _ctypes.FUNCFLAG_CDECL
-    _restype_ = _Int
-
-
-def _libc(name: str) -> Any:
-    """A libc function returning ``int``, called with ints and buffers (what ``ctypes.CDLL`` gives)."""
-    return _Function(_ctypes.dlsym(_ctypes.dlopen(None, 0), name))
-
-
-def _no_ptrace() -> None:
-    # Children run as the same uid; without this they could ptrace the server or write its
-    # /proc/PID/mem and forge results. A non-dumpable process needs CAP_SYS_PTRACE to trace.
-    try:
-        _libc("prctl")(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
-    except Exception:
-        pass
 
 
 def _preload() -> None:
@@ -214,7 +195,7 @@ def _run_python(path: str, args: list[str]) -> int:
             return 1
         exec(compiled, main.__dict__)
     except SystemExit as exc:
-        code = _exit_code(exc.code)
+        code = exit_code(exc.code)
     except BaseException as exc:
         # Drop this function's frame. excepthook prints ``exc.__traceback__`` (not its argument)
         # since Python 3.11, so the exception itself must carry the shortened traceback.
@@ -225,18 +206,6 @@ def _run_python(path: str, args: list[str]) -> int:
     return _shutdown(code)
 
 
-def _exit_code(value: object) -> int:
-    if value is None:
-        return 0
-    if isinstance(value, int):
-        return value & 0xFF
-    try:
-        print(value, file=sys.stderr)
-    except Exception:
-        pass
-    return 1
-
-
 def _shutdown(code: int) -> int:
     # What the interpreter does at exit: join non-daemon threads, run atexit, flush.
     threading = sys.modules.get("threading")
@@ -245,7 +214,7 @@ def _shutdown(code: int) -> int:
             threading._shutdown()  # type: ignore[attr-defined]
         atexit._run_exitfuncs()
     except SystemExit as exc:
-        code = _exit_code(exc.code)
+        code = exit_code(exc.code)
     except BaseException:
         code = code or 1
     for stream in (sys.stdout, sys.stderr):
@@ -256,21 +225,11 @@ def _shutdown(code: int) -> int:
     return code
 
 
-def _read_exactly(fd: int, size: int) -> bytes:
-    # Never a byte more: what follows the request in the pipe is the program's stdin.
-    data = b""
-    while len(data) < size:
-        chunk = os.read(fd, size - len(data))
-        if not chunk:
-            raise EOFError("the host closed stdin inside the command's request")
-        data += chunk
-    return data
-
-
 def _read_request(fd: int) -> dict[str, Any]:
     """The command, read by the child only (the server never holds a command's env or argv)."""
-    size = int.from_bytes(_read_exactly(fd, 8), "little")
-    req: dict[str, Any] = marshal.loads(_read_exactly(fd, size))
+    # Never a byte more: what follows the request in the pipe is the program's stdin.
+    size = int.from_bytes(read_exactly(fd, 8), "little")
+    req: dict[str, Any] = marshal.loads(read_exactly(fd, size))
     return req
 
 
@@ -347,7 +306,7 @@ class _SysV:
     """Counts SysV IPC objects with three system calls (reading /proc/sysvipc costs ~5x more)."""
 
     def __init__(self) -> None:
-        self.shmctl, self.msgctl, self.semctl = _libc("shmctl"), _libc("msgctl"), _libc("semctl")
+        self.shmctl, self.msgctl, self.semctl = libc("shmctl"), libc("msgctl"), libc("semctl")
         self.buf = _Buffer()
 
     def _int(self, index: int) -> int:
@@ -471,7 +430,7 @@ def _trim() -> None:
     free, it would make every fork, and every child's exit, dearer for nothing.
     """
     try:
-        _libc("malloc_trim")(0)
+        libc("malloc_trim")(0)
     except Exception:
         pass
 
@@ -504,7 +463,9 @@ def _oom_first() -> None:
 
 def main() -> None:
     _oom_first()
-    _no_ptrace()
+    # Children run as the same uid; without this they could ptrace the server or write its
+    # /proc/PID/mem and forge results. A non-dumpable process needs CAP_SYS_PTRACE to trace.
+    set_dumpable(False)
     ctl = _socket.socket(-1, -1, -1, CTL_FD)  # family/type detected from the descriptor
     global SYSV, SERVER_FRAMES
     SERVER_FRAMES = _frames_below() + 3  # main's depth, then _serve_one, _child, _run_python

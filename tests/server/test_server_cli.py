@@ -35,6 +35,7 @@ def test_create_app_unknown_backend() -> None:
         (["--max-queue", "-1"], "max_queue"),
         (["--head-timeout-s", "0"], "head_timeout"),
         (["--head-timeout", "0"], "head_timeout"),  # the old name, kept for a release
+        (["--workers", "0"], "--workers"),
     ],
 )
 def test_serve_usage_errors_exit_2(args: list[str], needle: str) -> None:

@@ -31,7 +31,8 @@ Protocol on the control socket (``SOCK_SEQPACKET``, one message per datagram):
     host -> server: ``marshal`` dict {"timeout", "sweep", "fresh"} with three descriptors attached (stdin
                     read end, stdout and stderr write ends). The stdin pipe starts with the child's
                     part: an 8-byte little-endian length and the ``marshal`` request {"argv"|"python",
-                    "cwd", "env", "rlimits"}; the program's own stdin follows. Only the forked
+                    "cwd", "env", "rlimits"}, with "source" when the child writes the
+                    program's file itself (``_write_source``); the program's own stdin follows. Only the forked
                     child reads it (before the program exists), so no pipe more per command;
                     or ``b"kill"`` while a command runs (output stop reached).
     server -> host: ``b"ready"`` once at start; ``b"exit <waitstatus> <timed_out>"`` after each
@@ -174,8 +175,11 @@ def _frames_below() -> int:
 SERVER_FRAMES = 5
 
 
-def _run_python(path: str, args: list[str]) -> int:
-    """Run ``path`` as ``__main__`` the way ``python3 -u path args`` would; return the exit code."""
+def _run_python(path: str, args: list[str], source: bytes | None = None) -> int:
+    """Run ``path`` as ``__main__`` the way ``python3 -u path args`` would; return the exit code.
+
+    ``source``: the file's text, when this child has just written it (see ``_write_source``).
+    """
     main = type(sys)("__main__")
     main.__dict__.update(__file__=path, __builtins__=builtins, __cached__=None)
     sys.modules["__main__"] = main
@@ -185,8 +189,9 @@ def _run_python(path: str, args: list[str]) -> int:
     _unshadow(directory)
     code = 0
     try:
-        with open(path, "rb") as f:
-            source = f.read()
+        if source is None:
+            with open(path, "rb") as f:
+                source = f.read()
         try:
             compiled = compile(source, path, "exec")
         except SyntaxError as exc:
@@ -225,6 +230,64 @@ def _shutdown(code: int) -> int:
     return code
 
 
+#: How a child opens the program's file: never through a link, never waiting on a FIFO.
+_SOURCE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_S_IFMT, _S_IFREG = 0o170000, 0o100000
+
+
+def _write_source(path: str, source: bytes) -> bool:
+    """Write the program's file, in the child, as the sandbox's user; False (reported on stderr) if it cannot.
+
+    The host used to write it for every run (five system calls and a chown per run, on the host's
+    one event loop); the request already reaches this child, so the child writes it instead. It runs
+    inside the sandbox, so no path it follows leads out of it. What a session's earlier program left
+    at the name (a link, a FIFO, a directory) is removed first, as the host's write would. Done
+    before the rlimits, like the host's write: the file size limit is for the program's files.
+    """
+    for _ in range(3):
+        try:
+            fd = os.open(path, _SOURCE_FLAGS, 0o644)
+        except OSError:
+            _remove(path)
+            continue
+        try:
+            if os.fstat(fd).st_mode & _S_IFMT != _S_IFREG:  # a FIFO with a reader opens
+                _remove(path)
+                continue
+            view = memoryview(source)
+            while view:
+                view = view[os.write(fd, view) :]
+            return True
+        except OSError as exc:
+            os.write(2, f"cannot write {path}: {exc.strerror}\n".encode())
+            return False
+        finally:
+            os.close(fd)
+    os.write(2, f"cannot write {path}: the program keeps replacing it\n".encode())
+    return False
+
+
+def _remove(path: str) -> None:
+    """Remove whatever is at ``path`` (a directory tree by ``fwalk``: no link is followed)."""
+    try:
+        os.unlink(path)
+        return
+    except FileNotFoundError:
+        return
+    except OSError:
+        pass
+    try:
+        for _, dirs, files, dirfd in os.fwalk(path, topdown=False):
+            for name in files + dirs:
+                try:
+                    os.unlink(name, dir_fd=dirfd)
+                except OSError:  # a directory (a link to one is unlinked above)
+                    os.rmdir(name, dir_fd=dirfd)
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
 def _read_request(fd: int) -> dict[str, Any]:
     """The command, read by the child only (the server never holds a command's env or argv)."""
     # Never a byte more: what follows the request in the pipe is the program's stdin.
@@ -239,12 +302,17 @@ def _child(ctl: _socket.socket, fds: list[int]) -> None:
     try:
         os.setsid()
         os.close(ctl.detach())  # the program must not be able to talk to the host
+        for fd in fds[:3]:  # the host makes the pipes non-blocking (its own ends must be)
+            os.set_blocking(fd, True)
         req = _read_request(fds[0])
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)
         for fd in fds[:3]:
             if fd > 2:
                 os.close(fd)
+        source = req.get("source")
+        if source is not None and not _write_source(req["python"], source):
+            os._exit(1)
         for res, value in req["rlimits"]:
             try:
                 resource.setrlimit(res, (value, value))
@@ -260,7 +328,7 @@ def _child(ctl: _socket.socket, fds: list[int]) -> None:
             if env != BASE_ENV:
                 os.environ.clear()
                 os.environ.update(env)
-            code = _run_python(req["python"], req["args"])
+            code = _run_python(req["python"], req["args"], source)
         else:
             # Python ignores these; an exec'd program must get the defaults back.
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)

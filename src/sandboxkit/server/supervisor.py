@@ -76,7 +76,7 @@ class WorkersConfig:
         backend: the backend's name.
         app: :func:`~sandboxkit.server.app.create_app` keyword arguments (limits and ceilings as dicts).
         max_concurrency, max_requests, max_bytes: the broker's bounds (the whole server's).
-        loop, http, head_timeout, log_level, access_log: uvicorn's settings, as for one process.
+        loop, http, head_timeout_s, log_level, access_log: uvicorn's settings, as for one process.
     """
 
     workers: int
@@ -89,7 +89,7 @@ class WorkersConfig:
     max_bytes: int
     loop: str = "auto"
     http: str = "auto"
-    head_timeout: float = 30.0
+    head_timeout_s: float = 30.0
     log_level: str = "info"
     access_log: bool = False
 
@@ -248,7 +248,7 @@ class _Supervisor:
             "app": self.config.app,
             "loop": self.config.loop,
             "http": self.config.http,
-            "head_timeout": self.config.head_timeout,
+            "head_timeout_s": self.config.head_timeout_s,
             "log_level": self.config.log_level,
             "access_log": self.config.access_log,
         }

@@ -72,7 +72,7 @@ def _serve(config: dict[str, Any]) -> None:
         log_level=config["log_level"].lower(),
         access_log=config["access_log"],
         loop=config["loop"],
-        http=guarded_http_protocol(config["http"], config["head_timeout"]),
+        http=guarded_http_protocol(config["http"], config["head_timeout_s"]),
         timeout_keep_alive=30,
         backlog=4096,
         log_config=None,

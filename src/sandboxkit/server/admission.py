@@ -193,7 +193,7 @@ class AdmissionMiddleware:
                     408,
                     f"request body not received within {adm.body_timeout_s:g}s ({size} bytes arrived"
                     + (f" of {declared} declared)" if declared is not None else ")")
-                    + "; send the whole body at once, or start the server with a larger --body-timeout",
+                    + "; send the whole body at once, or start the server with a larger --body-timeout-s",
                     drain=False,
                 )
             adm.admitted += 1

@@ -39,6 +39,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from sandboxkit._request import renamed
 from sandboxkit.base import Backend
 from sandboxkit.errors import InvalidRequest
 from sandboxkit.models import Limits
@@ -67,7 +68,7 @@ DEFAULT_MAX_QUEUE_BYTES = 256 * 1024 * 1024
 def create_app(
     pool_or_backend: SandboxPool | Backend | str = "subprocess",
     max_concurrency: int = 64,
-    queue_timeout: float | None = None,
+    queue_timeout_s: float | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     *,
     max_queue: int | None = None,
@@ -81,6 +82,7 @@ def create_app(
     kernel_ttl_s: float = 600.0,
     max_sessions: int = 64,
     token: str | None = None,
+    queue_timeout: float | None = None,
     worker: WorkerIdentity | None = None,
 ) -> FastAPI:
     """Build the app.
@@ -89,7 +91,7 @@ def create_app(
         pool_or_backend: a :class:`SandboxPool` (used as is, not closed by the app), or a
             backend (instance or registered name) for which the app opens and closes a pool.
         max_concurrency: runs in flight at once (and the pool's cap when the app makes it).
-        queue_timeout: seconds a request may wait for a slot; default None: as long as its
+        queue_timeout_s: seconds a request may wait for a slot; default None: as long as its
             client waits (the heartbeat keeps it waiting). Past it: 504, or a ``SandboxError``
             body once the heartbeat has started the response.
         max_body_bytes: largest request body; larger ones get 413.
@@ -108,6 +110,7 @@ def create_app(
         max_sessions: kept ``/run_jupyter`` sessions alive at once, in a sandbox pool of their own
             (so the server may hold ``max_concurrency + max_sessions`` sandboxes); past it, 429.
         token: when set, every endpoint but ``/v1/ping`` requires ``Authorization: Bearer <token>``.
+        queue_timeout: the deprecated old name of ``queue_timeout_s``.
         worker: set in each worker process of ``sandboxkit serve --workers N``
             (:mod:`sandboxkit.server.supervisor`): run slots and admission then come from the
             supervisor's broker, so ``max_concurrency``, ``max_queue`` and ``max_queue_bytes``
@@ -117,6 +120,7 @@ def create_app(
         BackendNotFound / BackendUnavailable: the backend cannot be built.
         InvalidRequest: a bound is out of range.
     """
+    queue_timeout_s = renamed(queue_timeout_s, queue_timeout, "queue_timeout", where="create_app")
     ceilings = ceilings or Ceilings()
     queue = DEFAULT_MAX_QUEUE if max_queue is None else max_queue
     try:  # checked before a pool (and its backend) exists, so a bad bound leaks nothing
@@ -131,10 +135,10 @@ def create_app(
         gate: Gate
         admission: Admission
         if worker is None:
-            gate = Gate(max_concurrency, queue_timeout)
+            gate = Gate(max_concurrency, queue_timeout_s)
             admission = Admission(max_concurrency + queue, max_queue_bytes, max_body_bytes, body_timeout_s)
         else:
-            gate = SharedGate(worker.link, max_concurrency, queue_timeout)
+            gate = SharedGate(worker.link, max_concurrency, queue_timeout_s)
             admission = SharedAdmission(
                 worker.link, max_concurrency + queue, max_queue_bytes, max_body_bytes, body_timeout_s
             )

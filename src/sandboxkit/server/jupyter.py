@@ -466,7 +466,7 @@ async def _run_cells(
         timeout = min(left, body.cell_timeout) if body.cell_timeout > 0 else left
         if timeout <= 0:
             return _time_limit(body, started, pod_name)
-        result = await session.python(code, timeout=timeout)
+        result = await session.python(code, timeout_s=timeout)
         if result.status is CellStatus.TIMEOUT and (body.cell_timeout <= 0 or timeout < body.cell_timeout):
             return _time_limit(body, started, pod_name)  # the request's total ran out: Sandbox Fusion's TLE
         cells.append(cell_to_sandbox_fusion(result))

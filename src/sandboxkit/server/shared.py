@@ -29,8 +29,8 @@ class SharedGate(Gate):
         ValueError: as :class:`Gate`.
     """
 
-    def __init__(self, link: BrokerLink, max_concurrency: int, queue_timeout: float | None = None) -> None:
-        super().__init__(max_concurrency, queue_timeout)
+    def __init__(self, link: BrokerLink, max_concurrency: int, queue_timeout_s: float | None = None) -> None:
+        super().__init__(max_concurrency, queue_timeout_s)
         self.link = link
         self._in_flight = 0
 
@@ -39,13 +39,13 @@ class SharedGate(Gate):
         """Hold one of the server's slots for the body of the ``async with``.
 
         Raises:
-            QueueTimeout: ``queue_timeout`` is set and no slot freed up within it.
+            QueueTimeout: ``queue_timeout_s`` is set and no slot freed up within it.
             Transient: the supervisor is gone (the server is stopping); answered as an infra error.
         """
         started = anyio.current_time()
         self._waiting += 1
         try:
-            with anyio.fail_after(self.queue_timeout):
+            with anyio.fail_after(self.queue_timeout_s):
                 await self.link.acquire_slot()
         except TimeoutError:
             self._timed_out += 1
@@ -70,7 +70,7 @@ class SharedGate(Gate):
             in_flight=self._in_flight,
             waiting=self._waiting,
             max_concurrency=self.max_concurrency,
-            queue_timeout=self.queue_timeout,
+            queue_timeout_s=self.queue_timeout_s,
             admitted=self._admitted,
             rejected_queue_timeout=self._timed_out,
         )

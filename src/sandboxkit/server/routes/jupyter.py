@@ -96,7 +96,7 @@ async def execute_cells(ctx: ServerContext, body: RunJupyterRequest) -> Answer:
     except SessionsFull as exc:
         return _sessions_full(exc)
     except QueueTimeout:
-        return saturated(f"server busy: no run slot freed up within {ctx.gate.queue_timeout:g}s; retry later")
+        return saturated(f"server busy: no run slot freed up within {ctx.gate.queue_timeout_s:g}s; retry later")
     except InvalidRequest as exc:
         return unprocessable("body", str(exc), None)
     except SandboxError as exc:

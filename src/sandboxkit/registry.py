@@ -20,6 +20,7 @@ import pluggy
 from pydantic import ValidationError
 
 from sandboxkit import hookspecs
+from sandboxkit._workers._spec import Recipe, remember
 from sandboxkit.base import Backend
 from sandboxkit.errors import BackendNotFound, InvalidRequest
 from sandboxkit.hookspecs import BackendSpec
@@ -261,11 +262,15 @@ def backend(name: str | BaseBackendConfig, **options: Any) -> Backend:
     factory = _spec(key).load()
     if config is not None and isinstance(config, getattr(factory, "config_model", None) or ()):
         takes_config = cast("Callable[..., Backend]", factory)  # Backend itself declares no constructor
-        return takes_config(config=config)  # validated once, above; the constructor takes it as it is
+        made = takes_config(config=config)  # validated once, above; the constructor takes it as it is
+        remember(made, Recipe(config))  # how a pool's worker process builds it again
+        return made
     kwargs = config.options() if config is not None else options
     try:
-        return factory(**kwargs)
+        made = factory(**kwargs)
     except TypeError as exc:
         if config is not None:
             raise  # the options matched the config: this is a bug in the backend, not a typo
         raise InvalidRequest(f"backend {key!r} rejected its options {sorted(kwargs)!r}: {exc}", backend=key) from exc
+    remember(made, Recipe(config if config is not None else key, {} if config is not None else dict(kwargs)))
+    return made

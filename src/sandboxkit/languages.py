@@ -62,7 +62,7 @@ def _java_run(code: str) -> list[str]:
         "-XX:TieredStopAtLevel=1",
         "-XX:CICompilerCount=1",
         "-cp",
-        ".",
+        JAVA_CLASSPATH,
         main,
     ]
 
@@ -74,6 +74,34 @@ NODE_MODULES = f"{NODE_PREFIX}/node_modules"
 #: ``exec node "$@"``, installed with the tree: typescript and jest start through it, so an image or host without
 #: the tree has no such command (ToolchainMissing on every backend) instead of a run that fails on a missing module.
 NODE_BIN = f"{NODE_PREFIX}/bin/node"
+#: javatuples, which Sandbox Fusion puts on every Java program's classpath (``-cp .:javatuples-1.2.jar``), from
+#: Debian's ``libjavatuples-java``. A missing jar is no error for javac or java (only a program importing it fails),
+#: so Java does not require it; ``sandboxkit doctor --strict`` proves it is there.
+JAVATUPLES_JAR = "/usr/share/java/javatuples.jar"
+JAVA_CLASSPATH = f".:{JAVATUPLES_JAR}"
+#: Where ``scripts/toolchains.sh`` builds the offline Go module cache (testify and what it needs, from Debian's
+#: Go source packages): ``mod/`` is the ``GOMODCACHE``, and ``go.work`` names a template module whose ``go.mod``
+#: requires them. Sandbox Fusion builds each Go program inside such a module (its ``runtime/go``); here the
+#: program's build joins the template through ``GOWORK``, so the workspace needs no ``go.mod`` and the command
+#: stays ``go build`` / ``go test``. ``GOPROXY=off``: nothing is fetched, a module the cache lacks is an error.
+GO_PREFIX = "/usr/local/lib/sandboxkit/go"
+GO_WORK = f"{GO_PREFIX}/go.work"
+_GO_ENV = {
+    "GOCACHE": ".cache/go-build",
+    # `go test` builds its test binary in a temporary directory and runs it from there; a sandbox's /tmp may be
+    # mounted noexec (Docker's is), so it goes into the workspace itself, the one directory sure to exist when go
+    # starts (go creates its work directory there, ``go-build<n>``, and removes it when it ends).
+    "GOTMPDIR": "./",
+    "GOPATH": ".cache/go",
+    "GOWORK": GO_WORK,
+    "GOMODCACHE": f"{GO_PREFIX}/mod",
+    "GOPROXY": "off",
+    "GOSUMDB": "off",
+    "GOFLAGS": "-mod=readonly",
+    "GOTOOLCHAIN": "local",
+    "CGO_ENABLED": "0",
+}
+_GO_INSTALL = "apt-get install golang-go, then bash scripts/bootstrap.sh --all (it builds the offline module cache)"
 #: JUnit 5's console launcher, from Debian's ``junit5`` package (Sandbox Fusion ships 1.8.2 in its tree).
 JUNIT_JAR = "/usr/share/java/junit-platform-console-standalone.jar"
 #: The JVM options every Java-family run shares: cheap start-up on a small CPU share, deep recursion.
@@ -349,7 +377,16 @@ LANGUAGES: dict[str, Language] = {
             name="java",
             aliases=(),
             source="Main.java",
-            compile=("javac", "-encoding", "UTF-8", "-J-XX:+UseSerialGC", "-J-XX:TieredStopAtLevel=1", "{src}"),
+            compile=(
+                "javac",
+                "-encoding",
+                "UTF-8",
+                "-cp",
+                JAVA_CLASSPATH,
+                "-J-XX:+UseSerialGC",
+                "-J-XX:TieredStopAtLevel=1",
+                "{src}",
+            ),
             run=("java", "-ea", "Main"),
             binaries=("javac", "java"),
             package="default-jdk-headless",
@@ -391,9 +428,11 @@ LANGUAGES: dict[str, Language] = {
             run=("./{bin}",),
             binaries=("go",),
             package="golang-go",
+            files=(GO_WORK,),
+            install=_GO_INSTALL,
             sandbox_fusion="go",
             virtual_memory_hungry=True,
-            env={"GOCACHE": ".cache/go-build", "GOPATH": ".cache/go", "GO111MODULE": "off", "CGO_ENABLED": "0"},
+            env=_GO_ENV,
         ),
         # ---- Sandbox Fusion's test-framework "languages": the exit code of the framework is the verdict.
         Language(
@@ -412,9 +451,11 @@ LANGUAGES: dict[str, Language] = {
             run=("go", "test", "{src}"),  # go vet's checks run first, as in Sandbox Fusion
             binaries=("go",),
             package="golang-go",
+            files=(GO_WORK,),
+            install=_GO_INSTALL,
             sandbox_fusion="go_test",
             virtual_memory_hungry=True,
-            env={"GOCACHE": ".cache/go-build", "GOPATH": ".cache/go", "GO111MODULE": "off", "CGO_ENABLED": "0"},
+            env=_GO_ENV,
         ),
         Language(
             name="junit",

@@ -9,7 +9,7 @@
 #                                      # (lists in scripts/toolchains.sh) and the Docker image
 #
 # SANDBOXKIT_DOCKER=0 leaves out the Docker engine and images (a chroot or container that cannot run an
-# engine: scripts/fresh-machine.sh); the Docker tests then fail under CI=true, as they should.
+# engine); the Docker tests then fail under CI=true, as they should.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ALL=0

@@ -43,11 +43,24 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("registry", "hookspecs", "backends._plugins"),
     ("backends",),
     ("protocols", "base", "streaming", "kernel"),
-    ("models", "errors", "languages", "output", "configs"),
+    ("models", "errors", "languages", "output", "configs", "_in_sandbox_std", "_standalone"),
 )
 
-#: What a backend may import from sandboxkit besides its own package (and third-party SDKs).
-BACKEND_MAY_IMPORT = ("models", "errors", "languages", "base", "output", "protocols", "streaming", "kernel")
+#: What a backend may import from sandboxkit besides its own package (and third-party SDKs); ``configs``:
+#: its constructor takes its options model.
+BACKEND_MAY_IMPORT = (
+    "models",
+    "errors",
+    "languages",
+    "base",
+    "output",
+    "protocols",
+    "streaming",
+    "kernel",
+    "configs",
+    "_in_sandbox_std",
+    "_standalone",
+)
 #: What a wire protocol may import from sandboxkit.
 PROTOCOL_MAY_IMPORT = ("models", "errors", "languages", "output")
 #: Trainer frameworks: only integrations/ adapts to them (and distributed/ runs on Ray).

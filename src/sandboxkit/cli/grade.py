@@ -49,9 +49,11 @@ def grade(
         ),
     ] = "pass_rate",
     language: Annotated[str, typer.Option("--language", "-l", help="Language of rows that do not say.")] = "python",
-    timeout: Annotated[
+    timeout_s: Annotated[
         float | None,
-        typer.Option("--timeout", "-t", min=0.001, help="Per-case time limit in seconds (rows may override)."),
+        typer.Option(
+            "--timeout-s", "--timeout", "-t", min=0.001, help="Per-case time limit in seconds (rows may override)."
+        ),
     ] = None,
     memory_mb: Annotated[int | None, typer.Option(help="Memory limit of each run in MiB.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
@@ -81,8 +83,8 @@ def grade(
         raise typer.Exit(EXIT_USAGE) from exc
     ids, rows, broken = _read_rows(text)
     defaults: dict[str, Any] = {"language": language, "shaping": shaping}
-    if timeout is not None:
-        defaults["timeout_s"] = timeout
+    if timeout_s is not None:
+        defaults["timeout_s"] = timeout_s
     defaults["isolate_asserts"] = isolate_asserts
     summary_console = Console(stderr=output == "-")
     try:

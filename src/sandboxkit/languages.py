@@ -29,7 +29,7 @@ import os
 import re
 import shutil
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from sandboxkit.errors import InvalidRequest
@@ -237,6 +237,15 @@ def _php_source(code: str) -> str:
     return code if code.startswith("<?php") else "<?php\n" + code
 
 
+def _cmake_project(file_names: Collection[str]) -> tuple[list[str], list[str]] | None:
+    # Sandbox Fusion's cuda runner (sandbox/runners/cuda.py) restores the request's files as the whole project and
+    # runs exactly this, then ``./build/main``; ``code`` is not written anywhere. Only a top-level CMakeLists.txt
+    # makes a project, as ``cmake ..`` from build/ reads that one.
+    if "CMakeLists.txt" not in file_names:
+        return None
+    return ["bash", "-c", "mkdir build && cd build && cmake .. && make -j 4"], ["./build/main"]
+
+
 @dataclass(frozen=True)
 class Language:
     """One language's recipe.
@@ -258,6 +267,8 @@ class Language:
         prepare_fn: turns the code into the source file's text: PHP gets ``<?php`` prepended when it lacks
             it (as Sandbox Fusion's runner does), C# gets the assert listener appended.
         install: how to install the toolchain, where ``apt-get install <package>`` is not the way.
+        project_fn: given the request's file names, the (compile, run) argv of a project build when they hold
+            one (cuda's CMake project), else ``None`` (see :meth:`project_argvs`).
         files: absolute paths of non-executable files the toolchain needs (JUnit's launcher jar).
         unavailable: why the toolchain is not installed by ``scripts/bootstrap.sh`` nor in the Docker
             image (not packaged for Debian bookworm, or needs a GPU); empty for supported languages.
@@ -279,6 +290,7 @@ class Language:
     install: str = ""
     unavailable: str = ""
     files: tuple[str, ...] = ()
+    project_fn: Callable[[Collection[str]], tuple[list[str], list[str]] | None] | None = None
 
     def prepare(self, code: str) -> str:
         """The text written to the source file: ``code``, or what the runner makes of it (PHP's ``<?php``)."""
@@ -306,6 +318,21 @@ class Language:
             self.run_fn(code) if self.run_fn else [p.format(src=self.source_name(code), bin="main") for p in self.run]
         )
         return base + list(argv or [])
+
+    def project_argvs(
+        self, code: str, file_names: Collection[str], argv: list[str] | None = None
+    ) -> tuple[list[str] | None, list[str]]:
+        """The compile and run argv of a request whose files are ``file_names``: its project's, or the usual ones.
+
+        A language with a ``project_fn`` builds the request's files as a project where they hold one (cuda: a
+        top-level ``CMakeLists.txt``, as Sandbox Fusion's cuda runner requires); otherwise, and for every other
+        language, this is ``compile_argv(code)`` and ``run_argv(code, argv)``.
+        """
+        project = self.project_fn(file_names) if self.project_fn else None
+        if project is None:
+            return self.compile_argv(code), self.run_argv(code, argv)
+        compile_argv, run_argv = project
+        return compile_argv, run_argv + list(argv or [])
 
     def missing_binaries(self) -> list[str]:
         """Binaries (and required files) of this language that are not on this machine."""
@@ -692,6 +719,7 @@ LANGUAGES: dict[str, Language] = {
             binaries=("nvcc", "nvidia-smi"),
             files=(NVIDIA_DEVICE,),
             package="nvidia-cuda-toolkit",
+            project_fn=_cmake_project,
             install="a machine with an NVIDIA GPU, its driver (nvidia-smi, /dev/nvidiactl) and the CUDA toolkit "
             "(nvidia-cuda-toolkit, Debian non-free)",
             unavailable="needs an NVIDIA GPU: nvcc alone compiles, but no kernel can run without one",

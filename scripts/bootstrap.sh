@@ -60,6 +60,7 @@ if [ "$ALL" = 1 ]; then
   started=$SECONDS
   install_sandbox_npm_packages
   log "npm took $((SECONDS - started))s"
+  install_go_module_cache  # testify & co. as Go modules, offline (scripts/toolchains.sh)
 fi
 
 # --- virtualenv ---------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from sandboxkit.streaming import check_callbacks, run_streaming
 
 if TYPE_CHECKING:
     from sandboxkit._lease import LeaseCore
+    from sandboxkit._workers._set import WorkerSet
     from sandboxkit.base import Sandbox
 
 __all__ = ["RunsPrograms", "make_request", "positive_timeout", "renamed", "validation_message"]
@@ -62,6 +63,8 @@ class RunsPrograms:
 
     limits: Limits
     _core: LeaseCore
+    #: The host worker processes that serve pooled runs (a multi-process pool), or ``None``.
+    _workers: WorkerSet | None = None
 
     async def _call(self, fn: Callable[[Sandbox], Awaitable[T]], deadline_s: float | None) -> T:
         raise NotImplementedError
@@ -119,6 +122,8 @@ class RunsPrograms:
         request = make_request(code, fields, limits=limits or self.limits, timeout_s=timeout_s)
         self._core.check_language(request.language)
         if on_stdout is None and on_stderr is None:
+            if self._workers is not None:
+                return await self._workers.run(request, deadline_s)
             return await self._call(lambda sandbox: sandbox.run(request), deadline_s)
         check_callbacks(on_stdout, on_stderr, self._core.backend.name)
         streams = self._core.backend.capabilities.streaming

@@ -42,6 +42,7 @@ from sandboxkit.judge._grading_state import (
     timed_run,
 )
 from sandboxkit.judge._harness_run import run_harness
+from sandboxkit.judge._in_workers import grade_row_in_workers
 from sandboxkit.judge._sessions import Attempt, run_in_sessions
 from sandboxkit.judge.banned import compile_patterns, find_banned
 from sandboxkit.judge.cases import (
@@ -226,7 +227,11 @@ async def grade_many(
 
     async def worker() -> None:
         for index in pending:  # the workers share one iterator: each takes the next row
-            verdict = await grade_row(pool, rows[index], **defaults)
+            verdict = None
+            if pool._workers is not None:  # a multi-process pool: the row is graded in a host worker
+                verdict = await grade_row_in_workers(pool, rows[index], defaults)
+            if verdict is None:
+                verdict = await grade_row(pool, rows[index], **defaults)
             results[index] = verdict
             if on_result is not None:
                 on_result(index, verdict)

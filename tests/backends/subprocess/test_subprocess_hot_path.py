@@ -130,7 +130,7 @@ async def test_a_warm_pooled_run_registers_nothing_with_the_event_loop(pool: San
 async def test_a_warm_pooled_run_makes_no_descriptor_non_blocking_one_by_one(
     pool: SandboxPool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The pipes are made with ``O_NONBLOCK`` (``pipe2``); ``set_blocking`` is two system calls each."""
+    """The pipes are made with ``O_NONBLOCK`` (``pipe2``); ``set_blocking`` is an ``ioctl`` and Python around it, each."""
     await pool.run("print(1)")
     calls = 0
     real = os.set_blocking

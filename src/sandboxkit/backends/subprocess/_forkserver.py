@@ -462,7 +462,7 @@ class ForkServer:
         oom_before = self.cgroup.oom_kills() if self.cgroup is not None else 0
         header = marshal.dumps({"timeout": timeout_s, "sweep": self.sweep_all, "fresh": fresh})
         # Non-blocking from the start, both ends (the child makes its own ends blocking): three
-        # ``set_blocking`` calls less here, six system calls per command.
+        # ``set_blocking`` calls less here (an ``ioctl`` each) per command.
         in_r, in_w = os.pipe2(_PIPE_FLAGS)
         out_r, out_w = os.pipe2(_PIPE_FLAGS)
         err_r, err_w = os.pipe2(_PIPE_FLAGS)

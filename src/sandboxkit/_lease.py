@@ -21,7 +21,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 import anyio
 
@@ -43,9 +43,6 @@ from sandboxkit.limiter import Limiter
 from sandboxkit.metrics import CallRecord, PoolMetrics
 from sandboxkit.models import Limits
 
-if TYPE_CHECKING:
-    from sandboxkit.checkpoint import Checkpoint
-
 __all__ = ["CLOSE_TIMEOUT_S", "LeaseCore", "keeps_sandbox"]
 
 log = logging.getLogger("sandboxkit.pool")
@@ -62,6 +59,16 @@ def keeps_sandbox(exc: BaseException) -> bool:
     a backend bug) leaves the sandbox in a state nobody can vouch for.
     """
     return isinstance(exc, InvalidRequest)
+
+
+class Releasable(Protocol):
+    """What the core needs of a :class:`~sandboxkit.checkpoint.Checkpoint`: a way to free it when the pool closes.
+
+    Named here rather than imported, so ``checkpoint`` (which registers itself with a core) and
+    this module do not import each other.
+    """
+
+    async def release(self) -> None: ...
 
 
 class LeaseSettings(Protocol):
@@ -117,7 +124,7 @@ class LeaseCore:
         self.entries: set[Entry] = set()
         self.idle: deque[Entry] = deque()
         #: Checkpoints taken through this pool and not released (released when the pool closes).
-        self.checkpoints: set[Checkpoint] = set()
+        self.checkpoints: set[Releasable] = set()
         self.closed = False
         self.started = False
         self._on_first_use = on_first_use

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from pydantic import ValidationError
 
@@ -50,6 +50,12 @@ def renamed(new: T | None, old: T | None, name: str, *, where: str, stacklevel: 
     return old
 
 
+class ServesRuns(Protocol):
+    """Where a multi-process pool sends its runs (:class:`sandboxkit._workers._set.WorkerSet`)."""
+
+    async def run(self, request: RunRequest, deadline_s: float | None) -> RunResult: ...
+
+
 class RunsPrograms:
     """The ``run`` method shared by :class:`~sandboxkit.pool.SandboxPool` and :class:`~sandboxkit.session.Session`.
 
@@ -62,6 +68,8 @@ class RunsPrograms:
 
     limits: Limits
     _core: LeaseCore
+    #: The host worker processes that serve pooled runs (a multi-process pool), or ``None``.
+    _workers: ServesRuns | None = None
 
     async def _call(self, fn: Callable[[Sandbox], Awaitable[T]], deadline_s: float | None) -> T:
         raise NotImplementedError
@@ -119,6 +127,8 @@ class RunsPrograms:
         request = make_request(code, fields, limits=limits or self.limits, timeout_s=timeout_s)
         self._core.check_language(request.language)
         if on_stdout is None and on_stderr is None:
+            if self._workers is not None:
+                return await self._workers.run(request, deadline_s)
             return await self._call(lambda sandbox: sandbox.run(request), deadline_s)
         check_callbacks(on_stdout, on_stderr, self._core.backend.name)
         streams = self._core.backend.capabilities.streaming

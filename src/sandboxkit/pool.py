@@ -26,6 +26,7 @@ from sandboxkit._lease import CLOSE_TIMEOUT_S, LeaseCore
 from sandboxkit._request import RunsPrograms, positive_timeout, renamed
 from sandboxkit._signals import install_sigterm_to_exit
 from sandboxkit._watchdog import ttl_for
+from sandboxkit._workers._plan import plan_workers
 from sandboxkit.base import Backend, OutputCallback, Sandbox
 from sandboxkit.checkpoint import Checkpoint, check_forkable
 from sandboxkit.errors import InvalidRequest, PoolClosed, SandboxCrashed, SandboxkitError
@@ -36,6 +37,7 @@ from sandboxkit.session import Session
 from sandboxkit.streaming import check_callbacks, exec_streaming
 
 if TYPE_CHECKING:
+    from sandboxkit._workers._set import WorkerSet
     from sandboxkit.configs import BaseBackendConfig
 
 __all__ = ["SandboxPool"]
@@ -84,6 +86,10 @@ class SandboxPool(RunsPrograms):
         backend_options: options passed to the backend when ``backend`` is a name.
         limiter: a :class:`~sandboxkit.limiter.Limiter`, ``"local"`` (default) or ``"ray"``.
         handle_signals: turn SIGTERM into a clean shutdown (main thread only; SIGINT already is).
+        processes: host worker processes that serve the pool's runs and execs, an integer or
+            ``"auto"``; ``None`` (default) reads ``$SANDBOXKIT_POOL_PROCESSES``, else 1 (this process
+            only). Caps, deadlines, metrics and errors are the pool's either way; see
+            docs/multiprocess.md for when it pays and what each worker costs in memory.
         backoff_base, backoff_max: the deprecated old names of ``backoff_base_s`` / ``backoff_max_s``.
 
     Raises:
@@ -91,6 +97,8 @@ class SandboxPool(RunsPrograms):
         BackendUnavailable: the backend's SDK is missing.
         InvalidRequest: a parameter is out of range.
     """
+
+    _workers: WorkerSet | None
 
     def __init__(
         self,
@@ -111,6 +119,7 @@ class SandboxPool(RunsPrograms):
         backend_options: Mapping[str, Any] | None = None,
         limiter: Limiter | str = "local",
         handle_signals: bool = True,
+        processes: int | str | None = None,
         backoff_base: float | None = None,
         backoff_max: float | None = None,
     ) -> None:
@@ -148,6 +157,9 @@ class SandboxPool(RunsPrograms):
         self.health_check_after_s = health_check_after_s
         self.handle_signals = handle_signals
         self._limiter = self._make_limiter(limiter, creation_rate, creation_burst)
+        self._workers = plan_workers(self, processes, backend, backend_options)
+        if self._workers is not None:
+            self._limiter = self._workers.limiter
         self.closed = False
         self.metrics_data = PoolMetrics()
         self._core = LeaseCore(
@@ -197,7 +209,9 @@ class SandboxPool(RunsPrograms):
         self._core.started = True
         if self.handle_signals:
             install_sigterm_to_exit()
-        if self.warm:
+        if self._workers is not None:
+            await self._workers.start()  # the workers open the warm sandboxes
+        elif self.warm:
             async with anyio.create_task_group() as tg:
                 for _ in range(self.warm):
                     tg.start_soon(self._core.prewarm)
@@ -212,6 +226,8 @@ class SandboxPool(RunsPrograms):
         self.closed = True
         with anyio.CancelScope(shield=True):
             await self._core.close_all()
+            if self._workers is not None:
+                await self._workers.aclose()
             try:
                 await self._limiter.aclose()
             finally:
@@ -250,6 +266,8 @@ class SandboxPool(RunsPrograms):
             positive_timeout(timeout_s)
         if on_stdout is not None or on_stderr is not None:
             check_callbacks(on_stdout, on_stderr, self.backend.name)
+        elif self._workers is not None:
+            return await self._workers.exec(command, env, stdin, timeout_s, deadline_s)
         streams = self.backend.capabilities.streaming
         return await self._call(
             lambda sandbox: exec_streaming(
@@ -394,6 +412,8 @@ class SandboxPool(RunsPrograms):
             learned_cap=self._core.capacity.cap,
             capacity_refusals=self._core.capacity.refusals,
         )
+        if self._workers is not None:
+            self._workers.add_metrics(data)
         return data
 
     @property

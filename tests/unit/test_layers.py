@@ -39,8 +39,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "metrics",
         "distributed",
         "prometheus",
+        "_workers",
     ),
-    ("registry", "hookspecs", "backends._plugins"),
+    ("registry", "hookspecs", "backends._plugins", "_workers._spec"),
     ("backends",),
     ("protocols", "base", "streaming", "kernel"),
     ("models", "errors", "languages", "output", "configs", "_in_sandbox_std", "_standalone"),
@@ -71,7 +72,7 @@ TRAINERS = {"trl": (), "verl": (), "rllm": (), "ray": ("distributed",)}
 class Import:
     """One imported name, resolved to the module it comes from."""
 
-    module: str  # the importing module, relative to sandboxkit ("backends.docker.sandbox")
+    module: str  # the importing module, relative to sandboxkit ("backends.docker._sandbox")
     target: str  # absolute dotted name of what it imports ("sandboxkit.server.models", "httpx")
     line: int
 
@@ -195,12 +196,85 @@ def protocol_violations(imports: list[Import]) -> list[str]:
     return bad
 
 
+def _graph(imports: list[Import], root: Path) -> dict[str, set[str]]:
+    """Module -> the modules (files) of sandboxkit it imports; a name imported from a module counts as that module."""
+    modules = {_module_name(p, root) for p in root.rglob("*.py")} | {imp.module for imp in imports}
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for imp in imports:
+        target = _internal(imp.target)
+        while target and target not in modules:  # ``pkg.mod.Name`` -> ``pkg.mod``
+            target = target.rpartition(".")[0]
+        if target is not None and target != imp.module:
+            graph[imp.module].add(target)
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def circle_violations(imports: list[Import], root: Path = SRC) -> list[str]:
+    """Files that import each other, directly or around a ring, lazily or for types only.
+
+    ``TYPE_CHECKING`` and in-function imports count: a circle that only the type checker or a late
+    import sees still means two files each need the other's insides to be understood or changed,
+    which is what a layering hides behind a small interface (a Protocol, or a value handed over).
+    A package's ``__init__`` is a file like any other: a module importing a name from its own
+    package's ``__init__`` while that ``__init__`` re-exports the module is a circle too.
+    """
+    graph = _graph(imports, root)
+    return [
+        f"import circle: {' -> '.join(c)}: "
+        + "; ".join(f"sandboxkit.{m} imports {sorted(graph[m] & set(c))}" for m in c)
+        for c in _circles(graph)
+    ]
+
+
 RULES = {
     "layers point down": layer_violations,
     "backends import only the core": backend_violations,
     "no trainer below integrations": trainer_violations,
     "nothing imports cli": cli_violations,
     "protocols import only the core": protocol_violations,
+    "no import circles": circle_violations,
 }
 
 
@@ -232,6 +306,7 @@ BREAKS = {
     "no trainer below integrations": ("pool.py", "def f():\n    import verl.utils\n"),
     "nothing imports cli": ("server/app.py", "from sandboxkit.cli._common import fail\n"),
     "protocols import only the core": ("protocols/sandbox_fusion.py", "from sandboxkit.pool import SandboxPool\n"),
+    "no import circles": ("errors.py", "if False:\n    from sandboxkit.pool import SandboxPool\n"),
 }
 
 

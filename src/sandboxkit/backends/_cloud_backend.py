@@ -16,8 +16,8 @@ service, so it is written once here:
 
 A service plugs in four primitives (:meth:`~CloudBackend._create`,
 :meth:`~CloudBackend._delete_matching`, :meth:`~CloudBackend._delete_now_sync`,
-:meth:`~CloudBackend._map_error`) and :meth:`~CloudBackend._attach`, which turns the SDK's
-sandbox object into a :class:`~sandboxkit.backends._cloud.CloudSandbox`.
+:meth:`~CloudBackend.map_error`) and :meth:`~CloudBackend._attach`, which turns the SDK's
+sandbox object into a :class:`~sandboxkit.backends._cloud_sandbox.CloudSandbox`.
 
 Quota and capacity refusals ("Total CPU limit exceeded", "maximum number of concurrent
 sandboxes") are :class:`~sandboxkit.errors.CapacityExceeded`: the pool learns the service's
@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 import anyio
 import anyio.to_thread
 
-from sandboxkit.backends._cloud import (
+from sandboxkit.backends._cloud_sandbox import (
     CREATE_LABEL,
     ENFORCED_LIMITS,
     INSTANCE_LABEL,
@@ -180,8 +180,12 @@ class CloudBackend(Backend):
             fork=self.fork_level,
         )
 
-    def _forget(self, sandbox_id: str) -> None:
-        self._live.discard(sandbox_id)
+    def sandbox_closed(self, sandbox_id: str, *, deleted: bool) -> None:
+        """Called by a sandbox's ``close``: forget it once deleted, else delete it at ``aclose`` / exit."""
+        if deleted:
+            self._live.discard(sandbox_id)
+        else:
+            self._interrupted.add(sandbox_id)
 
     # ------------------------------------------------------------------ the four primitives
 
@@ -201,7 +205,7 @@ class CloudBackend(Backend):
         """Delete one sandbox with a plain blocking HTTP call (no event loop: interpreter exit)."""
 
     @abc.abstractmethod
-    def _map_error(self, exc: BaseException, *, op: str, sandbox_id: str | None = None) -> SandboxkitError:
+    def map_error(self, exc: BaseException, *, op: str, sandbox_id: str | None = None) -> SandboxkitError:
         """Translate an SDK / transport error raised during ``op`` into the sandboxkit error tree."""
 
     @abc.abstractmethod
@@ -224,7 +228,7 @@ class CloudBackend(Backend):
             return True  # cancelled mid-request
         if never_sent(exc):
             return False
-        err = self._map_error(exc, op="create")
+        err = self.map_error(exc, op="create")
         return type(err) is Transient
 
     async def open(self, limits: Limits | None = None) -> CloudSandbox:
@@ -278,7 +282,7 @@ class CloudBackend(Backend):
                     backend=self.name,
                 ) from exc
             if isinstance(exc, Exception):
-                raise self._map_error(exc, op="create") from exc
+                raise self.map_error(exc, op="create") from exc
             raise
         self._live.add(sandbox_id)
         return await self._attach(sandbox_id, sdk, limits)
@@ -303,7 +307,7 @@ class CloudBackend(Backend):
         try:
             return await self._delete_matching({LABEL: "1"}) + await self._delete_snapshots_matching(SNAPSHOT_PREFIX)
         except Exception as exc:
-            raise self._map_error(exc, op="clean up") from exc
+            raise self.map_error(exc, op="clean up") from exc
 
     # ------------------------------------------------------------------ checkpoints (optional primitives)
 

@@ -1,6 +1,6 @@
 """The in-sandbox wrapper of the cloud backends: builds its bash command line, parses what it prints.
 
-Pure functions, no I/O: the cloud backends (:mod:`sandboxkit.backends._cloud`) send the command
+Pure functions, no I/O: the cloud backends (:mod:`sandboxkit.backends._cloud_sandbox`) send the command
 line through their service and hand the raw answer back to :func:`parse_result`.
 
 What the wrapper enforces inside the sandbox, around one program (one :class:`Step`):

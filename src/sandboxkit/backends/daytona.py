@@ -14,7 +14,7 @@ What this module adds to the SDK is discipline:
   the program's bytes come back base64-encoded by the wrapper (:mod:`sandboxkit.backends._wrapper`);
   our own short commands (kill, reset) use ``process.exec``;
 * a session command that outlives the host deadline leaves its shell busy, so the session
-  is deleted and the process group killed (see :mod:`sandboxkit.backends._cloud`);
+  is deleted and the process group killed (see :mod:`sandboxkit.backends._cloud_sandbox`);
 * SDK errors become sandboxkit errors: the organisation quota ("Total CPU limit exceeded.
   Maximum allowed: N.", 403, or 400 on older releases) and "maximum number of concurrent
   sandboxes" → CapacityExceeded (``limit`` = N), other 429s → RateLimited, 5xx / timeouts /
@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 
-from sandboxkit.backends._cloud import CloudSandbox, NoAnswer, RawResult, redact
 from sandboxkit.backends._cloud_backend import CloudBackend, named_limit
+from sandboxkit.backends._cloud_sandbox import CloudSandbox, NoAnswer, RawResult, redact
 from sandboxkit.base import Snapshot
 from sandboxkit.configs import DaytonaConfig
 from sandboxkit.errors import (
@@ -320,7 +320,7 @@ class DaytonaBackend(CloudBackend):
     def _where(cls, options: Mapping[str, object]) -> str:
         return f"API {options.get('api_url') or os.environ.get('DAYTONA_API_URL') or DEFAULT_API_URL}"
 
-    def _map_error(self, exc: BaseException, *, op: str, sandbox_id: str | None = None) -> SandboxkitError:
+    def map_error(self, exc: BaseException, *, op: str, sandbox_id: str | None = None) -> SandboxkitError:
         return map_error(exc, op=op, sandbox_id=sandbox_id, secret=self._secret())
 
     def _create_timed_out(self, exc: BaseException) -> bool:
@@ -347,7 +347,7 @@ class DaytonaBackend(CloudBackend):
             try:
                 client = AsyncDaytona(SdkConfig(**config))
             except Exception as exc:
-                raise self._map_error(exc, op="connect") from exc
+                raise self.map_error(exc, op="connect") from exc
             self._clients[loop] = client
         return client
 
@@ -391,7 +391,7 @@ class DaytonaBackend(CloudBackend):
             with anyio.CancelScope(shield=True):
                 await DaytonaSandbox(self, sdk, limits, "").close()
             if isinstance(exc, Exception):
-                raise self._map_error(exc, op="open", sandbox_id=sandbox_id) from exc
+                raise self.map_error(exc, op="open", sandbox_id=sandbox_id) from exc
             raise
         return DaytonaSandbox(self, sdk, limits, root)
 

@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 
-from sandboxkit.backends._cloud import CloudSandbox, NoAnswer, RawResult, redact
 from sandboxkit.backends._cloud_backend import CloudBackend, named_limit
+from sandboxkit.backends._cloud_sandbox import CloudSandbox, NoAnswer, RawResult, redact
 from sandboxkit.base import Snapshot
 from sandboxkit.configs import E2BConfig
 from sandboxkit.errors import (
@@ -278,7 +278,7 @@ class E2BBackend(CloudBackend):
     def _where(cls, options: Mapping[str, object]) -> str:
         return f"domain {options.get('domain') or os.environ.get('E2B_DOMAIN') or 'e2b.app'}"
 
-    def _map_error(self, exc: BaseException, *, op: str, sandbox_id: str | None = None) -> SandboxkitError:
+    def map_error(self, exc: BaseException, *, op: str, sandbox_id: str | None = None) -> SandboxkitError:
         return map_error(exc, op=op, sandbox_id=sandbox_id, secret=self._secret())
 
     # ------------------------------------------------------------------ the four primitives

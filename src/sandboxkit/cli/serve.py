@@ -189,7 +189,7 @@ def serve(
             options=options,
             loop=loop,
             http=http,
-            head_timeout=head_timeout_s,
+            head_timeout_s=head_timeout_s,
             log_level=log_level,
             access_log=access_log,
         )
@@ -224,7 +224,7 @@ def _serve_workers(
     options: dict[str, Any],
     loop: str,
     http: str,
-    head_timeout: float,
+    head_timeout_s: float,
     log_level: str,
     access_log: bool,
 ) -> None:
@@ -249,7 +249,7 @@ def _serve_workers(
         max_bytes=app_kwargs["max_queue_bytes"],
         loop=loop,
         http=http,
-        head_timeout=head_timeout,
+        head_timeout_s=head_timeout_s,
         log_level=log_level,
         access_log=access_log,
     )

@@ -24,6 +24,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from sandboxkit.distributed._client import NAMESPACE, RayLimiter
+from sandboxkit.distributed._ray import ray_ready
 from sandboxkit.limiter import Limiter, LocalLimiter
 
 if TYPE_CHECKING:
@@ -50,16 +51,6 @@ _warn_lock = threading.Lock()
 def limiter_name(backend: str) -> str:
     """The actor name pools of ``backend`` share by default (``sandboxkit-limiter-<backend>``)."""
     return f"sandboxkit-limiter-{backend}"
-
-
-def _ray_ready() -> tuple[bool, str]:
-    try:
-        import ray
-    except ImportError:
-        return False, 'Ray is not installed (pip install "sandboxkit[ray]")'
-    if not ray.is_initialized():
-        return False, "Ray is not initialised in this process (call ray.init() first)"
-    return True, ""
 
 
 def ray_limiter(
@@ -90,7 +81,7 @@ def ray_limiter(
     Raises:
         ValueError: a limit is out of range.
     """
-    ready, why = _ray_ready()
+    ready, why = ray_ready()
     if not ready:
         global _warned_local
         with _warn_lock:

@@ -232,9 +232,9 @@ class RayPlacedBackend(Backend):
     @classmethod
     def availability(cls, **options: object) -> Any:
         from sandboxkit.base import Availability
-        from sandboxkit.distributed import _ray_ready
+        from sandboxkit.distributed._ray import ray_ready
 
-        ready, why = _ray_ready()
+        ready, why = ray_ready()
         return Availability(ready, why)
 
     @property

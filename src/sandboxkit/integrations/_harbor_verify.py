@@ -24,8 +24,9 @@ import json
 import math
 import posixpath
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sandboxkit.base import Capabilities
 from sandboxkit.errors import InvalidRequest, SandboxError
@@ -39,7 +40,6 @@ from sandboxkit.models import Limits, Status
 from sandboxkit.session import Session
 
 if TYPE_CHECKING:
-    from sandboxkit.integrations._harbor_task import HarborTask
     from sandboxkit.pool import SandboxPool
 
 __all__ = [
@@ -96,7 +96,24 @@ def _check_backend(capabilities: Capabilities, name: str) -> None:
         )
 
 
-async def verify_session(task: HarborTask, session: Session, pool: SandboxPool) -> HarborVerdict:
+class VerifiedTask(Protocol):
+    """What verifying needs of a :class:`~sandboxkit.integrations.harbor.HarborTask` (which has it all).
+
+    Named here rather than imported: the task calls :func:`verify_session`, so importing the task's
+    module back would make the two files a circle.
+    """
+
+    @property
+    def workdir(self) -> str: ...
+    @property
+    def tests(self) -> Mapping[str, bytes]: ...
+    @property
+    def verifier_env(self) -> Mapping[str, str]: ...
+    @property
+    def verifier_timeout_s(self) -> float: ...
+
+
+async def verify_session(task: VerifiedTask, session: Session, pool: SandboxPool) -> HarborVerdict:
     """Carry ``session``'s working directory into a fresh sandbox of ``pool`` and run ``test.sh`` there.
 
     ``session`` (the agent's) is only read: its processes keep running in its own sandbox,
@@ -124,7 +141,7 @@ async def verify_session(task: HarborTask, session: Session, pool: SandboxPool) 
 
 
 async def verify_workspace(
-    task: HarborTask, pool: SandboxPool, copy: WorkspaceCopy, *, limits: Limits | None = None
+    task: VerifiedTask, pool: SandboxPool, copy: WorkspaceCopy, *, limits: Limits | None = None
 ) -> HarborVerdict:
     """Run the task's ``test.sh`` in a fresh sandbox of ``pool`` holding ``copy`` as its working directory.
 

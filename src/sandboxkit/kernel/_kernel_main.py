@@ -325,7 +325,31 @@ def load_ipython() -> Any:
         # stderr like any subprocess's (ipykernel pipes it through a pty instead: same text).
         system = InteractiveShell.system_raw
 
+        # ``%matplotlib inline`` (and ``%matplotlib`` alone) ends here: the inline backend needs no event
+        # loop, which is ipykernel's answer too. A sandbox has no display for a GUI toolkit's window.
+        def enable_gui(self, gui: Any = None) -> None:
+            if gui not in (None, "inline"):
+                raise RuntimeError(f"no GUI event loop in a sandbox kernel for {gui!r}; use %matplotlib inline")
+
     return Shell
+
+
+#: matplotlib's backend in a Jupyter kernel: figures become ``image/png`` display outputs.
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
+
+
+def use_inline_backend() -> None:
+    """Figures as Jupyter shows them: matplotlib's inline backend, where it is installed (IPython mode only).
+
+    ipykernel registers the same default (``MPLBACKEND`` unless it is set), so ``plt.show()``, a figure left
+    open when its cell ends and a figure that is the cell's value come back through the display publisher
+    as ``image/png`` bundles, as Sandbox Fusion's jupyter returns them. Only the variable is set: matplotlib
+    is imported by the cell that uses it, never by the kernel, and a user's ``matplotlib.use()`` still wins.
+    """
+    import importlib.util
+
+    if not os.environ.get("MPLBACKEND") and importlib.util.find_spec("matplotlib_inline") is not None:
+        os.environ["MPLBACKEND"] = INLINE_BACKEND
 
 
 def start_shell(shell_class: Any, main: Any) -> Any:
@@ -764,6 +788,8 @@ def main() -> None:
         if not IPYTHON_DIR:  # no writable TMPDIR: IPython would fall back to ~/.ipython; plain Python instead
             SHELL_CLASS = None
     SHELL = "python" if SHELL_CLASS is None else "ipython"
+    if SHELL_CLASS is not None:
+        use_inline_backend()
     sup = Supervisor()
     sup.worker = Worker()  # forked now, so the first cell pays no fork
     write_frame(HOST_OUT, {"ready": True, "shell": SHELL})

@@ -65,6 +65,7 @@ class BrokerStatistics:
     body_bytes_inside: int
     sessions_kept: int
     workers_connected: int
+    workers_serving: int
     workers_restarted: int
 
 
@@ -205,12 +206,13 @@ class BrokerServer:
     def __init__(self, book: SlotBook) -> None:
         self.book = book
         self.connected: dict[int, _BrokerSide] = {}
+        self.serving: set[int] = set()
         self.restarts = 0
         #: Called with a worker's number when it reports that it serves.
         self.on_ready: Callable[[int], None] = lambda worker: None
 
     async def attach(self, worker: int, sock: socket.socket) -> None:
-        """Serve worker number ``worker`` on ``sock`` (the supervisor's end of its socket pair)."""
+        """Serve one worker process, known as ``worker`` (unique per process), on ``sock`` (the supervisor's end)."""
         loop = asyncio.get_running_loop()
         await loop.connect_accepted_socket(lambda: _BrokerSide(self, worker), sock)
 
@@ -233,6 +235,7 @@ class BrokerServer:
         elif op == Op.UNSEAT:
             book.unseat(worker)
         elif op == Op.READY:
+            self.serving.add(worker)
             self.on_ready(worker)
         elif op == Op.STATS:
             stats = self.statistics()
@@ -243,6 +246,7 @@ class BrokerServer:
     def disconnected(self, side: _BrokerSide) -> None:
         if self.connected.get(side.worker) is side:
             del self.connected[side.worker]
+            self.serving.discard(side.worker)
         self._deliver(self.book.drop(side.worker))
 
     def statistics(self) -> BrokerStatistics:
@@ -255,6 +259,7 @@ class BrokerServer:
             body_bytes_inside=book.bytes,
             sessions_kept=book.seats.total(),
             workers_connected=len(self.connected),
+            workers_serving=len(self.serving),
             workers_restarted=self.restarts,
         )
 

@@ -76,7 +76,7 @@ class WorkersConfig:
         backend: the backend's name.
         app: :func:`~sandboxkit.server.app.create_app` keyword arguments (limits and ceilings as dicts).
         max_concurrency, max_requests, max_bytes: the broker's bounds (the whole server's).
-        loop, http, head_timeout, log_level, access_log: uvicorn's settings, as for one process.
+        loop, http, head_timeout_s, log_level, access_log: uvicorn's settings, as for one process.
     """
 
     workers: int
@@ -89,7 +89,7 @@ class WorkersConfig:
     max_bytes: int
     loop: str = "auto"
     http: str = "auto"
-    head_timeout: float = 30.0
+    head_timeout_s: float = 30.0
     log_level: str = "info"
     access_log: bool = False
 
@@ -110,6 +110,7 @@ class _Worker:
     proc: asyncio.subprocess.Process | None = None
     started: float = 0.0
     quick_deaths: int = 0
+    generation: int = 0
 
 
 class _Supervisor:
@@ -198,8 +199,8 @@ class _Supervisor:
         if removed:
             log.warning("removed %d sandboxes the workers left behind", removed)
 
-    def _ready(self, index: int) -> None:
-        self.not_ready.discard(index)
+    def _ready(self, key: int) -> None:
+        self.not_ready.discard(key % len(self.workers))
         if not self.not_ready:
             self.all_ready.set()
 
@@ -234,7 +235,10 @@ class _Supervisor:
 
     async def _spawn(self, worker: _Worker, replacement: bool) -> None:
         ours, theirs = socket.socketpair()
-        await self.broker.attach(worker.index, ours)
+        # The broker's key is new for each process, so a late end-of-file from a dead worker can
+        # never return what its replacement (same index) holds.
+        worker.generation += 1
+        await self.broker.attach(worker.index + len(self.workers) * worker.generation, ours)
         config = {
             "index": worker.index,
             "count": len(self.workers),
@@ -248,7 +252,7 @@ class _Supervisor:
             "app": self.config.app,
             "loop": self.config.loop,
             "http": self.config.http,
-            "head_timeout": self.config.head_timeout,
+            "head_timeout_s": self.config.head_timeout_s,
             "log_level": self.config.log_level,
             "access_log": self.config.access_log,
         }

@@ -72,7 +72,7 @@ def _serve(config: dict[str, Any]) -> None:
         log_level=config["log_level"].lower(),
         access_log=config["access_log"],
         loop=config["loop"],
-        http=guarded_http_protocol(config["http"], config["head_timeout"]),
+        http=guarded_http_protocol(config["http"], config["head_timeout_s"]),
         timeout_keep_alive=30,
         backlog=4096,
         log_config=None,
@@ -82,8 +82,6 @@ def _serve(config: dict[str, Any]) -> None:
         """Connects to the broker before serving, and tells the supervisor once it serves."""
 
         async def startup(self, sockets: Any = None) -> None:
-            await link.connect(broker)
-            link.on_lost = self._broker_lost
             if config["replacement"] and config["backend"] == "subprocess":
                 # What the killed worker's sandboxes left (workspaces, mounts, cgroups): its owner
                 # is gone, so the backend's cleanup takes it; live workers' sandboxes are spared.
@@ -91,6 +89,8 @@ def _serve(config: dict[str, Any]) -> None:
                     removed = await app.state.pool.backend.cleanup()
                     if removed:
                         log.warning("removed %d sandboxes left by the worker this one replaces", removed)
+            await link.connect(broker)  # after the cleanup: a connected worker has nothing of its predecessor left
+            link.on_lost = self._broker_lost
             await super().startup(sockets=sockets)
             if not self.should_exit:
                 link.ready()

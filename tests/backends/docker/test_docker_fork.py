@@ -59,7 +59,7 @@ async def test_pool_fork_on_docker_leaves_nothing(test_labels: dict[str, str], d
         for f in forks:
             await f.close()
     await backend.aclose()
-    assert backend._snapshots == set()
+    assert backend.checkpoints == set()
     assert leftovers(docker_client, test_labels) == (0, 0)
 
 
@@ -181,7 +181,7 @@ async def test_releasing_the_checkpoint_mid_fork_is_all_or_nothing(
                 assert await f.read_files(["d/f7", "d/f49"]) == {"d/f7": files["d/f7"], "d/f49": files["d/f49"]}
                 await f.close()
     await backend.aclose()
-    assert backend._snapshots == set()
+    assert backend.checkpoints == set()
     assert leftovers(docker_client, test_labels) == (0, 0)
 
 

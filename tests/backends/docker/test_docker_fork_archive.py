@@ -118,5 +118,5 @@ async def test_a_checkpoint_larger_than_the_workspace_cap_is_the_callers_error(
                 await fork.close()
         assert pool.metrics()["sandboxes_created"] == 2
     await backend.aclose()
-    assert backend._snapshots == set()
+    assert backend.checkpoints == set()
     assert leftovers(docker_client, test_labels) == (0, 0)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from test_docker_attacks import *  # noqa: F403
 
-from sandboxkit.backends.docker.backend import RUNNER_ENV
+from sandboxkit.backends.docker._backend import RUNNER_ENV
 from support.docker_engine import require_static_runner
 
 

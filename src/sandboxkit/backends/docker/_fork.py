@@ -36,7 +36,9 @@ import tarfile
 import tempfile
 import threading
 import uuid
-from typing import IO, TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import IO, Any, Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -52,15 +54,11 @@ from sandboxkit.backends.docker._archive import (
 )
 from sandboxkit.base import Snapshot
 from sandboxkit.errors import InvalidRequest, SandboxCrashed, Transient
-from sandboxkit.models import Limits
 
-if TYPE_CHECKING:
-    from sandboxkit.backends.docker.backend import DockerBackend
-    from sandboxkit.backends.docker.sandbox import DockerSandbox
-
-__all__ = ["ArchiveSnapshot", "open_forked", "restore_into", "take_snapshot"]
+__all__ = ["ArchiveSnapshot", "Forkable", "HeldSandbox", "check_snapshot", "fill_new", "restore_into", "take_snapshot"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 _NAME = "docker"
 #: How long the runner may take to remake a checkpoint's links or punch its holes (a syscall each).
 _RESTORE_TIMEOUT_S = 30.0
@@ -77,9 +75,10 @@ class ArchiveSnapshot(Snapshot):
 
     backend_name = _NAME
 
-    def __init__(self, backend: DockerBackend, file: IO[bytes]) -> None:
+    def __init__(self, registry: set[ArchiveSnapshot], file: IO[bytes]) -> None:
         self.id = f"ckpt-{uuid.uuid4().hex[:12]}"
-        self._backend = backend
+        #: The backend's set of live checkpoints (this one leaves it when released); also whose it is.
+        self._registry = registry
         self._file = file
         self.size_bytes = 0
         self.links: list[Link] = []
@@ -118,7 +117,7 @@ class ArchiveSnapshot(Snapshot):
                 return
             self.released = True
             mapped, self._mapped = self._mapped, None
-        self._backend._snapshots.discard(self)
+        self._registry.discard(self)
         try:
             if mapped is not None:
                 mapped.close()
@@ -131,6 +130,53 @@ class ArchiveSnapshot(Snapshot):
 
     def __repr__(self) -> str:
         return f"<ArchiveSnapshot {self.id} bytes={self.size_bytes}>"
+
+
+class HeldSandbox(Protocol):
+    """A Docker sandbox held for a checkpoint's transfer (nothing else runs in it meanwhile).
+
+    What :meth:`DockerSandbox.held <sandboxkit.backends.docker.DockerSandbox.held>` hands out: the
+    engine, the runner and the two ways to fail, and none of the sandbox's own state.
+    """
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def workdir(self) -> str:
+        """The workspace's path in the container."""
+        ...
+
+    @property
+    def usable(self) -> bool:
+        """Neither closed nor broken."""
+        ...
+
+    async def sdk(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(client, container_id, *args)`` in a worker thread, its errors translated."""
+        ...
+
+    async def call(
+        self, header: dict[str, Any], blobs: Sequence[bytes], timeout_s: float
+    ) -> tuple[dict[str, Any], bytes]:
+        """One request to the runner, under a host-side deadline."""
+        ...
+
+    def crashed(self, message: str) -> SandboxCrashed:
+        """The error for an engine or runner that failed this sandbox."""
+        ...
+
+    def mark_broken(self, why: str) -> None:
+        """Never use the sandbox again (it may be half-filled)."""
+        ...
+
+
+class Forkable(Protocol):
+    """A Docker sandbox as checkpoints see it: an id, a way to hold it, and ``close``."""
+
+    @property
+    def id(self) -> str: ...
+    def held(self) -> AbstractAsyncContextManager[HeldSandbox]: ...
+    async def close(self) -> None: ...
 
 
 def _archive_into(client: Any, container_id: str, workdir: str, file: IO[bytes], cap: int) -> Rewritten:
@@ -153,8 +199,13 @@ def _archive_into(client: Any, container_id: str, workdir: str, file: IO[bytes],
         response.close()
 
 
-async def take_snapshot(sandbox: DockerSandbox) -> ArchiveSnapshot:
+async def take_snapshot(sandbox: Forkable, registry: set[ArchiveSnapshot], workdir_size_mb: int) -> ArchiveSnapshot:
     """Archive ``sandbox``'s workspace into a new checkpoint (holding the sandbox: nothing runs meanwhile).
+
+    Args:
+        sandbox: the sandbox to copy.
+        registry: the backend's live checkpoints; the new one joins it before anything can leak.
+        workdir_size_mb: a fork's workspace size: a checkpoint whose files would not unpack into it is refused.
 
     Raises:
         InvalidRequest: the workspace's files need more than ``workdir_size_mb`` unpacked (sparse
@@ -162,26 +213,25 @@ async def take_snapshot(sandbox: DockerSandbox) -> ArchiveSnapshot:
         SandboxCrashed: the container is gone or the engine refused (or sent no tar stream).
         Transient: talking to the engine failed.
     """
-    backend = sandbox._backend
-    snap = ArchiveSnapshot(backend, tempfile.TemporaryFile(prefix="sandboxkit-ckpt-"))  # noqa: SIM115
-    backend._snapshots.add(snap)
-    cap = backend.workdir_size_mb << 20
+    snap = ArchiveSnapshot(registry, tempfile.TemporaryFile(prefix="sandboxkit-ckpt-"))  # noqa: SIM115
+    registry.add(snap)
+    cap = workdir_size_mb << 20
     try:
-        async with sandbox._lock:
-            done = await sandbox._sdk(_archive_into, backend.workdir, snap._file, cap)
+        async with sandbox.held() as held:
+            try:
+                done = await held.sdk(_archive_into, held.workdir, snap._file, cap)
+            except tarfile.TarError as exc:
+                raise held.crashed(f"the Docker engine sent no readable archive of the workspace: {exc}") from exc
         snap.size_bytes, snap.links, snap.holes = done.length, done.links, done.holes
     except CheckpointTooLarge as exc:
         snap.release_sync()
         raise InvalidRequest(
             f"cannot checkpoint: the workspace's files need more than {exc.needed >> 20} MB unpacked (sparse files "
-            f"count whole, as a fork unpacks them dense), more than workdir_size_mb={backend.workdir_size_mb}; "
+            f"count whole, as a fork unpacks them dense), more than workdir_size_mb={workdir_size_mb}; "
             "remove or shrink large files first, or give the backend a larger workdir_size_mb",
             backend=_NAME,
             sandbox_id=sandbox.id,
         ) from None
-    except tarfile.TarError as exc:
-        snap.release_sync()
-        raise sandbox._crashed(f"the Docker engine sent no readable archive of the workspace: {exc}") from exc
     except BaseException:
         snap.release_sync()
         raise
@@ -195,20 +245,27 @@ def _unpack(client: Any, container_id: str, workdir: str, snap: ArchiveSnapshot)
             raise OSError(f"the engine did not unpack checkpoint {snap.id}")
 
 
-async def _finish_unpack(sandbox: DockerSandbox, snap: ArchiveSnapshot) -> None:
-    """Have the runner punch the files' holes and make the links the archive could not carry (lock held).
+async def _fill(held: HeldSandbox, snap: ArchiveSnapshot) -> None:
+    """Unpack ``snap`` into the held sandbox's empty workspace, then have the runner punch the files'
+    holes and make the links the archive could not carry.
 
     Holes first: their paths are then walked before any link the checkpoint carried apart exists.
     """
+    await held.sdk(_unpack, held.workdir, snap)
     if snap.holes:
         runs, paths = hole_request(snap.holes)
-        await sandbox._call_locked({"op": "holes", "runs": runs}, [paths], _RESTORE_TIMEOUT_S)
+        await held.call({"op": "holes", "runs": runs}, [paths], _RESTORE_TIMEOUT_S)
     if snap.links:
-        await sandbox._call_locked({"op": "links"}, [link_blob(snap.links)], _RESTORE_TIMEOUT_S)
+        await held.call({"op": "links"}, [link_blob(snap.links)], _RESTORE_TIMEOUT_S)
 
 
-def _check_snapshot(backend: DockerBackend, snapshot: Snapshot) -> ArchiveSnapshot:
-    if not isinstance(snapshot, ArchiveSnapshot) or snapshot._backend is not backend:
+def check_snapshot(registry: set[ArchiveSnapshot], snapshot: Snapshot) -> ArchiveSnapshot:
+    """``snapshot`` as a checkpoint sandboxes can start from: taken by the backend whose ``registry`` this is.
+
+    Raises:
+        InvalidRequest: ``snapshot`` is another backend object's, or released.
+    """
+    if not isinstance(snapshot, ArchiveSnapshot) or snapshot._registry is not registry:
         raise InvalidRequest(
             f"cannot open a docker sandbox from {snapshot!r}: it was taken by another backend object", backend=_NAME
         )
@@ -219,7 +276,7 @@ def _check_snapshot(backend: DockerBackend, snapshot: Snapshot) -> ArchiveSnapsh
     return snapshot
 
 
-async def restore_into(sandbox: DockerSandbox, snapshot: Snapshot) -> bool:
+async def restore_into(sandbox: Forkable, registry: set[ArchiveSnapshot], snapshot: Snapshot) -> bool:
     """Unpack ``snapshot`` into a warm sandbox whose workspace is empty (see :meth:`Sandbox.restore`).
 
     False (the pool then discards the sandbox) for a foreign or released snapshot, a closed or
@@ -227,42 +284,35 @@ async def restore_into(sandbox: DockerSandbox, snapshot: Snapshot) -> bool:
     never be reused half-filled.
     """
     try:
-        snap = _check_snapshot(sandbox._backend, snapshot)
+        snap = check_snapshot(registry, snapshot)
     except InvalidRequest:
         return False
-    async with sandbox._lock:
-        if sandbox._closed or sandbox._broken is not None:
+    async with sandbox.held() as held:
+        if not held.usable:
             return False
         try:
-            await sandbox._sdk(_unpack, sandbox._workdir, snap)
-            await _finish_unpack(sandbox, snap)
+            await _fill(held, snap)
         except Exception as exc:  # SandboxError, OSError, or anything docker-py raises: never half-filled
-            sandbox._break("a checkpoint did not unpack")
-            log.info("restoring checkpoint %s into docker sandbox %s failed: %s", snap.id, sandbox.id, exc)
+            held.mark_broken("a checkpoint did not unpack")
+            log.info("restoring checkpoint %s into docker sandbox %s failed: %s", snap.id, held.id, exc)
             return False
         except BaseException:
-            sandbox._break("an unpack was cancelled")
+            held.mark_broken("an unpack was cancelled")
             raise
     return True
 
 
-async def open_forked(backend: DockerBackend, snapshot: Snapshot, limits: Limits) -> DockerSandbox:
-    """Open a new container and unpack ``snapshot`` into its workspace.
+async def fill_new(sandbox: Forkable, snap: ArchiveSnapshot) -> None:
+    """Unpack ``snap`` into a just-opened container (``DockerBackend.open_from``); close it on failure.
 
     Raises:
-        InvalidRequest: ``snapshot`` is another backend object's, or released.
-        BackendUnavailable, Transient: as :meth:`DockerBackend.open`.
+        InvalidRequest: ``snap`` was released meanwhile.
         SandboxCrashed: the engine refused to unpack the archive.
+        Transient: talking to the engine failed.
     """
-    from sandboxkit.backends.docker.sandbox import DockerSandbox
-
-    snap = _check_snapshot(backend, snapshot)
-    sandbox = await backend.open(limits)
-    assert isinstance(sandbox, DockerSandbox)
     try:
-        async with sandbox._lock:
-            await sandbox._sdk(_unpack, backend.workdir, snap)
-            await _finish_unpack(sandbox, snap)
+        async with sandbox.held() as held:
+            await _fill(held, snap)
     except BaseException as exc:
         with anyio.CancelScope(shield=True):
             await sandbox.close()
@@ -271,4 +321,3 @@ async def open_forked(backend: DockerBackend, snapshot: Snapshot, limits: Limits
         if isinstance(exc, OSError):
             raise Transient(str(exc), backend=_NAME, sandbox_id=sandbox.id) from exc
         raise
-    return sandbox

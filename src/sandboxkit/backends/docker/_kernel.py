@@ -23,16 +23,14 @@ import signal
 import socket
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sandboxkit.backends.docker import _engine
 from sandboxkit.backends.docker._channel import ChannelClosed, RunnerChannel
 from sandboxkit.backends.docker._results import NOFILE, base_env
 from sandboxkit.kernel import KernelLink, kernel_argv, process_tree
 from sandboxkit.kernel._client import KERNEL_SOURCE
-
-if TYPE_CHECKING:
-    from sandboxkit.backends.docker.sandbox import DockerSandbox
+from sandboxkit.models import Limits
 
 __all__ = ["ExecLink", "start_kernel"]
 
@@ -42,13 +40,19 @@ SELF_KILL_WAIT_S = 0.2
 _MARK = KERNEL_SOURCE.splitlines()[0].encode()
 
 
-def start_kernel(client: Any, container_id: str, sandbox: DockerSandbox) -> ExecLink:
-    """``docker exec -i`` the kernel in the container (run in a worker thread: SDK calls block)."""
-    limits = sandbox._limits
+def start_kernel(client: Any, container_id: str, limits: Limits, workdir: str, sandbox_id: str) -> ExecLink:
+    """``docker exec -i`` the kernel in the container (run in a worker thread: SDK calls block).
+
+    Args:
+        client: the docker SDK client.
+        container_id: the sandbox's container.
+        limits: the sandbox's limits (the kernel's cell timeout, memory, file size).
+        workdir: the workspace's path in the container (the kernel's working directory).
+        sandbox_id: for messages.
+    """
     rlimits = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_NOFILE, NOFILE)]
     if limits.file_size_mb is not None:
         rlimits.append((resource.RLIMIT_FSIZE, limits.file_size_mb << 20))
-    workdir = sandbox._workdir
     api = client.api
     created = api.exec_create(
         container_id,
@@ -64,7 +68,7 @@ def start_kernel(client: Any, container_id: str, sandbox: DockerSandbox) -> Exec
     owner = api.exec_start(created["Id"], socket=True)
     sock = getattr(owner, "_sock", owner)
     sock.setblocking(False)
-    return ExecLink(RunnerChannel(sock, owner, sandbox.id), lambda: api.exec_inspect(created["Id"]))
+    return ExecLink(RunnerChannel(sock, owner, sandbox_id), lambda: api.exec_inspect(created["Id"]))
 
 
 class ExecLink(KernelLink):

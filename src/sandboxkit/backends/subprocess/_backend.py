@@ -20,7 +20,7 @@ from sandboxkit._watchdog import Lease, ttl_for
 from sandboxkit.backends.subprocess import _idmap, _rootfs
 from sandboxkit.backends.subprocess import _isolation as isolation
 from sandboxkit.backends.subprocess import _seccomp as seccomp
-from sandboxkit.backends.subprocess._fork import DirectorySnapshot, open_forked
+from sandboxkit.backends.subprocess._fork import DirectorySnapshot, check_snapshot
 from sandboxkit.backends.subprocess._sandbox import (
     NAME,
     SubprocessSandbox,
@@ -153,7 +153,8 @@ class SubprocessBackend(Backend):
         self.rootfs = _load_rootfs(rootfs, config.rootfs_cache, self.isolation) if rootfs is not None else None
         self._toolchains: dict[str, bool] = {}
         self._sandboxes: set[SubprocessSandbox] = set()
-        self._snapshots: set[DirectorySnapshot] = set()  # checkpoints taken and not yet released
+        #: Checkpoints taken and not yet released (each leaves it when released).
+        self.checkpoints: set[DirectorySnapshot] = set()
         self._caps: Capabilities | None = None
         #: sandboxkit's own modules every fork server runs at start (``preload_python_module``):
         #: name -> (source, this interpreter's bytecode of it).
@@ -292,14 +293,18 @@ class SubprocessBackend(Backend):
             InvalidRequest: the snapshot is another backend object's, or released.
             BackendUnavailable: the workspace or its overlay could not be made.
         """
-        return await open_forked(self, snapshot, limits or Limits())
+        checkpoint = check_snapshot(self.checkpoints, snapshot)
+        sandbox = await self.open(limits)
+        await sandbox.start_from(checkpoint)
+        return sandbox
 
     @property
     def live_snapshots(self) -> int:
         """Checkpoints taken by this backend object and not yet released."""
-        return len(self._snapshots)
+        return len(self.checkpoints)
 
-    def _forget(self, sandbox: SubprocessSandbox) -> None:
+    def forget(self, sandbox: SubprocessSandbox) -> None:
+        """``sandbox`` closed itself: it is no longer this backend's to tear down."""
         self._sandboxes.discard(sandbox)
 
     @property
@@ -311,7 +316,7 @@ class SubprocessBackend(Backend):
         """Close every sandbox this backend opened."""
         for sandbox in list(self._sandboxes):
             await sandbox.close()
-        for snap in list(self._snapshots):
+        for snap in list(self.checkpoints):
             await snap.release()
         _idmap.reap_helpers()  # the last idmapping helper of an open or fork is reaped lazily; not past close
 
@@ -321,7 +326,7 @@ class SubprocessBackend(Backend):
             with contextlib.suppress(Exception):
                 sandbox._release()
         self._sandboxes.clear()
-        for snap in list(self._snapshots):
+        for snap in list(self.checkpoints):
             snap.release_sync()
 
     async def cleanup(self) -> int:

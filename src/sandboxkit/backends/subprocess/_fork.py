@@ -35,7 +35,6 @@ import os
 import secrets
 import shutil
 import stat
-from typing import TYPE_CHECKING
 
 import anyio
 import anyio.to_thread
@@ -43,16 +42,10 @@ import anyio.to_thread
 from sandboxkit.backends.subprocess import _beneath as beneath
 from sandboxkit.backends.subprocess import _isolation as isolation
 from sandboxkit.backends.subprocess._idmap import idmapped_bind
-from sandboxkit.backends.subprocess._workspace import Workspace
 from sandboxkit.base import Snapshot
 from sandboxkit.errors import BackendUnavailable, InvalidRequest
-from sandboxkit.models import Limits
 
-if TYPE_CHECKING:
-    from sandboxkit.backends.subprocess._backend import SubprocessBackend
-    from sandboxkit.backends.subprocess._sandbox import SubprocessSandbox
-
-__all__ = ["DirectorySnapshot", "open_forked", "take_snapshot"]
+__all__ = ["DirectorySnapshot", "check_snapshot", "fork_into", "take_snapshot"]
 
 log = logging.getLogger(__name__)
 NAME = "subprocess"
@@ -75,14 +68,15 @@ class DirectorySnapshot(Snapshot):
 
     backend_name = NAME
 
-    def __init__(self, backend: SubprocessBackend, path: str, mounted: bool) -> None:
+    def __init__(self, registry: set[DirectorySnapshot], path: str, mounted: bool) -> None:
         self.id = os.path.basename(path)
         self.path = path
         self.mounted = mounted
         self.entries: list[str] = []
         self.size_bytes = 0
         self.released = False
-        self._backend = backend
+        #: The backend's set of live checkpoints (this one leaves it when released); also whose it is.
+        self._registry = registry
 
     async def release(self) -> None:
         """Detach the copy (children keep it alive until they close) and remove the directory."""
@@ -96,7 +90,7 @@ class DirectorySnapshot(Snapshot):
         if self.released:
             return
         self.released = True
-        self._backend._snapshots.discard(self)
+        self._registry.discard(self)
         try:
             if self.mounted:
                 isolation.unmount(self.path)  # lazy: the kernel frees it with the last child's overlay
@@ -252,44 +246,52 @@ def _extents(fd: int, size: int) -> list[tuple[int, int]]:
     return out
 
 
-def _new_dir(backend: SubprocessBackend, suffix: str) -> str:
+def _new_dir(root: str, suffix: str) -> str:
     # Named like a sandbox (``sbx-<hex>-p<pid>``) so ``cleanup`` recognises a dead owner's leftovers.
-    path = os.path.join(backend.root, f"sbx-{secrets.token_hex(6)}-p{os.getpid()}-{suffix}")
+    path = os.path.join(root, f"sbx-{secrets.token_hex(6)}-p{os.getpid()}-{suffix}")
     os.mkdir(path, 0o700)
     return path
 
 
-def _snapshot_now(sandbox: SubprocessSandbox, snap: DirectorySnapshot) -> None:
+def _snapshot_now(workspace: str, snap: DirectorySnapshot, disk_mb: int) -> None:
     if snap.mounted:
-        isolation.mount_tmpfs(snap.path, size_mb=sandbox._backend.disk_mb, uid=0, gid=0)
-    budget = sandbox._backend.disk_mb << 20
-    snap.size_bytes = _copy_tree(sandbox.workspace.path, snap.path, snap.entries, budget=budget)
+        isolation.mount_tmpfs(snap.path, size_mb=disk_mb, uid=0, gid=0)
+    snap.size_bytes = _copy_tree(workspace, snap.path, snap.entries, budget=disk_mb << 20)
 
 
-async def take_snapshot(sandbox: SubprocessSandbox) -> DirectorySnapshot:
-    """Copy ``sandbox``'s workspace into a new checkpoint (call between commands).
+async def take_snapshot(
+    registry: set[DirectorySnapshot], workspace: str, *, root: str, disk_mb: int, mounted: bool, sandbox_id: str
+) -> DirectorySnapshot:
+    """Copy the ``workspace`` directory into a new checkpoint under ``root`` (call between commands).
+
+    Args:
+        registry: the backend's live checkpoints; the new one joins it before anything can leak.
+        workspace: host path of the sandbox's workspace (its kernel frozen by the caller).
+        root: where the backend makes its sandboxes' directories.
+        disk_mb: the size of the checkpoint's tmpfs, and the most data it copies.
+        mounted: give the checkpoint a tmpfs of its own (mounts allowed here).
+        sandbox_id: the sandbox copied, for messages.
 
     Raises:
         BackendUnavailable: the copy failed (the checkpoint's tmpfs is full: raise ``disk_mb``).
     """
-    backend = sandbox._backend
     try:
-        path = _new_dir(backend, "ckpt")
+        path = _new_dir(root, "ckpt")
     except OSError as exc:
-        raise BackendUnavailable(f"cannot create a checkpoint under {backend.root!r}: {exc}", backend=NAME) from exc
-    snap = DirectorySnapshot(backend, path, mounted=backend.isolation.tmpfs)
-    backend._snapshots.add(snap)  # registered first: a crash or Ctrl-C from here on cannot leak it
+        raise BackendUnavailable(f"cannot create a checkpoint under {root!r}: {exc}", backend=NAME) from exc
+    snap = DirectorySnapshot(registry, path, mounted=mounted)
+    registry.add(snap)  # registered first: a crash or Ctrl-C from here on cannot leak it
     try:
         # Not cancellable mid-copy (anyio waits for the thread), so a cancelled checkpoint is released whole.
-        await anyio.to_thread.run_sync(_snapshot_now, sandbox, snap)
+        await anyio.to_thread.run_sync(_snapshot_now, workspace, snap, disk_mb)
     except BaseException as exc:
         await snap.release()
         if isinstance(exc, OSError):
             raise BackendUnavailable(
-                f"cannot checkpoint sandbox {sandbox.id}: {exc}; a workspace larger than disk_mb="
-                f"{backend.disk_mb} does not fit its checkpoint: raise disk_mb",
+                f"cannot checkpoint sandbox {sandbox_id}: {exc}; a workspace larger than disk_mb="
+                f"{disk_mb} does not fit its checkpoint: raise disk_mb",
                 backend=NAME,
-                sandbox_id=sandbox.id,
+                sandbox_id=sandbox_id,
             ) from exc
         raise
     return snap
@@ -303,11 +305,26 @@ def _mount_overlay(lower: str, upper: str, work: str, target: str) -> None:
         raise OSError(err, f"mount overlay on {target!r}: {os.strerror(err)}")
 
 
-def _fork_into(sandbox: SubprocessSandbox, snap: DirectorySnapshot) -> None:
-    """Give ``sandbox`` (fresh, empty) the checkpoint's files: an overlay when possible, else a copy."""
-    base = sandbox._base
-    owner = sandbox.workspace.owner
-    if snap.mounted and sandbox._mounted:
+def fork_into(
+    snap: DirectorySnapshot, base: str, *, owner: tuple[int, int] | None, mounted: bool, disk_mb: int
+) -> str | None:
+    """Give a fresh, empty sandbox the checkpoint's files: an overlay when possible, else a copy.
+
+    Args:
+        snap: the checkpoint.
+        base: the sandbox's own directory (its tmpfs when ``mounted``), empty.
+        owner: the sandbox's host (uid, gid), whose the files become; None when not root.
+        mounted: ``base`` is a tmpfs of its own (an overlay can be mounted inside it).
+        disk_mb: the most data a copy may hold.
+
+    Returns:
+        The host path of the new workspace (the overlay's merged directory inside ``base``), or
+        None when the files were copied into ``base`` itself.
+
+    Raises:
+        OSError: the overlay or the copy failed (ENOSPC past ``disk_mb``).
+    """
+    if snap.mounted and mounted:
         lower, upper, work, merged = (os.path.join(base, n) for n in ("lower", "upper", "work", "ws"))
         for d in (lower, upper, work, merged):
             os.mkdir(d, 0o700)
@@ -320,25 +337,24 @@ def _fork_into(sandbox: SubprocessSandbox, snap: DirectorySnapshot) -> None:
                 _IDMAP[0] = False  # this kernel cannot: chown from now on (same result, slower)
                 log.info("idmapped checkpoint layers unavailable (%s); forks chown their files instead", exc)
         _mount_overlay(lower if idmapped else snap.path, upper, work, merged)
-        sandbox.workspace = Workspace(merged, owner, sandbox.id)
         if owner is not None:
             os.chown(merged, *owner)
             if not idmapped:
                 # metacopy=on: a chown copies the inode up, not the data (see the module docstring).
                 for rel in snap.entries:
                     os.lchown(os.path.join(merged, rel), *owner)
-        return
-    _copy_tree(snap.path, base, None, budget=sandbox._backend.disk_mb << 20, owner=owner)
+        return merged
+    _copy_tree(snap.path, base, None, budget=disk_mb << 20, owner=owner)
+    return None
 
 
-async def open_forked(backend: SubprocessBackend, snapshot: Snapshot, limits: Limits) -> SubprocessSandbox:
-    """Open a sandbox whose workspace starts as ``snapshot`` (copy-on-write over it when mounted).
+def check_snapshot(registry: set[DirectorySnapshot], snapshot: Snapshot) -> DirectorySnapshot:
+    """``snapshot`` as a checkpoint sandboxes can be opened from: taken by the backend whose ``registry`` this is.
 
     Raises:
         InvalidRequest: ``snapshot`` is not this backend's, or was released.
-        BackendUnavailable: the workspace could not be made.
     """
-    if not isinstance(snapshot, DirectorySnapshot) or snapshot._backend is not backend:
+    if not isinstance(snapshot, DirectorySnapshot) or snapshot._registry is not registry:
         raise InvalidRequest(
             f"cannot open a subprocess sandbox from {snapshot!r}: it was taken by another backend object",
             backend=NAME,
@@ -347,18 +363,4 @@ async def open_forked(backend: SubprocessBackend, snapshot: Snapshot, limits: Li
         raise InvalidRequest(
             f"checkpoint {snapshot.id} was released; fork before releasing it, or take a new one", backend=NAME
         )
-    sandbox = await backend.open(limits)
-    try:
-        await anyio.to_thread.run_sync(_fork_into, sandbox, snapshot)
-    except BaseException as exc:
-        with anyio.CancelScope(shield=True):
-            await sandbox.close()
-        if isinstance(exc, OSError):
-            hint = "raise disk_mb" if exc.errno == errno.ENOSPC else "run `sandboxkit doctor`"
-            raise BackendUnavailable(
-                f"cannot fork checkpoint {snapshot.id} into sandbox {sandbox.id}: {exc}; {hint}",
-                backend=NAME,
-                sandbox_id=sandbox.id,
-            ) from exc
-        raise
-    return sandbox
+    return snapshot

@@ -19,52 +19,65 @@ from __future__ import annotations
 
 import contextlib
 import os
-import resource
 import signal
 import subprocess
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
+from sandboxkit.backends.subprocess._cgroup import SandboxCgroup
 from sandboxkit.backends.subprocess._freeze import Freezer
-from sandboxkit.errors import ToolchainMissing
 from sandboxkit.kernel import PipeLink, kernel_argv, process_tree
-from sandboxkit.languages import resolve_language
+from sandboxkit.models import Limits
 
-if TYPE_CHECKING:
-    from sandboxkit.backends.subprocess._sandbox import SubprocessSandbox
-
-__all__ = ["start_kernel"]
+__all__ = ["KernelLaunch", "start_kernel"]
 
 #: Without bubblewrap: how long the supervisor gets to kill its own tree once its stdin closes.
 SELF_KILL_WAIT_S = 0.2
 
 
-def start_kernel(sandbox: SubprocessSandbox) -> PipeLink:
-    """Start the kernel program in ``sandbox`` and return its link (ready or not: the client waits).
+@dataclass(frozen=True)
+class KernelLaunch:
+    """How one sandbox starts its kernel: what its sandbox worked out (its confinement is the sandbox's idea).
 
-    Raises:
-        ToolchainMissing: the sandbox has no ``python3``.
-        InvalidRequest: the sandbox's limits cannot be applied.
+    Attributes:
+        python: the sandbox's ``python3``.
+        limits: the sandbox's limits (the kernel's cell timeout and memory).
+        rlimits: the rlimits of the process that runs cells (no CPU time: it adds up over a session).
+        prefix: the sandbox's namespace wrapper (empty without bubblewrap), with ``pass_fds``, the
+            descriptors it names, which this closes once the kernel started.
+        cwd: host path of the workspace.
+        env: the program environment.
+        cgroup: the sandbox's cgroup, joined before ``exec``; None when there is none.
+        uid: the sandbox's private host uid (None: not root); also whether a freezer is made.
+        sandbox_id: for the freezer's name.
+        forget_freezer: called with the kernel's freezer once the kernel is killed and the freezer gone.
     """
-    python = sandbox._backend.server_python
-    if python is None:
-        raise ToolchainMissing(
-            f"a Python kernel needs python3 on the sandbox PATH {sandbox._backend.path!r}; install python3",
-            backend="subprocess",
-            sandbox_id=sandbox.id,
-        )
-    limits = sandbox.limits
-    sandbox._apply_cgroup(limits)
-    rlimits = [
-        r for r in sandbox._rlimits(limits, limits.timeout_s, resolve_language("python")) if r[0] != resource.RLIMIT_CPU
-    ]
-    prefix, fds = sandbox._prefix(limits.network)
-    argv = [*prefix, *kernel_argv(python, limits, rlimits)]
-    procs = [os.path.join(d, "cgroup.procs") for d in sandbox.cgroup.dirs] if sandbox.cgroup is not None else []
-    freezer = Freezer.create(sandbox.cgroup, sandbox.id) if sandbox.uid is not None else None
+
+    python: str
+    limits: Limits
+    rlimits: Sequence[tuple[int, int]]
+    prefix: Sequence[str]
+    pass_fds: Sequence[int]
+    cwd: str
+    env: Mapping[str, str]
+    cgroup: SandboxCgroup | None
+    uid: int | None
+    sandbox_id: str
+    forget_freezer: Callable[[Freezer], None]
+
+
+def start_kernel(launch: KernelLaunch) -> tuple[PipeLink, Freezer | None]:
+    """Start the kernel program as ``launch`` says; return its link (ready or not: the client waits) and its
+    freezer (the host holds it still while it touches the sandbox's files), if any.
+    """
+    prefix, fds, limits, rlimits = launch.prefix, launch.pass_fds, launch.limits, launch.rlimits
+    argv = [*prefix, *kernel_argv(launch.python, limits, list(rlimits))]
+    procs = [os.path.join(d, "cgroup.procs") for d in launch.cgroup.dirs] if launch.cgroup is not None else []
+    freezer = Freezer.create(launch.cgroup, launch.sandbox_id) if launch.uid is not None else None
     if freezer is not None and freezer.procs is not None:
         procs.append(freezer.procs)  # frozen whenever the host touches the sandbox's files (``_freeze``)
-    user = (sandbox.uid, sandbox.uid) if sandbox.uid is not None else None
+    user = (launch.uid, launch.uid) if launch.uid is not None else None
 
     def child_setup() -> None:  # between fork and exec: join the cgroup as root, then drop to the sandbox uid
         for path in procs:
@@ -81,8 +94,8 @@ def start_kernel(sandbox: SubprocessSandbox) -> PipeLink:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            cwd=sandbox.workspace.path,
-            env=sandbox._env(None),
+            cwd=launch.cwd,
+            env=dict(launch.env),
             start_new_session=True,
             preexec_fn=child_setup,
             pass_fds=fds,
@@ -95,7 +108,6 @@ def start_kernel(sandbox: SubprocessSandbox) -> PipeLink:
         for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
-    sandbox._freezer = freezer
     isolated = bool(prefix)
 
     def kill() -> None:
@@ -117,11 +129,10 @@ def start_kernel(sandbox: SubprocessSandbox) -> PipeLink:
             proc.wait(5)
         _wait_gone(tree)  # so "reset" and "close" mean no process of the kernel is left when they return
         if freezer is not None:
-            if sandbox._freezer is freezer:
-                sandbox._freezer = None
+            launch.forget_freezer(freezer)
             freezer.remove()
 
-    return PipeLink(proc, kill)
+    return PipeLink(proc, kill), freezer
 
 
 def _wait_gone(pids: list[int], wait_s: float = 2.0) -> None:

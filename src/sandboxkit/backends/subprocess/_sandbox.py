@@ -16,15 +16,20 @@ import secrets
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
+
+import anyio
+import anyio.to_thread
 
 from sandboxkit.backends.subprocess import _isolation as isolation
 from sandboxkit.backends.subprocess import _rootfs as rootfs
 from sandboxkit.backends.subprocess import _seccomp as seccomp
 from sandboxkit.backends.subprocess._cgroup import SandboxCgroup
-from sandboxkit.backends.subprocess._cold import Command, run_cold
+from sandboxkit.backends.subprocess._fork import DirectorySnapshot, fork_into, take_snapshot
 from sandboxkit.backends.subprocess._forkserver import ForkServer, ServerLost, ServerStale, ServerStartError
 from sandboxkit.backends.subprocess._freeze import Freezer, frozen
+from sandboxkit.backends.subprocess._host_spawn import Command, run_from_host
+from sandboxkit.backends.subprocess._kernel import KernelLaunch, start_kernel
 from sandboxkit.backends.subprocess._output import OutputLimits
 from sandboxkit.backends.subprocess._status import Outcome, classify, rlimits_for
 from sandboxkit.backends.subprocess._workspace import Workspace, program_env
@@ -35,10 +40,7 @@ from sandboxkit.languages import Language, resolve_language
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status
 from sandboxkit.streaming import Sink, sink
 
-if TYPE_CHECKING:
-    from sandboxkit.backends.subprocess._backend import SubprocessBackend
-
-__all__ = ["SubprocessSandbox"]
+__all__ = ["SandboxHost", "SubprocessSandbox"]
 
 
 log = logging.getLogger(__name__)
@@ -58,12 +60,93 @@ _MAX_PIDS = 1 << 22
 INLINE_SOURCE_MAX = 32 << 10
 
 
+class SandboxHost(Protocol):
+    """What a sandbox reads of its :class:`~._backend.SubprocessBackend`: the options, and three services.
+
+    Named here rather than imported: the backend makes sandboxes, so importing it back would make
+    the two files a circle (and let a sandbox reach the backend's private state).
+    """
+
+    @property
+    def isolation(self) -> isolation.Isolation:
+        """What this machine allows (bubblewrap, tmpfs, cgroups, root)."""
+        ...
+
+    @property
+    def rootfs(self) -> rootfs.RootImage | None:
+        """The image every sandbox's root view is made of, or None (the host's filesystem)."""
+        ...
+
+    @property
+    def root(self) -> str:
+        """The directory holding the sandboxes' own directories."""
+        ...
+
+    @property
+    def path(self) -> str:
+        """PATH inside the sandbox."""
+        ...
+
+    @property
+    def workdir(self) -> str:
+        """Where programs see their workspace."""
+        ...
+
+    @property
+    def disk_mb(self) -> int:
+        """Size of a workspace's (and a checkpoint's) tmpfs."""
+        ...
+
+    @property
+    def tmp_mb(self) -> int:
+        """Size of a sandbox's private ``/tmp``."""
+        ...
+
+    @property
+    def seccomp(self) -> bool:
+        """Whether commands run under the seccomp filter."""
+        ...
+
+    @property
+    def warm_python(self) -> bool:
+        """Whether Python programs run in a child forked from the warm server."""
+        ...
+
+    @property
+    def server_python(self) -> str | None:
+        """The ``python3`` that runs the fork server and kernels, or None (commands start from the host)."""
+        ...
+
+    @property
+    def preload_modules(self) -> Sequence[str]:
+        """Modules a fork server imports before its first command."""
+        ...
+
+    @property
+    def python_modules(self) -> Mapping[str, tuple[str, bytes]]:
+        """sandboxkit's own modules every fork server runs at start."""
+        ...
+
+    @property
+    def checkpoints(self) -> set[DirectorySnapshot]:
+        """The backend's checkpoints not yet released (a new one joins)."""
+        ...
+
+    def has_toolchain(self, lang: Language) -> bool:
+        """Whether ``lang``'s binaries are on the sandbox PATH."""
+        ...
+
+    def forget(self, sandbox: SubprocessSandbox) -> None:
+        """``sandbox`` closed: the backend no longer tears it down."""
+        ...
+
+
 class SubprocessSandbox(Sandbox):
     """One workspace on this machine and the fork server that runs its commands in isolation."""
 
     backend_name = NAME
 
-    def __init__(self, backend: SubprocessBackend, limits: Limits) -> None:
+    def __init__(self, backend: SandboxHost, limits: Limits) -> None:
         self.id = f"sbx-{secrets.token_hex(6)}"
         self.limits = limits
         self._backend = backend
@@ -351,7 +434,7 @@ class SubprocessSandbox(Sandbox):
                     user=(self.uid, self.uid) if self.uid is not None else None,
                     pass_fds=fds,
                 )
-                image.python_ok = (await run_cold(probe)).returncode == 0
+                image.python_ok = (await run_from_host(probe)).returncode == 0
             if not image.python_ok:
                 log.info("image %s has no python3 that runs the fork server; commands start cold", image.source)
         return "python3" if image.python_ok else None
@@ -469,7 +552,7 @@ class SubprocessSandbox(Sandbox):
                 pass_fds=fds,
             )
             try:
-                return await run_cold(cmd)
+                return await run_from_host(cmd)
             except FileNotFoundError:
                 missing = f"{argv[0]}: command not found\n".encode()
                 if sinks[1] is not None:
@@ -706,14 +789,57 @@ class SubprocessSandbox(Sandbox):
         """
         self._check_open()
         if self._kernel is None or self._kernel.closed:
-            from sandboxkit.backends.subprocess._kernel import start_kernel
 
             async def start() -> KernelLink:
                 self._check_open()
-                return start_kernel(self)
+                link, self._freezer = start_kernel(self._kernel_launch())
+                return link
 
             self._kernel = Kernel(start, self.limits, backend=NAME, sandbox_id=self.id)
         return self._kernel
+
+    def _kernel_launch(self) -> KernelLaunch:
+        """How this sandbox's kernel starts: its limits applied to the cgroup, a command's rlimits
+        (minus CPU time), the sandbox's wrapper, uid and environment (see ``_kernel``).
+
+        Raises:
+            ToolchainMissing: the sandbox has no ``python3``.
+            InvalidRequest: the sandbox's limits cannot be applied.
+        """
+        import resource
+
+        python = self._backend.server_python
+        if python is None:
+            raise ToolchainMissing(
+                f"a Python kernel needs python3 on the sandbox PATH {self._backend.path!r}; install python3",
+                backend=NAME,
+                sandbox_id=self.id,
+            )
+        limits = self.limits
+        self._apply_cgroup(limits)
+        rlimits = [
+            r
+            for r in self._rlimits(limits, limits.timeout_s, resolve_language("python"))
+            if r[0] != resource.RLIMIT_CPU
+        ]
+        prefix, fds = self._prefix(limits.network)
+        return KernelLaunch(
+            python=python,
+            limits=limits,
+            rlimits=rlimits,
+            prefix=prefix,
+            pass_fds=fds,
+            cwd=self.workspace.path,
+            env=self._env(None),
+            cgroup=self.cgroup,
+            uid=self.uid,
+            sandbox_id=self.id,
+            forget_freezer=self._forget_freezer,
+        )
+
+    def _forget_freezer(self, freezer: Freezer) -> None:
+        if self._freezer is freezer:
+            self._freezer = None
 
     def _stop_kernel(self) -> None:
         if self._kernel is not None:
@@ -728,8 +854,6 @@ class SubprocessSandbox(Sandbox):
             SandboxCrashed: the sandbox is closed.
             BackendUnavailable: the copy did not fit (raise ``disk_mb``).
         """
-        from sandboxkit.backends.subprocess._fork import take_snapshot
-
         self._check_open()
         if self.view is not None:
             raise InvalidRequest(
@@ -741,7 +865,41 @@ class SubprocessSandbox(Sandbox):
         async with self._lock:  # between commands; a kernel (and its threads) is frozen meanwhile
             self._check_open()
             with frozen(self._freezer):
-                return await take_snapshot(self)
+                return await take_snapshot(
+                    self._backend.checkpoints,
+                    self.workspace.path,
+                    root=self._backend.root,
+                    disk_mb=self._backend.disk_mb,
+                    mounted=self._iso.tmpfs,
+                    sandbox_id=self.id,
+                )
+
+    async def start_from(self, snapshot: DirectorySnapshot) -> None:
+        """Fill this new, empty sandbox with a checkpoint's files (``SubprocessBackend.open_from``; see ``_fork``).
+
+        Raises:
+            BackendUnavailable: the overlay or copy failed (the sandbox is closed then).
+        """
+        owner = self.workspace.owner
+        try:
+            merged = await anyio.to_thread.run_sync(
+                lambda: fork_into(
+                    snapshot, self._base, owner=owner, mounted=self._mounted, disk_mb=self._backend.disk_mb
+                )
+            )
+            if merged is not None:
+                self.workspace = Workspace(merged, owner, self.id)
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                await self.close()
+            if isinstance(exc, OSError):
+                hint = "raise disk_mb" if exc.errno == errno.ENOSPC else "run `sandboxkit doctor`"
+                raise BackendUnavailable(
+                    f"cannot fork checkpoint {snapshot.id} into sandbox {self.id}: {exc}; {hint}",
+                    backend=NAME,
+                    sandbox_id=self.id,
+                ) from exc
+            raise
 
     async def alive(self) -> bool:
         """True until closed or discarded (and while the workspace exists). Never raises."""
@@ -801,7 +959,7 @@ class SubprocessSandbox(Sandbox):
         if self._closed:
             return
         self._closed = True
-        self._backend._forget(self)
+        self._backend.forget(self)
         self._release()
 
     def _release(self) -> None:

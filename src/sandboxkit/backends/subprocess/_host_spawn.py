@@ -1,4 +1,4 @@
-"""The cold path: start one process from the host per command, in its own session.
+"""Start one process from the host per command, in its own session (the path without a fork server).
 
 Used only when the sandbox has no ``python3`` to run its fork server. The process gets the
 same isolation wrapper and uid as a fork server would, its rlimits in the forked child before
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from sandboxkit.backends.subprocess._output import Drain, OutputLimits
 from sandboxkit.backends.subprocess._status import Outcome
 
-__all__ = ["Command", "run_cold"]
+__all__ = ["Command", "run_from_host"]
 
 #: How long to wait for output pipes to close after the main process exited (a background
 #: child may still hold them) before killing the group and giving up on the rest.
@@ -66,7 +66,7 @@ async def _wait_pid(pid: int) -> None:
         os.close(fd)
 
 
-async def run_cold(cmd: Command) -> Outcome:
+async def run_from_host(cmd: Command) -> Outcome:
     """Run ``cmd`` as a fresh process; kill its process group on timeout or overflow.
 
     Raises:

@@ -23,10 +23,10 @@ import anyio.to_thread
 from sandboxkit.backends.docker import _abspath, _engine
 from sandboxkit.backends.docker._channel import ChannelClosed, RunnerChannel
 from sandboxkit.backends.docker._checks import check_limits
-from sandboxkit.backends.docker._fork import ArchiveSnapshot, open_forked
+from sandboxkit.backends.docker._fork import ArchiveSnapshot, check_snapshot, fill_new
 from sandboxkit.backends.docker._owner import owner_alive, owner_labels
+from sandboxkit.backends.docker._sandbox import DockerSandbox
 from sandboxkit.backends.docker._static import StaticRunnerUnavailable, static_runner
-from sandboxkit.backends.docker.sandbox import DockerSandbox
 from sandboxkit.base import Availability, Backend, Capabilities, Sandbox, Snapshot
 from sandboxkit.configs import DockerConfig
 from sandboxkit.errors import BackendUnavailable, InvalidRequest, Transient
@@ -145,7 +145,8 @@ class DockerBackend(Backend):
         self._client: Any = None
         self._client_lock = threading.Lock()
         self._created: dict[str, str] = {}  # container id -> its workspace volume
-        self._snapshots: set[ArchiveSnapshot] = set()  # checkpoints taken and not yet released
+        #: Checkpoints taken and not yet released (each leaves it when released).
+        self.checkpoints: set[ArchiveSnapshot] = set()
         self._caps = Capabilities(
             streaming=True,
             languages=frozenset(LANGUAGES),
@@ -275,7 +276,7 @@ class DockerBackend(Backend):
                 channel.close()
             if container_id is not None:
                 with anyio.CancelScope(shield=True):
-                    await self._remove(container_id)
+                    await self.remove(container_id)
             if isinstance(exc, docker.errors.ImageNotFound):
                 raise BackendUnavailable(
                     f"the image {self.image!r} is not on this engine; build it with {_SETUP} "
@@ -316,9 +317,13 @@ class DockerBackend(Backend):
             BackendUnavailable, Transient: as :meth:`open`.
             SandboxCrashed: the engine refused to unpack the checkpoint.
         """
-        return await open_forked(self, snapshot, limits or Limits())
+        checkpoint = check_snapshot(self.checkpoints, snapshot)
+        sandbox = await self.open(limits or Limits())
+        assert isinstance(sandbox, DockerSandbox)
+        await fill_new(sandbox, checkpoint)
+        return sandbox
 
-    async def _remove(self, container_id: str) -> None:
+    async def remove(self, container_id: str) -> None:
         """Remove one container we created and its volume; logs (never raises) on failure."""
         volume = self._created.get(container_id)
         try:
@@ -332,8 +337,8 @@ class DockerBackend(Backend):
         """Remove containers this object created that are still there, then drop the engine connection."""
         with anyio.CancelScope(shield=True):
             for container_id in list(self._created):
-                await self._remove(container_id)
-            for snap in list(self._snapshots):
+                await self.remove(container_id)
+            for snap in list(self.checkpoints):
                 snap.release_sync()
             client, self._client = self._client, None
             if client is not None:
@@ -362,7 +367,7 @@ class DockerBackend(Backend):
 
     def emergency_cleanup(self) -> None:
         """At interpreter exit: force-remove what this object created (sync, best effort, never raises)."""
-        for snap in list(self._snapshots):
+        for snap in list(self.checkpoints):
             snap.release_sync()
         if not self._created or self._client is None:
             return

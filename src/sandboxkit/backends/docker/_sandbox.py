@@ -9,10 +9,11 @@ that does not answer in time is declared dead, and the pool discards the contain
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import posixpath
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -20,6 +21,8 @@ import anyio.to_thread
 from sandboxkit.backends.docker import _abspath, _engine
 from sandboxkit.backends.docker._channel import ChannelClosed, RunnerChannel
 from sandboxkit.backends.docker._checks import check_env, check_limits, check_path, utf8
+from sandboxkit.backends.docker._fork import ArchiveSnapshot, HeldSandbox, restore_into, take_snapshot
+from sandboxkit.backends.docker._kernel import start_kernel
 from sandboxkit.backends.docker._results import Blobs, base_env, classify, make_step, split_outputs
 from sandboxkit.base import OutputCallback, Sandbox, Snapshot
 from sandboxkit.errors import InvalidRequest, SandboxCrashed, SandboxError, ToolchainMissing, Transient
@@ -28,16 +31,47 @@ from sandboxkit.languages import Language, resolve_language
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status, check_sandbox_path
 from sandboxkit.streaming import Sink, sink
 
-if TYPE_CHECKING:
-    from sandboxkit.backends.docker.backend import DockerBackend
-
-__all__ = ["DockerSandbox"]
+__all__ = ["ContainerHost", "DockerSandbox"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _NAME = "docker"
 PING_TIMEOUT_S = 5.0
 RESET_TIMEOUT_S = 30.0
+
+
+class ContainerHost(Protocol):
+    """What a sandbox reads of its :class:`~._backend.DockerBackend`: the options, the engine, and two services.
+
+    Named here rather than imported: the backend makes sandboxes, so importing it back would make
+    the two files a circle (and let a sandbox reach the backend's private state).
+    """
+
+    @property
+    def client(self) -> Any:
+        """The docker SDK client."""
+        ...
+
+    @property
+    def image(self) -> str: ...
+    @property
+    def workdir(self) -> str: ...
+    @property
+    def workdir_size_mb(self) -> int: ...
+    @property
+    def grace_s(self) -> float: ...
+    @property
+    def python_fast(self) -> bool: ...
+    @property
+    def writable_root(self) -> bool: ...
+    @property
+    def checkpoints(self) -> set[ArchiveSnapshot]:
+        """The backend's checkpoints not yet released (a new one joins)."""
+        ...
+
+    async def remove(self, container_id: str) -> None:
+        """Remove the container and its volume (never raises)."""
+        ...
 
 
 class DockerSandbox(Sandbox):
@@ -50,7 +84,7 @@ class DockerSandbox(Sandbox):
 
     def __init__(
         self,
-        backend: DockerBackend,
+        backend: ContainerHost,
         container_id: str,
         channel: RunnerChannel,
         limits: Limits,
@@ -477,9 +511,7 @@ class DockerSandbox(Sandbox):
             SandboxCrashed: the container is gone or closed, or the engine refused.
             Transient: talking to the engine failed.
         """
-        from sandboxkit.backends.docker._fork import take_snapshot
-
-        return await take_snapshot(self)
+        return await take_snapshot(self, self._backend.checkpoints, self._backend.workdir_size_mb)
 
     async def alive(self) -> bool:
         """Ping the runner over the channel (no API call). Never raises."""
@@ -509,10 +541,9 @@ class DockerSandbox(Sandbox):
                 sandbox_id=self.id,
             )
         if self._kernel is None or self._kernel.closed:
-            from sandboxkit.backends.docker._kernel import start_kernel
 
             async def start() -> KernelLink:
-                return await self._sdk(start_kernel, self)
+                return await self._sdk(start_kernel, self._limits, self._workdir, self.id)
 
             self._kernel = Kernel(start, self._limits, backend=_NAME, sandbox_id=self.id)
         return self._kernel
@@ -553,9 +584,7 @@ class DockerSandbox(Sandbox):
 
     async def restore(self, snapshot: Snapshot) -> bool:
         """Unpack a checkpoint of this backend into this (new or reset) sandbox: a warm fork (see ``_fork``)."""
-        from sandboxkit.backends.docker._fork import restore_into
-
-        return await restore_into(self, snapshot)
+        return await restore_into(self, self._backend.checkpoints, snapshot)
 
     async def close(self) -> None:
         """Remove the container (and its workspace volume). Idempotent; finishes even when cancelled."""
@@ -565,11 +594,44 @@ class DockerSandbox(Sandbox):
         with anyio.CancelScope(shield=True):
             self._stop_kernel()
             self._channel.close()
-            await self._backend._remove(self.container_id)
+            await self._backend.remove(self.container_id)
+
+    @contextlib.asynccontextmanager
+    async def held(self) -> AsyncIterator[HeldSandbox]:
+        """This sandbox with its lock taken, as the narrow surface a checkpoint's transfer uses (``_fork``)."""
+        async with self._lock:
+            yield _Held(self)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("broken" if self._broken else "open")
         return f"<DockerSandbox {self.id} {state}>"
+
+
+class _Held:
+    """A :class:`DockerSandbox` whose lock its holder has: the engine and runner calls, and no other state."""
+
+    def __init__(self, sandbox: DockerSandbox) -> None:
+        self._sandbox = sandbox
+        self.id = sandbox.id
+        self.workdir = sandbox._workdir
+
+    @property
+    def usable(self) -> bool:
+        return not self._sandbox._closed and self._sandbox._broken is None
+
+    async def sdk(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self._sandbox._sdk(fn, *args)
+
+    async def call(
+        self, header: dict[str, Any], blobs: Sequence[bytes], timeout_s: float
+    ) -> tuple[dict[str, Any], bytes]:
+        return await self._sandbox._call_locked(header, blobs, timeout_s)
+
+    def crashed(self, message: str) -> SandboxCrashed:
+        return self._sandbox._crashed(message)
+
+    def mark_broken(self, why: str) -> None:
+        self._sandbox._break(why)
 
 
 def check_sandbox_path_or_invalid(path: str, sandbox_id: str) -> str:

@@ -31,7 +31,7 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import anyio
 from pydantic import SecretStr
@@ -51,9 +51,6 @@ from sandboxkit.errors import InvalidRequest, SandboxCrashed, SandboxkitError, T
 from sandboxkit.languages import Language, resolve_language
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status, check_sandbox_path
 from sandboxkit.streaming import BufferedSandbox
-
-if TYPE_CHECKING:
-    from sandboxkit.backends._cloud_backend import CloudBackend
 
 __all__ = [
     "CONTROL_DIR",
@@ -123,6 +120,27 @@ class NoAnswer(Exception):
     """The service did not finish a command within the host deadline (raised by ``_shell``)."""
 
 
+class CloudHost(Protocol):
+    """What a :class:`CloudSandbox` needs of its backend (a :class:`~._cloud_backend.CloudBackend`).
+
+    Named here rather than imported: the backend module builds sandboxes, so importing it back
+    would make the two files a circle.
+    """
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def grace_s(self) -> float: ...
+
+    def map_error(self, exc: BaseException, *, op: str, sandbox_id: str | None = None) -> SandboxkitError:
+        """Translate an SDK / transport error raised during ``op`` into the sandboxkit error tree."""
+        ...
+
+    def sandbox_closed(self, sandbox_id: str, *, deleted: bool) -> None:
+        """``sandbox_id`` was closed: deleted at the service, or (``deleted=False``) cut short, so delete it later."""
+        ...
+
+
 class CloudSandbox(BufferedSandbox):
     """A :class:`Sandbox` built on three service primitives: upload, download, shell.
 
@@ -136,7 +154,7 @@ class CloudSandbox(BufferedSandbox):
             sandbox, so ``reset`` refuses and the pool replaces it.
     """
 
-    def __init__(self, backend: CloudBackend, *, sandbox_id: str, limits: Limits) -> None:
+    def __init__(self, backend: CloudHost, *, sandbox_id: str, limits: Limits) -> None:
         self._backend = backend
         self.backend_name = backend.name
         self.id = sandbox_id
@@ -180,7 +198,7 @@ class CloudSandbox(BufferedSandbox):
 
     async def _fail(self, exc: BaseException, op: str) -> SandboxkitError:
         """The sandboxkit error for an SDK failure during ``op``; a Transient from a dead sandbox is a crash."""
-        err = self._backend._map_error(exc, op=op, sandbox_id=self.id)
+        err = self._backend.map_error(exc, op=op, sandbox_id=self.id)
         if type(err) is Transient and not await self.alive():
             err = SandboxCrashed(
                 f"the sandbox stopped answering during {op} and is gone; it is discarded",
@@ -199,15 +217,15 @@ class CloudSandbox(BufferedSandbox):
                 try:
                     await self._destroy()
                 except Exception as exc:
-                    gone = self._backend._map_error(exc, op="delete the sandbox", sandbox_id=self.id)
+                    gone = self._backend.map_error(exc, op="delete the sandbox", sandbox_id=self.id)
                     if not isinstance(gone, SandboxCrashed):  # already gone is fine
                         log.warning("deleting %s sandbox %s failed: %s", self.backend_name, self.id, type(exc).__name__)
         except BaseException:
             # A delete cut short by a native cancellation (asyncio.run's Ctrl-C cancels through anyio's
             # shield): the backend's aclose (or exit cleanup) deletes it instead.
-            self._backend._interrupted.add(self.id)
+            self._backend.sandbox_closed(self.id, deleted=False)
             raise
-        self._backend._forget(self.id)
+        self._backend.sandbox_closed(self.id, deleted=True)
 
     # ------------------------------------------------------------------ shared logic
 

@@ -65,6 +65,9 @@ class Capabilities:
             new one) into which the checkpoint is loaded (:meth:`Sandbox.restore`), instead of
             in a new sandbox; a fork's sandbox then goes back to the idle ones (reset) when its
             session closes, since it holds nothing of its checkpoint after a reset.
+        suspend: what :meth:`Sandbox.suspend` keeps while the sandbox holds no CPU: ``"none"``
+            (it cannot suspend), ``"files"``, or ``"files+memory"`` (kernel variables and
+            the threads and processes alive between calls come back as they were).
     """
 
     languages: frozenset[str]
@@ -79,6 +82,7 @@ class Capabilities:
     kernels: bool = False
     fork: str = "none"
     fork_warm: bool = False
+    suspend: str = "none"
 
 
 @dataclass(frozen=True)
@@ -254,6 +258,19 @@ class Sandbox(abc.ABC):
         """
         del snapshot
         return False
+
+    async def suspend(self) -> bool:
+        """Stop everything the sandbox runs between calls, so it holds no CPU (``capabilities.suspend``).
+
+        Returns:
+            True once it is suspended; False where it cannot be (the default): nothing changed.
+            The next call must come after :meth:`resume`.
+        """
+        return False
+
+    async def resume(self) -> None:
+        """Let a suspended sandbox run again, with what ``capabilities.suspend`` says survived. Idempotent."""
+        return None  # the default never suspends, so there is nothing to resume
 
     async def open_kernel(self) -> Kernel:
         """This sandbox's persistent Python kernel (``capabilities.kernels``), started on its first cell.

@@ -68,6 +68,8 @@ class Session(RunsPrograms):
         self._lock = anyio.Lock()
         #: Id of the sandbox whose kernel ran this session's last cell (a new sandbox means new state).
         self._kernel_home: str | None = None
+        #: The sandbox is suspended (:meth:`suspend`); the next call resumes it first.
+        self.suspended = False
 
     @property
     def sandbox_id(self) -> str | None:
@@ -115,8 +117,41 @@ class Session(RunsPrograms):
                 "this session is closed; open a new one with pool.session()", backend=self._core.backend.name
             )
 
+    async def suspend(self) -> bool:
+        """Stop the session's sandbox between calls, so it holds no CPU while the model thinks.
+
+        Files and, where ``capabilities.suspend`` is ``"files+memory"``, kernel variables and the
+        threads and processes kept between calls come back on :meth:`resume`, which the next
+        call runs by itself. A session with no sandbox open yet has nothing to stop.
+
+        Returns:
+            True when the sandbox is suspended; False when the backend cannot suspend it
+            (``capabilities.suspend == "none"``, or its freezer did not stop it): nothing changed.
+
+        Raises:
+            PoolClosed: the session is closed.
+        """
+        async with self._lock:
+            self._check_open()
+            if self._entry is None or self.suspended:
+                return self.suspended
+            self.suspended = await self._entry.sandbox.suspend()
+            return self.suspended
+
+    async def resume(self) -> None:
+        """Let a suspended sandbox run again (every call does this first). Idempotent."""
+        async with self._lock:
+            await self._wake()
+
+    async def _wake(self) -> None:
+        if self.suspended and self._entry is not None:
+            with anyio.CancelScope(shield=True):  # never leave it frozen and marked running, or the reverse
+                await self._entry.sandbox.resume()
+        self.suspended = False
+
     async def _acquire(self, slot: CallSlot) -> Entry:
         self._check_open()
+        await self._wake()
         if self._entry is None:
             # A warm idle sandbox (reset when it was given back) is as clean as a new one and far cheaper.
             self._entry = await self._core.lease(self.limits, slot=slot, snapshot=self._snapshot())
@@ -310,6 +345,7 @@ class Session(RunsPrograms):
             return
         self.closed = True
         with anyio.CancelScope(shield=True):
+            await self._wake()  # a reset or kill needs the processes thawed (v1 delivers SIGKILL to thawed tasks only)
             if self._entry is not None:
                 entry, self._entry = self._entry, None
                 if self.origin is not None and not self._core.backend.capabilities.fork_warm:

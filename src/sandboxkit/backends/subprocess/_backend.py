@@ -234,6 +234,7 @@ class SubprocessBackend(Backend):
                 resettable=True,
                 kernels=self.server_python is not None,
                 fork="files" if self.rootfs is None else "none",
+                suspend="files+memory",  # the kernel's cgroup freezer (``_freeze``); commands keep no processes
                 missing_protections=tuple(missing),
                 notes=self._active_protections(),
             )

@@ -28,10 +28,13 @@ import secrets
 import time
 from collections.abc import Iterator
 
+import anyio
+import anyio.to_thread
+
 from sandboxkit.backends.subprocess._cgroup import SandboxCgroup
 from sandboxkit.backends.subprocess._cgroup_tree import cgroup_mounts, host_path, own_cgroups
 
-__all__ = ["ENABLED", "Freezer", "frozen"]
+__all__ = ["ENABLED", "Freezer", "frozen", "suspend_freezer"]
 
 log = logging.getLogger(__name__)
 
@@ -136,3 +139,17 @@ def frozen(freezer: Freezer | None) -> Iterator[None]:
         yield
     finally:
         freezer.thaw()
+
+
+async def suspend_freezer(freezer: Freezer | None) -> bool:
+    """Freeze ``freezer`` until thawed, for a suspended session; True once it is frozen (or there is none).
+
+    A freezer that does not stop within :data:`FREEZE_WAIT_S` is thawed again and False returned:
+    a half-frozen sandbox would count as suspended while part of it still ran.
+    """
+    if freezer is None:
+        return True
+    if await anyio.to_thread.run_sync(freezer.freeze):
+        return True
+    freezer.thaw()
+    return False

@@ -27,7 +27,7 @@ from sandboxkit.backends.subprocess import _seccomp as seccomp
 from sandboxkit.backends.subprocess._cgroup import SandboxCgroup
 from sandboxkit.backends.subprocess._fork import DirectorySnapshot, fork_into, take_snapshot
 from sandboxkit.backends.subprocess._forkserver import ForkServer, ServerLost, ServerStale, ServerStartError
-from sandboxkit.backends.subprocess._freeze import Freezer, frozen
+from sandboxkit.backends.subprocess._freeze import Freezer, frozen, suspend_freezer
 from sandboxkit.backends.subprocess._host_spawn import Command, run_from_host
 from sandboxkit.backends.subprocess._kernel import KernelLaunch, start_kernel
 from sandboxkit.backends.subprocess._output import OutputLimits
@@ -908,6 +908,19 @@ class SubprocessSandbox(Sandbox):
         if self.view is not None:  # the program may remove /testbed: the next call makes it again
             return self.view.mounted
         return os.path.isdir(self.workspace.path)
+
+    async def suspend(self) -> bool:
+        """Freeze the kernel, and whatever threads and processes it keeps, with the cgroup freezer.
+
+        Commands leave no process behind and an idle fork server sleeps in a read, so the
+        kernel is all that can spend CPU between calls; without one there is nothing to stop.
+        """
+        return await suspend_freezer(self._freezer)
+
+    async def resume(self) -> None:
+        """Thaw what :meth:`suspend` froze."""
+        if self._freezer is not None:
+            self._freezer.thaw()
 
     async def reset(self) -> bool:
         """Give the next run what a fresh sandbox gives.

@@ -25,7 +25,7 @@ from typing import ClassVar
 
 from sandboxkit.models import Limits
 
-__all__ = ["LEASE_PREFIX", "Lease", "ttl_for"]
+__all__ = ["LEASE_PREFIX", "Lease", "describe", "ttl_for"]
 
 #: Name prefix of the lease files a backend root holds (``.owner-p<pid>.lease``).
 LEASE_PREFIX = ".owner-p"
@@ -41,6 +41,16 @@ def ttl_for(deadline_s: float | None, limits: Limits) -> float:
     """
     longest = deadline_s if deadline_s is not None else limits.timeout_s + limits.compile_timeout_s
     return max(MIN_TTL_S, float(longest))
+
+
+def describe(deadline_s: float | None = None, limits: Limits | None = None) -> str:
+    """One line for ``sandboxkit doctor``: what removes a dead owner's sandboxes, and after how long."""
+    ttl = ttl_for(deadline_s, limits or Limits())
+    source = "the pool's deadline_s" if deadline_s is not None else "timeout_s + compile_timeout_s of the limits"
+    return (
+        f"a watchdog process per host process removes a SIGKILLed owner's subprocess sandboxes {ttl:g} s after "
+        f"its last renewal (TTL = {source}; a pool with deadline_s uses that)"
+    )
 
 
 def _start_time(pid: int) -> str | None:

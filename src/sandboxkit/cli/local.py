@@ -218,6 +218,9 @@ def doctor(
 
                 kernel_shell = describe_shell(getattr(made, "server_python", None))
                 console.print(f"  Python kernel (Session.python, /run_jupyter): {kernel_shell}")
+                from sandboxkit._watchdog import describe
+
+                console.print(f"  dead-man switch: {escape(describe())}")
             except SandboxkitError as exc:
                 console.print(f"  [red]{escape(str(exc))}[/]")
     if not strict:

@@ -91,6 +91,8 @@ class SandboxPool(RunsPrograms):
             only). Caps, deadlines, metrics and errors are the pool's either way; see
             docs/multiprocess.md for when it pays and what each worker costs in memory.
         backoff_base, backoff_max: the deprecated old names of ``backoff_base_s`` / ``backoff_max_s``.
+        suspend_idle_s: a session no call used for this long is suspended (no CPU while the model
+            thinks) and resumed by its next call (``None``: never; see docs/fleet.md).
 
     Raises:
         BackendNotFound: the backend name is unknown.
@@ -122,6 +124,7 @@ class SandboxPool(RunsPrograms):
         processes: int | str | None = None,
         backoff_base: float | None = None,
         backoff_max: float | None = None,
+        suspend_idle_s: float | None = None,
     ) -> None:
         from sandboxkit.registry import backend as make_backend
 
@@ -152,6 +155,11 @@ class SandboxPool(RunsPrograms):
         self.backoff_base_s = 0.2 if base_s is None else base_s
         self.backoff_max_s = 10.0 if max_s is None else max_s
         self.deadline_s = deadline_s
+        if suspend_idle_s is not None and suspend_idle_s <= 0:
+            raise InvalidRequest(
+                f"suspend_idle_s must be positive or None, got {suspend_idle_s!r}", backend=self.backend.name
+            )
+        self.suspend_idle_s = suspend_idle_s
         ttl_s = ttl_for(deadline_s, self.limits)  # the dead-man switch: a backend shared by pools takes the longest
         self.backend.owner_ttl_s = max(ttl_s, self.backend.owner_ttl_s or 0.0)
         self.health_check_after_s = health_check_after_s
@@ -329,9 +337,11 @@ class SandboxPool(RunsPrograms):
             InvalidRequest: the checkpoint is released or belongs to another pool.
         """
         if from_checkpoint is None:
-            return Session(self._core, limits or self.limits)
+            return Session(self._core, limits or self.limits, suspend_idle_s=self.suspend_idle_s)
         self._core.metrics.forked(1)
-        return Session(self._core, limits or from_checkpoint.limits, origin=from_checkpoint)
+        return Session(
+            self._core, limits or from_checkpoint.limits, origin=from_checkpoint, suspend_idle_s=self.suspend_idle_s
+        )
 
     async def fork(
         self,
@@ -371,7 +381,10 @@ class SandboxPool(RunsPrograms):
     async def _fork(
         self, checkpoint: Checkpoint, n: int, limits: Limits | None, deadline_s: float | None
     ) -> list[Session]:
-        sessions = [Session(self._core, limits or checkpoint.limits, origin=checkpoint) for _ in range(n)]
+        sessions = [
+            Session(self._core, limits or checkpoint.limits, origin=checkpoint, suspend_idle_s=self.suspend_idle_s)
+            for _ in range(n)
+        ]
         errors: list[BaseException] = []
 
         async def open_one(session: Session) -> None:

@@ -8,6 +8,9 @@ and cannot deadlock each other.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
@@ -18,7 +21,7 @@ from sandboxkit._request import RunsPrograms, positive_timeout, renamed
 from sandboxkit._slots import CallSlot, Entry
 from sandboxkit.base import Capabilities, OutputCallback, Sandbox, Snapshot
 from sandboxkit.checkpoint import Checkpoint, check_forkable
-from sandboxkit.errors import InvalidRequest, PoolClosed
+from sandboxkit.errors import InvalidRequest, PoolClosed, SandboxkitError
 from sandboxkit.models import ExecResult, Limits
 from sandboxkit.streaming import check_callbacks, exec_streaming
 
@@ -26,6 +29,8 @@ if TYPE_CHECKING:
     from sandboxkit.kernel import CellResult  # imported by the backends that run kernels, not by `import sandboxkit`
 
 __all__ = ["Session"]
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -53,7 +58,9 @@ class Session(RunsPrograms):
         env: environment variables added to every :meth:`exec` (a call's own ``env`` wins).
     """
 
-    def __init__(self, core: LeaseCore, limits: Limits, origin: Checkpoint | None = None) -> None:
+    def __init__(
+        self, core: LeaseCore, limits: Limits, origin: Checkpoint | None = None, *, suspend_idle_s: float | None = None
+    ) -> None:
         if origin is not None:
             origin.check_usable(core)
         self._core = core
@@ -70,6 +77,11 @@ class Session(RunsPrograms):
         self._kernel_home: str | None = None
         #: The sandbox is suspended (:meth:`suspend`); the next call resumes it first.
         self.suspended = False
+        #: Suspend the sandbox once no call ran for this long (the pool's ``suspend_idle_s``; None: never).
+        self.suspend_idle_s = suspend_idle_s
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._idle_tasks: set[asyncio.Task[None]] = set()
+        self._last_call = time.monotonic()
 
     @property
     def sandbox_id(self) -> str | None:
@@ -143,6 +155,37 @@ class Session(RunsPrograms):
         async with self._lock:
             await self._wake()
 
+    def _arm_idle(self) -> None:
+        """Start the idle clock after a call (on asyncio; elsewhere idle sessions are not suspended)."""
+        self._last_call = time.monotonic()
+        if self.suspend_idle_s is None or self.closed:
+            return
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._idle_timer = loop.call_later(self.suspend_idle_s, self._on_idle)
+
+    def _on_idle(self) -> None:
+        self._idle_timer = None
+        if self.closed or self.suspended or self._lock.locked():
+            return  # a running call re-arms the clock when it ends
+        task = asyncio.get_running_loop().create_task(self._suspend_if_idle())
+        self._idle_tasks.add(task)
+        task.add_done_callback(self._idle_tasks.discard)
+
+    async def _suspend_if_idle(self) -> None:
+        async with self._lock:
+            idle = self.suspend_idle_s is not None and time.monotonic() - self._last_call >= self.suspend_idle_s
+            if self.closed or self.suspended or self._entry is None or not idle:
+                return
+            try:
+                self.suspended = await self._entry.sandbox.suspend()
+            except SandboxkitError:
+                log.warning("idle suspend of session sandbox %s failed", self.sandbox_id, exc_info=True)
+
     async def _wake(self) -> None:
         if self.suspended and self._entry is not None:
             with anyio.CancelScope(shield=True):  # never leave it frozen and marked running, or the reverse
@@ -188,14 +231,17 @@ class Session(RunsPrograms):
 
     async def _call(self, fn: Callable[[Sandbox], Awaitable[T]], deadline_s: float | None) -> T:
         async with self._lock:  # a sandbox serves one call at a time
-            return await self._core.call(
-                fn,
-                deadline_s=deadline_s,
-                acquire=self._acquire,
-                release=self._release,
-                retry_started=False,
-                what="session call",
-            )
+            try:
+                return await self._core.call(
+                    fn,
+                    deadline_s=deadline_s,
+                    acquire=self._acquire,
+                    release=self._release,
+                    retry_started=False,
+                    what="session call",
+                )
+            finally:
+                self._arm_idle()
 
     async def exec(
         self,
@@ -344,6 +390,8 @@ class Session(RunsPrograms):
         if self.closed:
             return
         self.closed = True
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
         with anyio.CancelScope(shield=True):
             await self._wake()  # a reset or kill needs the processes thawed (v1 delivers SIGKILL to thawed tasks only)
             if self._entry is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 
+import anyio
 import pytest
 
 from sandboxkit import SandboxPool
@@ -66,3 +67,14 @@ async def test_suspend_without_a_kernel_and_explicit_resume() -> None:
         assert not session.suspended
         assert (await session.exec("cat f")).stdout == "a\n"
         assert session.capabilities.suspend == "files+memory"
+
+
+async def test_pool_suspends_an_idle_session_and_resumes_it_on_the_next_call() -> None:
+    async with SandboxPool("subprocess", max_concurrency=2, suspend_idle_s=0.2) as pool, pool.session() as session:
+        await session.python("y = 'kept'")
+        for _ in range(200):  # waits for the state, not for a time: up to 20 s on a loaded machine
+            if session.suspended:
+                break
+            await anyio.sleep(0.1)
+        assert session.suspended, "a session idle past suspend_idle_s was not suspended"
+        assert (await session.python("print(y)")).stdout == "kept\n"  # resumed by the call itself

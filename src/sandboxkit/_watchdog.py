@@ -19,13 +19,14 @@ import contextlib
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from typing import ClassVar
 
 from sandboxkit.models import Limits
 
-__all__ = ["LEASE_PREFIX", "Lease", "describe", "ttl_for"]
+__all__ = ["LEASE_PREFIX", "Lease", "describe", "lease_dir", "ttl_for"]
 
 #: Name prefix of the lease files a backend root holds (``.owner-p<pid>.lease``).
 LEASE_PREFIX = ".owner-p"
@@ -43,12 +44,19 @@ def ttl_for(deadline_s: float | None, limits: Limits) -> float:
     return max(MIN_TTL_S, float(longest))
 
 
+def lease_dir() -> str:
+    """Where backends without a workspace root of their own (Docker) keep this user's lease files."""
+    path = os.path.join(tempfile.gettempdir(), f"sandboxkit-watchdog-{os.geteuid()}")
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    return path
+
+
 def describe(deadline_s: float | None = None, limits: Limits | None = None) -> str:
     """One line for ``sandboxkit doctor``: what removes a dead owner's sandboxes, and after how long."""
     ttl = ttl_for(deadline_s, limits or Limits())
     source = "the pool's deadline_s" if deadline_s is not None else "timeout_s + compile_timeout_s of the limits"
     return (
-        f"a watchdog process per host process removes a SIGKILLed owner's subprocess sandboxes {ttl:g} s after "
+        f"a watchdog process per host process removes a SIGKILLed owner's subprocess and Docker sandboxes {ttl:g} s after "
         f"its last renewal (TTL = {source}; a pool with deadline_s uses that)"
     )
 
@@ -124,12 +132,18 @@ def _expiry(lease_path: str) -> float:
 
 
 def _remove(kind: str, root: str) -> None:
-    """Remove every dead owner's leftovers under ``root`` with the backend's own cleanup code."""
+    """Remove every dead owner's leftovers with the backend's own cleanup code (``root``: its workspaces)."""
     if kind == "subprocess":
         from sandboxkit.backends.subprocess import _isolation
         from sandboxkit.backends.subprocess._cleanup import remove_leftovers
 
         remove_leftovers(root, _isolation.probe(), keep=set())
+    elif kind == "docker":  # containers and volumes whose owner label names a dead process
+        import asyncio
+
+        from sandboxkit.backends.docker import DockerBackend
+
+        asyncio.run(DockerBackend().cleanup())
 
 
 def watch(kind: str, root: str, owner: int, lease_path: str) -> None:

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import anyio
 import anyio.to_thread
 
+from sandboxkit._watchdog import Lease, lease_dir, ttl_for
 from sandboxkit.backends.docker import _abspath, _engine
 from sandboxkit.backends.docker._channel import ChannelClosed, RunnerChannel
 from sandboxkit.backends.docker._checks import check_limits
@@ -213,6 +214,7 @@ class DockerBackend(Backend):
         limits = limits or Limits()
         check_limits(limits)
         client = await self._connect()
+        Lease.hold(_NAME, lease_dir(), self.owner_ttl_s or ttl_for(None, Limits()))  # the dead-man switch
         if self.runner == "static" or self._auto_static:
             return await self._open_once(client, limits, await self._static_binary())
         try:

@@ -43,11 +43,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("registry", "hookspecs", "backends._plugins"),
     ("backends",),
     ("protocols", "base", "streaming", "kernel"),
-    ("models", "errors", "languages", "output", "configs"),
+    ("models", "errors", "languages", "_plan", "output", "configs"),
 )
 
 #: What a backend may import from sandboxkit besides its own package (and third-party SDKs).
-BACKEND_MAY_IMPORT = ("models", "errors", "languages", "base", "output", "protocols", "streaming", "kernel")
+BACKEND_MAY_IMPORT = ("models", "errors", "languages", "_plan", "base", "output", "protocols", "streaming", "kernel")
 #: What a wire protocol may import from sandboxkit.
 PROTOCOL_MAY_IMPORT = ("models", "errors", "languages", "output")
 #: Trainer frameworks: only integrations/ adapts to them (and distributed/ runs on Ray).

@@ -7,6 +7,7 @@ interpreter cannot import; these functions live here, on ``sys.path``, instead.
 from __future__ import annotations
 
 import asyncio
+import os
 import resource
 import time
 from multiprocessing.synchronize import Barrier
@@ -20,13 +21,29 @@ def cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def print_worker(concurrency: int, seconds: float, barrier: Barrier, out: Any) -> None:
-    """One host process: a warm pool at ``concurrency``, a closed loop for ``seconds`` after the barrier."""
+def workers_cpu_s(pool: Any) -> float:
+    """User + system seconds of the pool's host worker processes so far (0 without workers)."""
+    workers = getattr(pool, "_workers", None)
+    total = 0.0
+    for link in workers.links if workers is not None else ():
+        try:
+            with open(f"/proc/{link.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def print_worker(concurrency: int, seconds: float, processes: int, barrier: Barrier, out: Any) -> None:
+    """One host process: a warm pool at ``concurrency`` (with ``processes`` host workers), a closed loop."""
     from sandboxkit import RunRequest, SandboxPool
 
     async def main() -> dict[str, Any]:
         request = RunRequest(code="print(1)")
-        async with SandboxPool("subprocess", max_concurrency=concurrency, warm=concurrency) as pool:
+        async with SandboxPool(
+            "subprocess", max_concurrency=concurrency, warm=concurrency, processes=processes
+        ) as pool:
             await asyncio.gather(*(pool.run(request) for _ in range(2 * concurrency)))  # warm every server
             await asyncio.get_running_loop().run_in_executor(None, barrier.wait)
             latencies: list[float] = []
@@ -41,12 +58,13 @@ def print_worker(concurrency: int, seconds: float, barrier: Barrier, out: Any) -
                     latencies.append(time.perf_counter() - started)
                     wrong += result.stdout != "1\n"
 
-            cpu, began = cpu_s(), time.perf_counter()
+            cpu, workers_cpu, began = cpu_s(), workers_cpu_s(pool), time.perf_counter()
             await asyncio.gather(*(caller() for _ in range(concurrency)))
             return {
                 "runs": len(latencies),
                 "wall": time.perf_counter() - began,
-                "cpu": cpu_s() - cpu,
+                "cpu": cpu_s() - cpu + workers_cpu_s(pool) - workers_cpu,
+                "parent_cpu": cpu_s() - cpu,
                 "latencies": latencies,
                 "wrong": wrong,
             }
@@ -61,9 +79,12 @@ def check(item: tuple[dict[str, Any], str, bool]) -> bool:
 
 
 def grade_worker(
-    programs: list[tuple[dict[str, Any], str, bool]], concurrency: int, barrier: Barrier, out: Any
+    programs: list[tuple[dict[str, Any], str, bool]], concurrency: int, processes: int, barrier: Barrier, out: Any
 ) -> None:
-    """One host process: grade ``programs`` in the default (forge-proof) mode after the barrier."""
+    """One host process: grade ``programs`` in the default (forge-proof) mode after the barrier.
+
+    ``processes``: the pool's host workers (1: the pool grades in this process).
+    """
     from sandboxkit import SandboxPool
     from sandboxkit.judge import grade_many
 
@@ -77,7 +98,9 @@ def grade_worker(
     options: dict[str, Any] = {"shaping": "all_or_nothing", "timeout_s": TIMEOUT_S, "isolate_asserts": True}
 
     async def main() -> dict[str, Any]:
-        async with SandboxPool("subprocess", max_concurrency=concurrency, warm=concurrency) as pool:
+        async with SandboxPool(
+            "subprocess", max_concurrency=concurrency, warm=concurrency, processes=processes
+        ) as pool:
             await grade_many(pool, rows[: 2 * concurrency], **options)
             await asyncio.get_running_loop().run_in_executor(None, barrier.wait)
             began = time.perf_counter()

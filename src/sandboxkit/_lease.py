@@ -79,8 +79,8 @@ class LeaseSettings(Protocol):
         max_sandboxes: the pool's own sandbox cap (the learned cap never exceeds it).
         max_uses: pooled runs before a sandbox is recycled.
         retries: retries of a call after a ``Transient`` error.
-        backoff_base: first backoff in seconds; doubles per retry, full jitter.
-        backoff_max: cap on one backoff.
+        backoff_base_s: first backoff in seconds; doubles per retry, full jitter.
+        backoff_max_s: cap on one backoff.
         deadline_s: default deadline of one call (pooled or in a session).
         health_check_after_s: idle time after which a sandbox is checked with ``alive()`` before lease.
     """
@@ -89,8 +89,8 @@ class LeaseSettings(Protocol):
     max_sandboxes: int
     max_uses: int
     retries: int
-    backoff_base: float
-    backoff_max: float
+    backoff_base_s: float
+    backoff_max_s: float
     deadline_s: float | None
     health_check_after_s: float
 
@@ -179,8 +179,7 @@ class LeaseCore:
         # after one failed load it opens a new sandbox (a released checkpoint must not empty the pool).
         warm_fork = snapshot is not None and self.backend.capabilities.fork_warm
         while True:
-            if self.closed:
-                self.check_open()
+            self.check_open()
             seen = self._generation
             # A warm idle sandbox first (LIFO: the most recently used is the warmest); for a session,
             # one opened with its limits. A reset sandbox is as clean as a new one and far cheaper.
@@ -272,7 +271,7 @@ class LeaseCore:
                 if held > 0:
                     return None  # one of ours will free up: wait for it, do not spend a retry
             elif isinstance(exc, RateLimited):
-                self.limiter.penalize_creation(exc.retry_after or self.settings.backoff_base)
+                self.limiter.penalize_creation(exc.retry_after or self.settings.backoff_base_s)
             raise
         self._opening -= 1
         if self.closed:  # closed while we were opening: do not leak it
@@ -485,10 +484,10 @@ class LeaseCore:
 
     def backoff(self, attempt: int, exc: Exception) -> float:
         """Seconds to wait before retry ``attempt + 1``; at least the service's ``Retry-After``."""
-        ceiling = min(self.settings.backoff_max, self.settings.backoff_base * (2**attempt))
+        ceiling = min(self.settings.backoff_max_s, self.settings.backoff_base_s * (2**attempt))
         delay = random.uniform(0, ceiling)  # full jitter: retries of a burst spread out
         if isinstance(exc, RateLimited) and exc.retry_after:
-            delay = max(delay, min(exc.retry_after, self.settings.backoff_max))
+            delay = max(delay, min(exc.retry_after, self.settings.backoff_max_s))
         return delay
 
     def check_language(self, language: str) -> None:

@@ -6,8 +6,9 @@ request is rejected the same way (an ``InvalidRequest`` naming the field) before
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from pydantic import ValidationError
 
@@ -20,9 +21,39 @@ if TYPE_CHECKING:
     from sandboxkit._lease import LeaseCore
     from sandboxkit.base import Sandbox
 
-__all__ = ["RunsPrograms", "make_request", "positive_timeout", "validation_message"]
+__all__ = ["RunsPrograms", "make_request", "positive_timeout", "renamed", "validation_message"]
 
 T = TypeVar("T")
+
+
+@overload
+def renamed(new: None, old: T, name: str, *, where: str, stacklevel: int = 3) -> T: ...
+@overload
+def renamed(new: T | None, old: T | None, name: str, *, where: str, stacklevel: int = 3) -> T | None: ...
+def renamed(new: T | None, old: T | None, name: str, *, where: str, stacklevel: int = 3) -> T | None:
+    """The value of a parameter renamed to say its unit: ``new``, or ``old`` with a :class:`DeprecationWarning`.
+
+    Durations are named ``<what>_s`` everywhere; the names from before (``timeout``,
+    ``backoff_base``...) keep working for one release. ``name`` is the old name; the new one is
+    ``name + "_s"``.
+
+    Raises:
+        InvalidRequest: both names were given (which one was meant cannot be told).
+    """
+    if old is None:
+        return new
+    if new is not None:
+        raise InvalidRequest(f"{where}: pass {name}_s= only ({name}= is its deprecated old name)")
+    warnings.warn(
+        f"{where}: {name}= is deprecated; use {name}_s= (the same seconds)", DeprecationWarning, stacklevel=stacklevel
+    )
+    return old
+
+
+class ServesRuns(Protocol):
+    """Where a multi-process pool sends its runs (:class:`sandboxkit._workers._set.WorkerSet`)."""
+
+    async def run(self, request: RunRequest, deadline_s: float | None) -> RunResult: ...
 
 
 class RunsPrograms:
@@ -37,6 +68,8 @@ class RunsPrograms:
 
     limits: Limits
     _core: LeaseCore
+    #: The host worker processes that serve pooled runs (a multi-process pool), or ``None``.
+    _workers: ServesRuns | None = None
 
     async def _call(self, fn: Callable[[Sandbox], Awaitable[T]], deadline_s: float | None) -> T:
         raise NotImplementedError
@@ -50,10 +83,11 @@ class RunsPrograms:
         files: Mapping[str, bytes | str] | None = None,
         fetch_files: Sequence[str] | None = None,
         limits: Limits | None = None,
-        timeout: float | None = None,
+        timeout_s: float | None = None,
         deadline_s: float | None = None,
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
+        timeout: float | None = None,
     ) -> RunResult:
         """Run a program: in a fresh-state sandbox from a pool, in a session's own sandbox (files persist).
 
@@ -64,12 +98,13 @@ class RunsPrograms:
             files: files written to the workspace before the run.
             fetch_files: workspace files returned in ``result.files``.
             limits: limits of this run (default: the pool's, or the session's).
-            timeout: shorthand for ``limits.timeout_s``.
+            timeout_s: shorthand for ``limits.timeout_s``.
             deadline_s: deadline of the whole call, queue wait and retries included.
             on_stdout / on_stderr: called with the program's output bytes as they are written
                 (rules in :mod:`sandboxkit.streaming`); the result is the same without them. A
                 pooled call retried after a passing fault streams the new attempt's output again.
                 From ``SyncSandboxPool`` they run on the pool's private loop thread.
+            timeout: the deprecated old name of ``timeout_s`` (a :class:`DeprecationWarning`).
 
         Returns:
             The result; ``result.status`` says how the program ended.
@@ -88,9 +123,12 @@ class RunsPrograms:
             "files": dict(files) if files else None,
             "fetch_files": list(fetch_files) if fetch_files else None,
         }
-        request = make_request(code, fields, limits=limits or self.limits, timeout=timeout)
+        timeout_s = renamed(timeout_s, timeout, "timeout", where="run")
+        request = make_request(code, fields, limits=limits or self.limits, timeout_s=timeout_s)
         self._core.check_language(request.language)
         if on_stdout is None and on_stderr is None:
+            if self._workers is not None:
+                return await self._workers.run(request, deadline_s)
             return await self._call(lambda sandbox: sandbox.run(request), deadline_s)
         check_callbacks(on_stdout, on_stderr, self._core.backend.name)
         streams = self._core.backend.capabilities.streaming
@@ -100,7 +138,7 @@ class RunsPrograms:
 
 
 def make_request(
-    code: str | RunRequest | Mapping[str, Any], fields: Mapping[str, Any], *, limits: Limits, timeout: float | None
+    code: str | RunRequest | Mapping[str, Any], fields: Mapping[str, Any], *, limits: Limits, timeout_s: float | None
 ) -> RunRequest:
     """Build a validated :class:`RunRequest` from source code and the fields given, a dict or a request.
 
@@ -121,17 +159,17 @@ def make_request(
             data2: dict[str, Any] = {"code": code, "limits": limits}
             data2.update({key: value for key, value in fields.items() if value is not None})
             req = RunRequest.model_validate(data2)
-        if timeout is not None:
-            req = req.model_copy(update={"limits": req.limits.merged(timeout_s=positive_timeout(timeout))})
+        if timeout_s is not None:
+            req = req.model_copy(update={"limits": req.limits.merged(timeout_s=positive_timeout(timeout_s))})
         return req
     except ValidationError as exc:
         raise InvalidRequest(validation_message(exc)) from exc
 
 
-def positive_timeout(timeout: float) -> float:
-    if not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise InvalidRequest(f"timeout must be a positive number of seconds, got {timeout!r}")
-    return float(timeout)
+def positive_timeout(timeout_s: float) -> float:
+    if not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
+        raise InvalidRequest(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    return float(timeout_s)
 
 
 def validation_message(exc: ValidationError) -> str:

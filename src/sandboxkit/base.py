@@ -15,12 +15,13 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from sandboxkit.errors import InvalidRequest
 from sandboxkit.models import ExecRequest, ExecResult, Limits, RunRequest, RunResult
 
 if TYPE_CHECKING:
+    from sandboxkit.configs import BaseBackendConfig
     from sandboxkit.kernel import Kernel
 
 __all__ = ["FORK_LEVELS", "Availability", "Backend", "Capabilities", "OutputCallback", "Sandbox", "Snapshot"]
@@ -306,9 +307,13 @@ class Backend(abc.ABC):
 
     Attributes:
         name: registry name (``"subprocess"``, ``"docker"``...).
+        config_model: the options model (a :class:`~sandboxkit.configs.BaseBackendConfig`) of a backend
+            whose constructor takes ``config=``; the registry then builds the config once and hands it
+            over. ``None``: the constructor takes plain keyword options.
     """
 
     name: str = ""
+    config_model: ClassVar[type[BaseBackendConfig] | None] = None
 
     @property
     @abc.abstractmethod

@@ -29,7 +29,7 @@ import os
 import re
 import shutil
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from sandboxkit.errors import InvalidRequest
@@ -62,7 +62,7 @@ def _java_run(code: str) -> list[str]:
         "-XX:TieredStopAtLevel=1",
         "-XX:CICompilerCount=1",
         "-cp",
-        ".",
+        JAVA_CLASSPATH,
         main,
     ]
 
@@ -74,6 +74,34 @@ NODE_MODULES = f"{NODE_PREFIX}/node_modules"
 #: ``exec node "$@"``, installed with the tree: typescript and jest start through it, so an image or host without
 #: the tree has no such command (ToolchainMissing on every backend) instead of a run that fails on a missing module.
 NODE_BIN = f"{NODE_PREFIX}/bin/node"
+#: javatuples, which Sandbox Fusion puts on every Java program's classpath (``-cp .:javatuples-1.2.jar``), from
+#: Debian's ``libjavatuples-java``. A missing jar is no error for javac or java (only a program importing it fails),
+#: so Java does not require it; ``sandboxkit doctor --strict`` proves it is there.
+JAVATUPLES_JAR = "/usr/share/java/javatuples.jar"
+JAVA_CLASSPATH = f".:{JAVATUPLES_JAR}"
+#: Where ``scripts/toolchains.sh`` builds the offline Go module cache (testify and what it needs, from Debian's
+#: Go source packages): ``mod/`` is the ``GOMODCACHE``, and ``go.work`` names a template module whose ``go.mod``
+#: requires them. Sandbox Fusion builds each Go program inside such a module (its ``runtime/go``); here the
+#: program's build joins the template through ``GOWORK``, so the workspace needs no ``go.mod`` and the command
+#: stays ``go build`` / ``go test``. ``GOPROXY=off``: nothing is fetched, a module the cache lacks is an error.
+GO_PREFIX = "/usr/local/lib/sandboxkit/go"
+GO_WORK = f"{GO_PREFIX}/go.work"
+_GO_ENV = {
+    "GOCACHE": ".cache/go-build",
+    # `go test` builds its test binary in a temporary directory and runs it from there; a sandbox's /tmp may be
+    # mounted noexec (Docker's is), so it goes into the workspace itself, the one directory sure to exist when go
+    # starts (go creates its work directory there, ``go-build<n>``, and removes it when it ends).
+    "GOTMPDIR": "./",
+    "GOPATH": ".cache/go",
+    "GOWORK": GO_WORK,
+    "GOMODCACHE": f"{GO_PREFIX}/mod",
+    "GOPROXY": "off",
+    "GOSUMDB": "off",
+    "GOFLAGS": "-mod=readonly",
+    "GOTOOLCHAIN": "local",
+    "CGO_ENABLED": "0",
+}
+_GO_INSTALL = "apt-get install golang-go, then bash scripts/bootstrap.sh --all (it builds the offline module cache)"
 #: JUnit 5's console launcher, from Debian's ``junit5`` package (Sandbox Fusion ships 1.8.2 in its tree).
 JUNIT_JAR = "/usr/share/java/junit-platform-console-standalone.jar"
 #: The JVM options every Java-family run shares: cheap start-up on a small CPU share, deep recursion.
@@ -209,6 +237,15 @@ def _php_source(code: str) -> str:
     return code if code.startswith("<?php") else "<?php\n" + code
 
 
+def _cmake_project(file_names: Collection[str]) -> tuple[list[str], list[str]] | None:
+    # Sandbox Fusion's cuda runner (sandbox/runners/cuda.py) restores the request's files as the whole project and
+    # runs exactly this, then ``./build/main``; ``code`` is not written anywhere. Only a top-level CMakeLists.txt
+    # makes a project, as ``cmake ..`` from build/ reads that one.
+    if "CMakeLists.txt" not in file_names:
+        return None
+    return ["bash", "-c", "mkdir build && cd build && cmake .. && make -j 4"], ["./build/main"]
+
+
 @dataclass(frozen=True)
 class Language:
     """One language's recipe.
@@ -230,6 +267,8 @@ class Language:
         prepare_fn: turns the code into the source file's text: PHP gets ``<?php`` prepended when it lacks
             it (as Sandbox Fusion's runner does), C# gets the assert listener appended.
         install: how to install the toolchain, where ``apt-get install <package>`` is not the way.
+        project_fn: given the request's file names, the (compile, run) argv of a project build when they hold
+            one (cuda's CMake project), else ``None`` (see :meth:`project_argvs`).
         files: absolute paths of non-executable files the toolchain needs (JUnit's launcher jar).
         unavailable: why the toolchain is not installed by ``scripts/bootstrap.sh`` nor in the Docker
             image (not packaged for Debian bookworm, or needs a GPU); empty for supported languages.
@@ -251,6 +290,7 @@ class Language:
     install: str = ""
     unavailable: str = ""
     files: tuple[str, ...] = ()
+    project_fn: Callable[[Collection[str]], tuple[list[str], list[str]] | None] | None = None
 
     def prepare(self, code: str) -> str:
         """The text written to the source file: ``code``, or what the runner makes of it (PHP's ``<?php``)."""
@@ -278,6 +318,21 @@ class Language:
             self.run_fn(code) if self.run_fn else [p.format(src=self.source_name(code), bin="main") for p in self.run]
         )
         return base + list(argv or [])
+
+    def project_argvs(
+        self, code: str, file_names: Collection[str], argv: list[str] | None = None
+    ) -> tuple[list[str] | None, list[str]]:
+        """The compile and run argv of a request whose files are ``file_names``: its project's, or the usual ones.
+
+        A language with a ``project_fn`` builds the request's files as a project where they hold one (cuda: a
+        top-level ``CMakeLists.txt``, as Sandbox Fusion's cuda runner requires); otherwise, and for every other
+        language, this is ``compile_argv(code)`` and ``run_argv(code, argv)``.
+        """
+        project = self.project_fn(file_names) if self.project_fn else None
+        if project is None:
+            return self.compile_argv(code), self.run_argv(code, argv)
+        compile_argv, run_argv = project
+        return compile_argv, run_argv + list(argv or [])
 
     def missing_binaries(self) -> list[str]:
         """Binaries (and required files) of this language that are not on this machine."""
@@ -349,7 +404,16 @@ LANGUAGES: dict[str, Language] = {
             name="java",
             aliases=(),
             source="Main.java",
-            compile=("javac", "-encoding", "UTF-8", "-J-XX:+UseSerialGC", "-J-XX:TieredStopAtLevel=1", "{src}"),
+            compile=(
+                "javac",
+                "-encoding",
+                "UTF-8",
+                "-cp",
+                JAVA_CLASSPATH,
+                "-J-XX:+UseSerialGC",
+                "-J-XX:TieredStopAtLevel=1",
+                "{src}",
+            ),
             run=("java", "-ea", "Main"),
             binaries=("javac", "java"),
             package="default-jdk-headless",
@@ -391,9 +455,11 @@ LANGUAGES: dict[str, Language] = {
             run=("./{bin}",),
             binaries=("go",),
             package="golang-go",
+            files=(GO_WORK,),
+            install=_GO_INSTALL,
             sandbox_fusion="go",
             virtual_memory_hungry=True,
-            env={"GOCACHE": ".cache/go-build", "GOPATH": ".cache/go", "GO111MODULE": "off", "CGO_ENABLED": "0"},
+            env=_GO_ENV,
         ),
         # ---- Sandbox Fusion's test-framework "languages": the exit code of the framework is the verdict.
         Language(
@@ -412,9 +478,11 @@ LANGUAGES: dict[str, Language] = {
             run=("go", "test", "{src}"),  # go vet's checks run first, as in Sandbox Fusion
             binaries=("go",),
             package="golang-go",
+            files=(GO_WORK,),
+            install=_GO_INSTALL,
             sandbox_fusion="go_test",
             virtual_memory_hungry=True,
-            env={"GOCACHE": ".cache/go-build", "GOPATH": ".cache/go", "GO111MODULE": "off", "CGO_ENABLED": "0"},
+            env=_GO_ENV,
         ),
         Language(
             name="junit",
@@ -651,6 +719,7 @@ LANGUAGES: dict[str, Language] = {
             binaries=("nvcc", "nvidia-smi"),
             files=(NVIDIA_DEVICE,),
             package="nvidia-cuda-toolkit",
+            project_fn=_cmake_project,
             install="a machine with an NVIDIA GPU, its driver (nvidia-smi, /dev/nvidiactl) and the CUDA toolkit "
             "(nvidia-cuda-toolkit, Debian non-free)",
             unavailable="needs an NVIDIA GPU: nvcc alone compiles, but no kernel can run without one",

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from sandboxkit._lease import CLOSE_TIMEOUT_S, LeaseCore
-from sandboxkit._request import RunsPrograms, positive_timeout
+from sandboxkit._request import RunsPrograms, positive_timeout, renamed
 from sandboxkit._signals import install_sigterm_to_exit
+from sandboxkit._workers._plan import plan_workers
 from sandboxkit.base import Backend, OutputCallback, Sandbox
 from sandboxkit.checkpoint import Checkpoint, check_forkable
 from sandboxkit.errors import InvalidRequest, PoolClosed, SandboxCrashed, SandboxkitError
@@ -35,6 +36,7 @@ from sandboxkit.session import Session
 from sandboxkit.streaming import check_callbacks, exec_streaming
 
 if TYPE_CHECKING:
+    from sandboxkit._workers._set import WorkerSet
     from sandboxkit.configs import BaseBackendConfig
 
 __all__ = ["SandboxPool"]
@@ -74,8 +76,8 @@ class SandboxPool(RunsPrograms):
         warm: sandboxes opened at start so the first calls do not pay creation.
         max_uses: a sandbox is closed after this many pooled runs (fresh state, bounded leaks).
         retries: retries of a call after a ``Transient`` error (``RateLimited`` included).
-        backoff_base: first backoff in seconds; doubles per retry, with full jitter.
-        backoff_max: cap on one backoff.
+        backoff_base_s: first backoff in seconds (default 0.2); doubles per retry, with full jitter.
+        backoff_max_s: cap on one backoff, in seconds (default 10).
         deadline_s: default deadline of one call, queue wait and retries included (``None`` = none).
         health_check_after_s: an idle sandbox is checked with ``alive()`` before lease once it has
             been idle this long (0 = always).
@@ -83,12 +85,19 @@ class SandboxPool(RunsPrograms):
         backend_options: options passed to the backend when ``backend`` is a name.
         limiter: a :class:`~sandboxkit.limiter.Limiter`, ``"local"`` (default) or ``"ray"``.
         handle_signals: turn SIGTERM into a clean shutdown (main thread only; SIGINT already is).
+        processes: host worker processes that serve the pool's runs and execs, an integer or
+            ``"auto"``; ``None`` (default) reads ``$SANDBOXKIT_POOL_PROCESSES``, else 1 (this process
+            only). Caps, deadlines, metrics and errors are the pool's either way; see
+            docs/multiprocess.md for when it pays and what each worker costs in memory.
+        backoff_base, backoff_max: the deprecated old names of ``backoff_base_s`` / ``backoff_max_s``.
 
     Raises:
         BackendNotFound: the backend name is unknown.
         BackendUnavailable: the backend's SDK is missing.
         InvalidRequest: a parameter is out of range.
     """
+
+    _workers: WorkerSet | None
 
     def __init__(
         self,
@@ -101,14 +110,17 @@ class SandboxPool(RunsPrograms):
         warm: int = 0,
         max_uses: int = 1000,
         retries: int = 3,
-        backoff_base: float = 0.2,
-        backoff_max: float = 10.0,
+        backoff_base_s: float | None = None,
+        backoff_max_s: float | None = None,
         deadline_s: float | None = None,
         health_check_after_s: float = 0.0,
         limits: Limits | None = None,
         backend_options: Mapping[str, Any] | None = None,
         limiter: Limiter | str = "local",
         handle_signals: bool = True,
+        processes: int | str | None = None,
+        backoff_base: float | None = None,
+        backoff_max: float | None = None,
     ) -> None:
         from sandboxkit.registry import backend as make_backend
 
@@ -134,12 +146,17 @@ class SandboxPool(RunsPrograms):
         self.warm = min(warm, self.max_sandboxes)
         self.max_uses = max_uses
         self.retries = retries
-        self.backoff_base = backoff_base
-        self.backoff_max = backoff_max
+        base_s = renamed(backoff_base_s, backoff_base, "backoff_base", where="SandboxPool")
+        max_s = renamed(backoff_max_s, backoff_max, "backoff_max", where="SandboxPool")
+        self.backoff_base_s = 0.2 if base_s is None else base_s
+        self.backoff_max_s = 10.0 if max_s is None else max_s
         self.deadline_s = deadline_s
         self.health_check_after_s = health_check_after_s
         self.handle_signals = handle_signals
         self._limiter = self._make_limiter(limiter, creation_rate, creation_burst)
+        self._workers = plan_workers(self, processes, backend, backend_options)
+        if self._workers is not None:
+            self._limiter = self._workers.limiter
         self.closed = False
         self.metrics_data = PoolMetrics()
         self._core = LeaseCore(
@@ -189,7 +206,9 @@ class SandboxPool(RunsPrograms):
         self._core.started = True
         if self.handle_signals:
             install_sigterm_to_exit()
-        if self.warm:
+        if self._workers is not None:
+            await self._workers.start()  # the workers open the warm sandboxes
+        elif self.warm:
             async with anyio.create_task_group() as tg:
                 for _ in range(self.warm):
                     tg.start_soon(self._core.prewarm)
@@ -204,6 +223,8 @@ class SandboxPool(RunsPrograms):
         self.closed = True
         with anyio.CancelScope(shield=True):
             await self._core.close_all()
+            if self._workers is not None:
+                await self._workers.aclose()
             try:
                 await self._limiter.aclose()
             finally:
@@ -223,22 +244,27 @@ class SandboxPool(RunsPrograms):
         *,
         env: Mapping[str, str] | None = None,
         stdin: str | None = None,
-        timeout: float | None = None,
+        timeout_s: float | None = None,
         deadline_s: float | None = None,
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
+        timeout: float | None = None,
     ) -> ExecResult:
         """Run a command (``bash -c`` string or argv list) in a fresh-state sandbox.
 
-        ``on_stdout`` / ``on_stderr``: as in :meth:`run` (see :mod:`sandboxkit.streaming`).
+        ``on_stdout`` / ``on_stderr``: as in :meth:`run` (see :mod:`sandboxkit.streaming`);
+        ``timeout``: the deprecated old name of ``timeout_s``.
 
         Raises:
-            Same as :meth:`run` (a ``timeout`` that is not positive is an ``InvalidRequest``).
+            Same as :meth:`run` (a ``timeout_s`` that is not positive is an ``InvalidRequest``).
         """
-        if timeout is not None:
-            positive_timeout(timeout)
+        timeout_s = renamed(timeout_s, timeout, "timeout", where="exec")
+        if timeout_s is not None:
+            positive_timeout(timeout_s)
         if on_stdout is not None or on_stderr is not None:
             check_callbacks(on_stdout, on_stderr, self.backend.name)
+        elif self._workers is not None:
+            return await self._workers.exec(command, env, stdin, timeout_s, deadline_s)
         streams = self.backend.capabilities.streaming
         return await self._call(
             lambda sandbox: exec_streaming(
@@ -247,7 +273,7 @@ class SandboxPool(RunsPrograms):
                 command,
                 env=env,
                 stdin=stdin,
-                timeout=timeout,
+                timeout=timeout_s,
                 on_stdout=on_stdout,
                 on_stderr=on_stderr,
             ),
@@ -383,6 +409,8 @@ class SandboxPool(RunsPrograms):
             learned_cap=self._core.capacity.cap,
             capacity_refusals=self._core.capacity.refusals,
         )
+        if self._workers is not None:
+            self._workers.add_metrics(data)
         return data
 
     @property

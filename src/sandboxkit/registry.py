@@ -20,6 +20,7 @@ import pluggy
 from pydantic import ValidationError
 
 from sandboxkit import hookspecs
+from sandboxkit._workers._spec import Recipe, remember
 from sandboxkit.base import Backend
 from sandboxkit.errors import BackendNotFound, InvalidRequest
 from sandboxkit.hookspecs import BackendSpec
@@ -184,17 +185,9 @@ def backend_config(
     try:
         return model.model_validate(extra)
     except ValidationError as exc:
-        raise _invalid_options(_spec(name).name, model, exc) from None
+        from sandboxkit.configs import invalid_options
 
-
-def _invalid_options(name: str, model: type[BaseBackendConfig], exc: ValidationError) -> InvalidRequest:
-    from sandboxkit.configs import explain_errors
-
-    return InvalidRequest(
-        f"backend {name!r} rejected its options: {explain_errors(model, exc)}. "
-        f"Valid options: {', '.join(model.option_names())}",
-        backend=name,
-    )
+        raise invalid_options(_spec(name).name, model, exc) from None
 
 
 def parse_backend_options(name: str, items: Sequence[str]) -> dict[str, Any]:
@@ -254,7 +247,10 @@ def backend(name: str | BaseBackendConfig, **options: Any) -> Backend:
 
     ``backend("docker", image="python:3.12")`` and ``backend(DockerConfig(image="python:3.12"))``
     build the same backend; options are validated against the backend's config first, so a
-    typo is reported with the valid keys instead of failing inside the constructor.
+    typo is reported with the valid keys instead of failing inside the constructor. A backend
+    class that names its model (``config_model``, as every built-in does) receives that
+    validated config as ``config=``; a plugin's class without one receives the options it set
+    as keywords.
 
     Raises:
         BackendNotFound: no backend has that name (the message lists the installed ones).
@@ -264,10 +260,17 @@ def backend(name: str | BaseBackendConfig, **options: Any) -> Backend:
     config = backend_config(name, options)
     key = config.kind if config is not None else cast("str", name)
     factory = _spec(key).load()
+    if config is not None and isinstance(config, getattr(factory, "config_model", None) or ()):
+        takes_config = cast("Callable[..., Backend]", factory)  # Backend itself declares no constructor
+        made = takes_config(config=config)  # validated once, above; the constructor takes it as it is
+        remember(made, Recipe(config))  # how a pool's worker process builds it again
+        return made
     kwargs = config.options() if config is not None else options
     try:
-        return factory(**kwargs)
+        made = factory(**kwargs)
     except TypeError as exc:
         if config is not None:
             raise  # the options matched the config: this is a bug in the backend, not a typo
         raise InvalidRequest(f"backend {key!r} rejected its options {sorted(kwargs)!r}: {exc}", backend=key) from exc
+    remember(made, Recipe(config if config is not None else key, {} if config is not None else dict(kwargs)))
+    return made

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TypeVar
 import anyio
 
 from sandboxkit._lease import LeaseCore, keeps_sandbox
-from sandboxkit._request import RunsPrograms, positive_timeout
+from sandboxkit._request import RunsPrograms, positive_timeout, renamed
 from sandboxkit._slots import CallSlot, Entry
 from sandboxkit.base import Capabilities, OutputCallback, Sandbox, Snapshot
 from sandboxkit.checkpoint import Checkpoint, check_forkable
@@ -169,17 +169,20 @@ class Session(RunsPrograms):
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         stdin: str | None = None,
-        timeout: float | None = None,
+        timeout_s: float | None = None,
         deadline_s: float | None = None,
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
+        timeout: float | None = None,
     ) -> ExecResult:
         """Run a command in this session's sandbox (cwd relative to the workspace).
 
-        ``on_stdout`` / ``on_stderr``: as in :meth:`run` (see :mod:`sandboxkit.streaming`).
+        ``on_stdout`` / ``on_stderr``: as in :meth:`run` (see :mod:`sandboxkit.streaming`);
+        ``timeout``: the deprecated old name of ``timeout_s``.
         """
-        if timeout is not None:
-            positive_timeout(timeout)
+        timeout_s = renamed(timeout_s, timeout, "timeout", where="exec")
+        if timeout_s is not None:
+            positive_timeout(timeout_s)
         if on_stdout is not None or on_stderr is not None:
             check_callbacks(on_stdout, on_stderr, self._core.backend.name)
         streams = self._core.backend.capabilities.streaming
@@ -194,7 +197,7 @@ class Session(RunsPrograms):
                 cwd=cwd,
                 env=env,
                 stdin=stdin,
-                timeout=timeout,
+                timeout=timeout_s,
                 on_stdout=on_stdout,
                 on_stderr=on_stderr,
             ),
@@ -205,9 +208,10 @@ class Session(RunsPrograms):
         self,
         code: str,
         *,
-        timeout: float | None = None,
+        timeout_s: float | None = None,
         fresh: bool = False,
         deadline_s: float | None = None,
+        timeout: float | None = None,
     ) -> CellResult:
         """Run a cell in this session's persistent Python interpreter (variables survive between calls).
 
@@ -219,16 +223,17 @@ class Session(RunsPrograms):
 
         Args:
             code: Python source; the last expression's ``repr`` is the result's ``value``.
-            timeout: wall-clock limit of this cell (default: the session's ``limits.timeout_s``).
+            timeout_s: wall-clock limit of this cell (default: the session's ``limits.timeout_s``).
             fresh: run in a new interpreter, without the state of earlier cells.
             deadline_s: the call's deadline (queueing included), as for :meth:`run`.
+            timeout: the deprecated old name of ``timeout_s``.
 
         Returns:
             How the cell ended, with its stdout, stderr, value or traceback.
 
         Raises:
             InvalidRequest: the backend has no kernels (``capabilities.kernels``), ``code`` is
-                not a string or ``timeout`` is not positive.
+                not a string or ``timeout_s`` is not positive.
             SandboxCrashed, Transient, DeadlineExceeded: as for :meth:`run` (the sandbox, and the
                 kernel's state with it, is replaced on the next call).
         """
@@ -241,12 +246,13 @@ class Session(RunsPrograms):
             )
         if not isinstance(code, str):
             raise InvalidRequest(f"code must be a str, got {type(code).__name__}", backend=backend.name)
-        if timeout is not None:
-            positive_timeout(timeout)
+        timeout_s = renamed(timeout_s, timeout, "timeout", where="python")
+        if timeout_s is not None:
+            positive_timeout(timeout_s)
 
         async def cell(sandbox: Sandbox) -> CellResult:
             kernel = await sandbox.open_kernel()
-            result = await kernel.run(code, timeout=timeout, fresh=fresh)
+            result = await kernel.run(code, timeout=timeout_s, fresh=fresh)
             moved = self._kernel_home is not None and self._kernel_home != sandbox.id
             self._kernel_home = sandbox.id
             if moved and not fresh:  # the old sandbox (and its kernel) was discarded after a failure

@@ -136,13 +136,13 @@ async def exec_streaming(
 ) -> ExecResult:
     """``sandbox.exec`` with callbacks, for the pool and sessions.
 
-    The callbacks are passed to the sandbox only when its backend says it streams
-    (``streams``); otherwise they are replayed after the command. So a plugin backend written
-    before streaming existed (whose ``exec`` takes no callbacks) keeps working.
+    The callbacks are passed to the sandbox when it takes them (:func:`_takes_callbacks`); otherwise
+    they are replayed here after the command, so a plugin backend written before streaming existed
+    (whose ``exec`` takes no callbacks) keeps working.
     """
     if on_stdout is None and on_stderr is None:
         return await sandbox.exec(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout)
-    if streams:
+    if _takes_callbacks(sandbox, streams):
         return await sandbox.exec(
             command, cwd=cwd, env=env, stdin=stdin, timeout=timeout, on_stdout=on_stdout, on_stderr=on_stderr
         )
@@ -160,9 +160,16 @@ async def run_streaming(
     """``sandbox.run`` with callbacks, for the pool and sessions (see :func:`exec_streaming`)."""
     if on_stdout is None and on_stderr is None:
         return await sandbox.run(request)
-    if streams:
+    if _takes_callbacks(sandbox, streams):
         return await sandbox.run(request, on_stdout=on_stdout, on_stderr=on_stderr)
     return replay(await sandbox.run(request), on_stdout, on_stderr)
+
+
+def _takes_callbacks(sandbox: Sandbox, streams: bool) -> bool:
+    """Whether ``sandbox``'s run and exec take the callbacks: a streaming backend's do, and so does a
+    :class:`BufferedSandbox`, which replays them itself (replaying here too would be a second, empty
+    pass). Only a plugin written before streaming existed does not."""
+    return streams or isinstance(sandbox, BufferedSandbox)
 
 
 class BufferedSandbox(Sandbox):

@@ -22,6 +22,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from sandboxkit._request import renamed
 from sandboxkit._signals import install_sigterm_to_exit
 from sandboxkit.base import Backend
 from sandboxkit.checkpoint import Checkpoint
@@ -103,7 +104,7 @@ _live: weakref.WeakSet[SyncSandboxPool] = weakref.WeakSet()
 def _close_all_at_exit() -> None:
     for pool in list(_live):
         try:
-            pool.close(timeout=_CLOSE_TIMEOUT_S)
+            pool.close(_CLOSE_TIMEOUT_S)
         except Exception:
             pass
 
@@ -231,13 +232,20 @@ class SyncSandboxPool(_Twin):
         """See :meth:`SandboxPool.metrics`."""
         return self.pool.metrics()
 
-    def close(self, timeout: float | None = _CLOSE_TIMEOUT_S) -> None:
-        """Close the pool and stop its loop thread. Idempotent."""
+    def close(self, timeout_s: float | None = _CLOSE_TIMEOUT_S, *, timeout: float | None = None) -> None:
+        """Close the pool and stop its loop thread. Idempotent.
+
+        Args:
+            timeout_s: how long to wait for the sandboxes to close (None: as long as it takes).
+            timeout: the deprecated old name of ``timeout_s``.
+        """
+        if timeout is not None:
+            timeout_s = renamed(None, timeout, "timeout", where="SyncSandboxPool.close")
         if self._thread.loop.is_closed():
             return
         try:
             if not self.pool.closed:
-                self._thread.call(self.pool.aclose(), timeout)
+                self._thread.call(self.pool.aclose(), timeout_s)
         finally:
             self._thread.stop()
             _live.discard(self)

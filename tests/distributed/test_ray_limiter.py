@@ -372,10 +372,10 @@ async def test_learned_concurrency_and_a_429_penalty_work_under_the_ray_limiter(
     from sandboxkit.testing import FakeBackend
 
     name = "sandboxkit-limiter-learned"
-    backend = FakeBackend(capacity=2, open_delay=0.002)
+    backend = FakeBackend(capacity=2, open_delay_s=0.002)
     limiter = RayLimiter(16, 16, creation_rate=1000, creation_burst=1000, name=name)
     try:
-        async with SandboxPool(backend, max_concurrency=16, limiter=limiter, backoff_base=0.001) as pool:
+        async with SandboxPool(backend, max_concurrency=16, limiter=limiter, backoff_base_s=0.001) as pool:
             results = await asyncio.wait_for(pool.run_many([{"code": f"sleep:0.00{i % 5}"} for i in range(32)]), 60)
             assert all(isinstance(r, RunResult) for r in results), results
             assert not any(isinstance(r, RateLimited) for r in results)

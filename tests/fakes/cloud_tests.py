@@ -34,7 +34,7 @@ from sandboxkit.models import Limits, RunRequest, RunResult, Status
 
 from ._common import FakeService, interrupt_when_ready, wait_until
 
-FAST_RETRY = {"backoff_base": 0.01, "backoff_max": 0.2}
+FAST_RETRY = {"backoff_base_s": 0.01, "backoff_max_s": 0.2}
 SHORT = Limits(timeout_s=5.0, compile_timeout_s=60.0, output_bytes=64 * 1024)
 
 MakeBackend = Callable[..., Backend]
@@ -436,8 +436,8 @@ class CloudBackendBehaviour:
             max_uses=1,
             retries=40,
             limits=SHORT,
-            backoff_base=0.02,
-            backoff_max=0.3,
+            backoff_base_s=0.02,
+            backoff_max_s=0.3,
         ) as pool:
             results = await pool.run_many([{"code": "import time; time.sleep(0.2); print('ok')"}] * 6)
         assert all(isinstance(r, RunResult) and r.stdout == "ok\n" for r in results), results

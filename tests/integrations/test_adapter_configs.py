@@ -109,7 +109,7 @@ def test_a_turn_without_a_tool_call_is_asked_for_one() -> None:
     ],
 )
 async def test_sglang_and_verl_clamp_a_model_timeout_the_same_way(asked: float, note: str | None) -> None:
-    sglang = CodeInterpreter("subprocess", timeout=5, allow_timeout=True, max_timeout=2)
+    sglang = CodeInterpreter("subprocess", timeout_s=5, allow_timeout=True, max_timeout_s=2)
     verl = SandboxTool({"backend": "subprocess", "default_timeout": 5, "allow_model_timeout": True, "max_timeout": 2})
     try:
         arguments = {"code": "print('ran')", "timeout": asked}
@@ -123,7 +123,7 @@ async def test_sglang_and_verl_clamp_a_model_timeout_the_same_way(asked: float, 
 
 
 async def test_a_clamped_timeout_is_enforced() -> None:
-    with CodeInterpreter("subprocess", timeout=5, allow_timeout=True, max_timeout=1) as tool:
+    with CodeInterpreter("subprocess", timeout_s=5, allow_timeout=True, max_timeout_s=1) as tool:
         (message,) = await tool.execute(
             [ToolCall("code_interpreter", {"code": "import time; time.sleep(4); print('late')", "timeout": 30})]
         )

@@ -423,7 +423,7 @@ def test_layout_and_input_files() -> None:
     assert info["infra_error"] is True and "input_dir must be an absolute path" in info["error"]
     bad.close()
     env = SandboxEnv.from_dict({**row(), "step_timeout": 7, "docker_image": "ignored-on-subprocess"})
-    assert env.timeout == 7 and "step_timeout" not in env.task and "docker_image" not in env.task
+    assert env.timeout_s == 7 and "step_timeout" not in env.task and "docker_image" not in env.task
 
 
 @pytest.mark.parametrize("backend", BACKENDS[:2])

@@ -202,7 +202,7 @@ def test_contract_surface() -> None:
     assert SandboxEnv.is_multithread_safe() is True
     assert {t["function"]["name"] for t in TOOLS} == {"execute_bash", "str_replace_editor", "submit"}
     env = SandboxEnv.from_dict(json.dumps({**TASK, "workdir": "/work", "timeout": 5}))
-    assert env.workspace.workdir == "/work" and env.timeout == 5 and "workdir" not in env.task
+    assert env.workspace.workdir == "/work" and env.timeout_s == 5 and "workdir" not in env.task
 
 
 def test_rllm_sandbox_protocol(tmp_path) -> None:

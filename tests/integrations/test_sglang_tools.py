@@ -74,7 +74,7 @@ def test_openai_tool_calls_from_dicts_and_sdk_objects() -> None:
 
 
 def test_executor_keeps_files_between_turns_and_answers_bad_calls() -> None:
-    with CodeInterpreter("subprocess", timeout=10) as tool:
+    with CodeInterpreter("subprocess", timeout_s=10) as tool:
         first = tool.respond_sync(
             '<tool_call>{"name": "code_interpreter", "arguments": '
             "{\"code\": \"open('notes.txt', 'w').write('kept')\\nprint('wrote')\"}}</tool_call>"
@@ -106,7 +106,7 @@ def test_executor_keeps_files_between_turns_and_answers_bad_calls() -> None:
 
 
 async def test_async_executor_ignores_model_timeout_unless_allowed() -> None:
-    tool = CodeInterpreter("subprocess", timeout=1.0)
+    tool = CodeInterpreter("subprocess", timeout_s=1.0)
     try:
         msgs = await tool.execute(
             [ToolCall("code_interpreter", {"code": "import time; time.sleep(3); print('late')", "timeout": 30})]
@@ -117,14 +117,14 @@ async def test_async_executor_ignores_model_timeout_unless_allowed() -> None:
 
 
 def test_backend_down_gives_error_text(down_backend) -> None:
-    with CodeInterpreter(down_backend, timeout=5) as tool:
+    with CodeInterpreter(down_backend, timeout_s=5) as tool:
         (msg,) = tool.execute_sync([ToolCall("code_interpreter", {"code": "print(1)"})])
     assert msg["role"] == "tool"
     assert msg["content"].startswith("Error: the code sandbox failed")
 
 
 def test_stateful_python_keeps_definitions_between_turns() -> None:
-    with CodeInterpreter("subprocess", timeout=5, stateful_python=True) as tool:
+    with CodeInterpreter("subprocess", timeout_s=5, stateful_python=True) as tool:
         call = '<tool_call>{{"name": "code_interpreter", "arguments": {{"code": {code}}}}}</tool_call>'
         first = tool.respond_sync(call.format(code='"def area(r):\\n    return 3 * r * r\\nsizes = [1]"'))
         assert first[0]["content"] == "(no output)"

@@ -49,7 +49,7 @@ def code_call(code: str, **extra) -> FunctionCall:
 async def test_yaml_tool_keeps_a_trajectorys_files_across_calls() -> None:
     (tool,) = initialize_tools_from_config(str(EXAMPLES / "sandbox_tool_config.yaml"))
     assert isinstance(tool, SandboxTool) and tool.name == "code_interpreter"
-    assert (tool.max_concurrency, tool.timeout, tool.language) == (16, 10.0, "python")
+    assert (tool.max_concurrency, tool.timeout_s, tool.language) == (16, 10.0, "python")
     loop = agent_loop([tool])
     traj_a, traj_b = trajectory("req-a"), trajectory("req-b")
     try:

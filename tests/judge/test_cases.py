@@ -101,6 +101,9 @@ def test_sandbox_fusion_provided_data_test_lists() -> None:
         ({"assert_case": [3]}, r"assert_case\[0\] must be a string"),
         ({"test": [{"input": {"stdin": 1}, "output": {"stdout": "x"}}]}, "input.stdin and output.stdout"),
         ({"what": 1}, "none of the accepted shapes"),
+        ({"cases": "{}"}, "'cases' must be a list, got dict"),
+        ({"cases": "[oops"}, "'cases' is a string but not valid JSON"),
+        ({"test": 5}, r"'test' must be a list of \{'input', 'output'\} items, got int"),
         (3.5, "must be a list or a dict"),
     ],
 )

@@ -29,10 +29,14 @@ def app_client() -> AppClient:
     return make
 
 
-@pytest.fixture(scope="session")
-def sk_serve() -> Iterator[ServeProcess]:
-    """One ``sandboxkit serve --backend subprocess`` for the session, on a free loopback port."""
-    server = ServeProcess("--backend", "subprocess", "--max-concurrency", "8")
+@pytest.fixture(scope="session", params=[1, 2], ids=["1-worker", "2-workers"])
+def sk_serve(request: pytest.FixtureRequest) -> Iterator[ServeProcess]:
+    """``sandboxkit serve --backend subprocess`` on a free loopback port: one process, then two workers.
+
+    Every real client's test runs against both, so a client that breaks when another process
+    answers its next request (a kept session, a retry) fails here.
+    """
+    server = ServeProcess("--backend", "subprocess", "--max-concurrency", "8", "--workers", str(request.param))
     with server:
         yield server
     assert not server.leftover, "sandboxkit serve left processes behind after SIGTERM"

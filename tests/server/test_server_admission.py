@@ -19,7 +19,7 @@ def body(code: str) -> dict[str, object]:
 
 async def test_runs_in_flight_never_exceed_max_concurrency(app_client: AppClient) -> None:
     backend = FakeBackend()
-    async with app_client(backend, max_concurrency=2, queue_timeout=30) as client:
+    async with app_client(backend, max_concurrency=2, queue_timeout_s=30) as client:
         replies = await asyncio.gather(*(client.post("/run_code", json=body("sleep:0.2")) for _ in range(8)))
         stats = (await client.get("/v1/stats")).json()
     assert [r.status_code for r in replies] == [200] * 8
@@ -29,7 +29,7 @@ async def test_runs_in_flight_never_exceed_max_concurrency(app_client: AppClient
 
 
 async def test_queue_wait_past_the_timeout_is_504_and_the_slot_holder_still_finishes(app_client: AppClient) -> None:
-    async with app_client(FakeBackend(), max_concurrency=1, queue_timeout=0.3) as client:
+    async with app_client(FakeBackend(), max_concurrency=1, queue_timeout_s=0.3) as client:
         holder = asyncio.create_task(client.post("/run_code", json=body("sleep:1.5")))
         await asyncio.sleep(0.2)
         waiter = await client.post("/run_code", json=body("ok"))
@@ -42,7 +42,7 @@ async def test_queue_wait_past_the_timeout_is_504_and_the_slot_holder_still_fini
 
 
 async def test_full_queue_is_504_at_once(app_client: AppClient) -> None:
-    async with app_client(FakeBackend(), max_concurrency=1, queue_timeout=30, max_queue=1) as client:
+    async with app_client(FakeBackend(), max_concurrency=1, queue_timeout_s=30, max_queue=1) as client:
         holder = asyncio.create_task(client.post("/run_code", json=body("sleep:1")))
         await asyncio.sleep(0.1)
         queued = asyncio.create_task(client.post("/run_code", json=body("ok")))
@@ -54,7 +54,7 @@ async def test_full_queue_is_504_at_once(app_client: AppClient) -> None:
 
 
 async def test_infrastructure_failures_are_sandbox_error_with_http_200(app_client: AppClient) -> None:
-    async with app_client(SandboxPool(FakeBackend(), max_concurrency=4, retries=1, backoff_base=0.01)) as client:
+    async with app_client(SandboxPool(FakeBackend(), max_concurrency=4, retries=1, backoff_base_s=0.01)) as client:
         persistent = await client.post("/run_code", json=body("transient:99"))
         crash = await client.post("/run_code", json=body("crash"))
         bug = await client.post("/run_code", json=body("bug"))

@@ -12,7 +12,7 @@ from sandboxkit.server.app import create_app
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"max_concurrency": 0}, {"queue_timeout": 0}, {"max_body_bytes": 0}, {"max_queue": -1}],
+    [{"max_concurrency": 0}, {"queue_timeout_s": 0}, {"max_body_bytes": 0}, {"max_queue": -1}],
 )
 def test_create_app_rejects_bad_bounds(kwargs: dict[str, float]) -> None:
     with pytest.raises(InvalidRequest):
@@ -33,7 +33,9 @@ def test_create_app_unknown_backend() -> None:
         (["--max-memory-mb", "0"], "memory_mb"),
         (["--memory-mb", "4096", "--max-memory-mb", "1024"], "above the ceiling"),
         (["--max-queue", "-1"], "max_queue"),
-        (["--head-timeout", "0"], "head_timeout"),
+        (["--head-timeout-s", "0"], "head_timeout"),
+        (["--head-timeout", "0"], "head_timeout"),  # the old name, kept for a release
+        (["--workers", "0"], "--workers"),
     ],
 )
 def test_serve_usage_errors_exit_2(args: list[str], needle: str) -> None:

@@ -52,7 +52,7 @@ def test_huge_body_gets_413_not_a_connection_reset(sk_serve: ServeProcess) -> No
 @pytest.fixture
 def saturated_server() -> Iterator[str]:
     """A server with one run slot and a 0.3 s queue timeout, on the fake backend (exact timings)."""
-    app = create_app(FakeBackend(), max_concurrency=1, queue_timeout=0.3)
+    app = create_app(FakeBackend(), max_concurrency=1, queue_timeout_s=0.3)
     with uvicorn_thread(app) as url:
         yield url
 

@@ -39,7 +39,7 @@ def run_workload(url: str) -> list[int]:
 
 
 def test_curl_metrics_parses_and_counts_the_workload_exactly() -> None:
-    pool = SandboxPool(FakeBackend(), max_concurrency=2, retries=1, backoff_base=0.01)
+    pool = SandboxPool(FakeBackend(), max_concurrency=2, retries=1, backoff_base_s=0.01)
     with uvicorn_thread(create_app(pool)) as url:
         codes = run_workload(url)
         curl = subprocess.run(["curl", "-sS", "-D", "/dev/stderr", f"{url}/metrics"], capture_output=True, timeout=30)

@@ -168,3 +168,23 @@ def test_verl_default_compute_score_reward_path(sk_serve: ServeProcess) -> None:
     )
     assert right == 1.0
     assert wrong == 0.0
+
+
+# ---------------------------------------------------------------------------- verl's tool path
+
+
+async def test_verl_tool_through_the_server(sk_serve: ServeProcess) -> None:
+    """verl's ``code_interpreter`` tool with the old ``sandbox_fusion_url`` key, called by ToolAgentLoop."""
+    from integrations.test_verl_tool import agent_loop, code_call, trajectory
+    from sandboxkit.integrations.verl import SandboxTool
+
+    tool = SandboxTool({"type": "native", "sandbox_fusion_url": sk_serve.run_code_url, "stateful": False})
+    loop = agent_loop([tool])
+    try:
+        calls = [loop._call_tool(code_call(f"print({i} * 3)"), {}, trajectory(f"r{i}")) for i in range(12)]
+        answers = await asyncio.gather(*calls)
+        assert [text.text.strip() for text, _, _ in answers] == [str(i * 3) for i in range(12)]
+        failed, _, metrics = await loop._call_tool(code_call("raise SystemExit(3)"), {}, trajectory("bad"))
+        assert metrics["status"] == "failed", failed.text
+    finally:
+        tool.close()

@@ -118,6 +118,9 @@ async def check_pids_come_back(sandbox: Sandbox, pids: int) -> None:
 async def check_output_limits(sandbox: Sandbox, output_bytes: int) -> None:
     """Long output keeps head and tail (marked); a flood is interrupted and the state survives."""
     await cell(sandbox, "state = 'here'")
+    # Under the cap, past the head and half the tail: all of it, unflagged (the tail once kept only its end).
+    fits = await cell(sandbox, f"print('F' * {output_bytes * 7 // 8 - 1})")
+    assert not fits.truncated and fits.stdout == "F" * (output_bytes * 7 // 8 - 1) + "\n", len(fits.stdout)
     long = await cell(sandbox, f"print('A' * {output_bytes} + 'END')")
     assert long.truncated and long.stdout.startswith("AAAA") and long.stdout.endswith("END\n"), long.stdout[-80:]
     assert "bytes cut ...]" in long.stdout

@@ -37,3 +37,31 @@ def test_bench_scale_measures_each_host_process_count(tmp_path: Path) -> None:
         assert row["extra"]["wrong"] == 0
         assert row["extra"]["host_cpu_ms_per_run"] > 0
         assert len(row["extra"]["load_avg"]) == 2 and row["extra"]["cores"] >= 1
+
+
+def test_bench_scale_has_one_pool_rows_beside_the_hand_split(tmp_path: Path) -> None:
+    out_json = tmp_path / "scale.json"
+    env = {
+        **os.environ,
+        "SANDBOXKIT_SCALE_PARTS": "pool",
+        "SANDBOXKIT_SCALE_POOL_P": "1,2",
+        "SANDBOXKIT_SCALE_C": "2",
+        "SANDBOXKIT_SCALE_SECONDS": "0.3",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "sandboxkit.cli", "bench", "scale", "--quick", "--json", str(out_json)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(out_json.read_text())
+    assert [r["case"] for r in rows] == [
+        "print(1), one pool with 1 host worker(s) x c=2",
+        "print(1), one pool with 2 host worker(s) x c=2",
+    ]
+    for row in rows:
+        assert row["n"] > 0 and row["extra"]["wrong"] == 0
+        # the parent's own share is part of the host's (which adds the workers' CPU)
+        assert 0 < row["extra"]["parent_cpu_ms_per_run"] <= row["extra"]["host_cpu_ms_per_run"] + 0.001

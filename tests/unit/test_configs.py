@@ -1,4 +1,4 @@
-"""Typed backend configs: they match their constructors, refuse typos by name, and build real backends."""
+"""Typed backend configs: each option declared once, taken by its backend, typos refused by name."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import inspect
 import json
 import subprocess
 import sys
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import ValidationError
+from pydantic import ValidationError, model_validator
 
 import sandboxkit
 from sandboxkit import InvalidRequest, SandboxPool, Status
@@ -20,30 +20,105 @@ from sandboxkit.configs import (
     BaseBackendConfig,
     DaytonaConfig,
     DockerConfig,
+    E2BConfig,
     RayConfig,
+    SandboxFusionConfig,
     SubprocessConfig,
     parse_backend_config,
 )
 from sandboxkit.registry import BackendSpec, available_backends, backend_config, parse_backend_options
 
+#: The backends whose constructors take their config (the Ray placement takes a class as ``inner``, too).
+TAKE_CONFIG = ("daytona", "docker", "e2b", "sandbox_fusion", "subprocess")
 
-def _constructor_keywords(name: str) -> dict[str, Any]:
+
+@pytest.mark.parametrize("name", TAKE_CONFIG)
+def test_a_backend_constructor_declares_no_option_of_its_own(name: str) -> None:
+    """Each option is declared once, in the config: the constructor takes the model or keywords for it."""
     factory = available_backends()[name].load()
-    params = inspect.signature(factory).parameters.values()
-    return {
-        p.name: p.default for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self"
-    }
+    params = [p for p in inspect.signature(factory).parameters.values() if p.name != "self"]
+    kinds = inspect.Parameter
+    assert [(p.name, p.kind) for p in params] == [
+        ("config", kinds.POSITIONAL_OR_KEYWORD),
+        ("options", kinds.VAR_KEYWORD),
+    ]
+    assert getattr(factory, "config_model", None) is BUILTIN_CONFIGS[name]
 
 
-@pytest.mark.parametrize("name", sorted(BUILTIN_CONFIGS))
-def test_config_fields_and_defaults_match_the_backend_constructor(name: str) -> None:
-    """Guard against drift: a constructor option added or renamed without its config fails here."""
-    model = BUILTIN_CONFIGS[name]
-    keywords = _constructor_keywords(name)
-    assert model.option_names() == sorted(keywords), f"{model.__name__} and the {name} constructor disagree"
-    for option, default in keywords.items():
-        field_default = model.model_fields[option].default
-        assert field_default == default, f"{model.__name__}.{option} defaults to {field_default!r}, not {default!r}"
+def test_a_backend_takes_its_config_as_it_is() -> None:
+    from sandboxkit.backends.subprocess import SubprocessBackend
+
+    config = SubprocessConfig(tmp_mb=32, warm_python=False)
+    built = SubprocessBackend(config=config)
+    assert built.config is config and built.tmp_mb == 32 and built.warm_python is False
+    assert SubprocessBackend(config, tmp_mb=48).config == SubprocessConfig(tmp_mb=48, warm_python=False)
+
+
+def test_keyword_options_are_validated_by_the_model_and_named_with_the_backend() -> None:
+    from sandboxkit.backends.subprocess import SubprocessBackend
+
+    assert SubprocessBackend(disk_mb=64).config == SubprocessConfig(disk_mb=64)
+    with pytest.raises(InvalidRequest, match=r"backend 'subprocess' rejected its options: option 'tmp_mb'=0: "):
+        SubprocessBackend(tmp_mb=0)
+    with pytest.raises(InvalidRequest, match=r"unknown option 'disk_mbb' \(did you mean 'disk_mb'\?\)\. Valid options"):
+        SubprocessBackend(disk_mbb=64)
+    with pytest.raises(InvalidRequest, match=r"option 'preload_modules'=\['os path'\]: .*not module names"):
+        SubprocessBackend(preload_modules=["os path"])
+    with pytest.raises(InvalidRequest, match=r"backend 'subprocess' takes a SubprocessConfig, got DockerConfig"):
+        SubprocessBackend(DockerConfig())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("model", "options", "complaint"),
+    [
+        (DockerConfig, {"workdir": "work"}, "workdir must be an absolute path"),
+        (SubprocessConfig, {"workdir": "/tmp/w"}, "outside /tmp, /dev, /proc and /sys"),
+        (SubprocessConfig, {"workdir": "/a/../b"}, "contains '..'"),
+        (DockerConfig, {"runner": "go"}, "Input should be 'auto', 'static' or 'python'"),
+        (DaytonaConfig, {"cpu": 2}, "only to sandboxes built from an image"),
+        (E2BConfig, {"sandbox_timeout_s": 86_401}, "less than or equal to 86400"),
+        (SandboxFusionConfig, {"retries": -1}, "greater than or equal to 0"),
+    ],
+)
+def test_what_a_constructor_checked_by_hand_the_model_checks(
+    model: type[BaseBackendConfig], options: dict[str, Any], complaint: str
+) -> None:
+    """These checks need no SDK and no machine: a config refuses the value before any backend exists."""
+    with pytest.raises(InvalidRequest, match=complaint) as info:
+        model.from_options(None, options)
+    message = info.value.message
+    assert (
+        message.startswith(f"backend {model.backend_name()!r} rejected its options: ")
+        and next(iter(options)) in message
+    )
+
+
+class _CountingConfig(BaseBackendConfig):
+    kind: str = "counted"
+    size: int = 1
+    validations: ClassVar[int] = 0
+
+    @model_validator(mode="after")
+    def _count(self) -> _CountingConfig:
+        type(self).validations += 1
+        return self
+
+
+class _CountedBackend:
+    """A backend class that names its model: the registry hands it the config it built."""
+
+    config_model = _CountingConfig
+
+    def __init__(self, config: _CountingConfig | None = None, **options: Any) -> None:
+        self.config = _CountingConfig.from_options(config, options)
+
+
+def test_the_registry_builds_a_backends_config_once() -> None:
+    sandboxkit.registry.register(BackendSpec(name="counted", factory=_CountedBackend, config=_CountingConfig))  # type: ignore[arg-type]
+    _CountingConfig.validations = 0
+    built = sandboxkit.backend("counted", size=3)
+    assert isinstance(built, _CountedBackend) and built.config.size == 3
+    assert _CountingConfig.validations == 1
 
 
 @pytest.mark.parametrize("name", sorted(BUILTIN_CONFIGS))

@@ -39,15 +39,30 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "metrics",
         "distributed",
         "prometheus",
+        "_workers",
     ),
-    ("registry", "hookspecs", "backends._plugins"),
+    ("registry", "hookspecs", "backends._plugins", "_workers._spec"),
     ("backends",),
     ("protocols", "base", "streaming", "kernel"),
-    ("models", "errors", "languages", "_plan", "output", "configs"),
+    ("models", "errors", "languages", "_plan", "output", "configs", "_in_sandbox_std", "_standalone"),
 )
 
-#: What a backend may import from sandboxkit besides its own package (and third-party SDKs).
-BACKEND_MAY_IMPORT = ("models", "errors", "languages", "_plan", "base", "output", "protocols", "streaming", "kernel")
+#: What a backend may import from sandboxkit besides its own package (and third-party SDKs); ``configs``:
+#: its constructor takes its options model.
+BACKEND_MAY_IMPORT = (
+    "models",
+    "errors",
+    "languages",
+    "_plan",
+    "base",
+    "output",
+    "protocols",
+    "streaming",
+    "kernel",
+    "configs",
+    "_in_sandbox_std",
+    "_standalone",
+)
 #: What a wire protocol may import from sandboxkit.
 PROTOCOL_MAY_IMPORT = ("models", "errors", "languages", "output")
 #: Trainer frameworks: only integrations/ adapts to them (and distributed/ runs on Ray).

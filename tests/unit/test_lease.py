@@ -18,7 +18,7 @@ from sandboxkit import (
 )
 from sandboxkit.testing import FakeBackend
 
-FAST = {"backoff_base": 0.001, "backoff_max": 0.01}
+FAST = {"backoff_base_s": 0.001, "backoff_max_s": 0.01}
 
 
 async def test_transient_errors_are_retried_with_backoff() -> None:
@@ -35,7 +35,7 @@ async def test_transient_errors_are_retried_with_backoff() -> None:
 
 async def test_rate_limited_is_retried_and_honours_retry_after() -> None:
     backend = FakeBackend()
-    async with SandboxPool(backend, retries=2, backoff_base=0.0001, backoff_max=1.0) as pool:
+    async with SandboxPool(backend, retries=2, backoff_base_s=0.0001, backoff_max_s=1.0) as pool:
         started = time.monotonic()
         result = await pool.run("ratelimit:1")
     assert result.status is Status.OK
@@ -100,7 +100,7 @@ async def test_dead_sandboxes_are_not_leased() -> None:
 
 async def test_rate_limited_open_penalizes_the_bucket() -> None:
     backend = FakeBackend(open_failures=1, open_error=lambda msg: RateLimited(msg, retry_after=0.05))  # type: ignore[arg-type]
-    async with SandboxPool(backend, creation_rate=100, retries=2, backoff_base=0.0001) as pool:
+    async with SandboxPool(backend, creation_rate=100, retries=2, backoff_base_s=0.0001) as pool:
         started = time.monotonic()
         await pool.run("ok")
     assert time.monotonic() - started >= 0.04

@@ -33,7 +33,7 @@ async def test_a_custom_limiter_states_what_it_does_instead_of_being_probed() ->
 
     limiter = Counting()
     backend = FakeBackend(open_failures=1, open_error=lambda msg: RateLimited(msg, retry_after=0.05))  # type: ignore[arg-type]
-    async with SandboxPool(backend, limiter=limiter, retries=2, backoff_base=0.0001) as pool:
+    async with SandboxPool(backend, limiter=limiter, retries=2, backoff_base_s=0.0001) as pool:
         assert (await pool.run("ok")).status is Status.OK
     assert limiter.attached == 1
     assert limiter.penalties == [0.05], "a 429 on creation reaches the limiter once, with Retry-After"
@@ -64,7 +64,7 @@ async def test_a_custom_limiter_states_what_it_does_instead_of_being_probed() ->
             await self.inner.aclose()
 
     ratelimited = FakeBackend(open_failures=1, open_error=lambda msg: RateLimited(msg, retry_after=0.01))  # type: ignore[arg-type]
-    async with SandboxPool(ratelimited, limiter=Bare(), retries=2, backoff_base=0.0001) as pool:
+    async with SandboxPool(ratelimited, limiter=Bare(), retries=2, backoff_base_s=0.0001) as pool:
         assert (await pool.run("ok")).status is Status.OK
     with pytest.raises(InvalidRequest, match=r"limiter must be .*Limiter.*got <object"):
         SandboxPool(FakeBackend(), limiter=object())  # type: ignore[arg-type]

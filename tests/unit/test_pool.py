@@ -27,7 +27,7 @@ from sandboxkit import (
 from sandboxkit.testing import FakeBackend
 from support.marks import missing
 
-FAST = {"backoff_base": 0.001, "backoff_max": 0.01}
+FAST = {"backoff_base_s": 0.001, "backoff_max_s": 0.01}
 
 
 async def test_calls_in_flight_never_exceed_the_cap_under_1000_concurrent_calls() -> None:
@@ -86,7 +86,7 @@ async def test_run_many_returns_every_result_once_in_order() -> None:
 
 
 async def test_cancelled_run_many_leaves_no_sandbox_open() -> None:
-    backend = FakeBackend(close_delay=0.01)
+    backend = FakeBackend(close_delay_s=0.01)
     pool = SandboxPool(backend, max_concurrency=8)
     async with pool:
         task = asyncio.ensure_future(pool.run_many([{"code": "sleep:30"}] * 20))

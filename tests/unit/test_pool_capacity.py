@@ -14,11 +14,11 @@ import pytest
 from sandboxkit import CapacityExceeded, DeadlineExceeded, Limits, RateLimited, RunResult, SandboxPool, Status
 from sandboxkit.testing import FakeBackend
 
-FAST = {"backoff_base": 0.001, "backoff_max": 0.01}
+FAST = {"backoff_base_s": 0.001, "backoff_max_s": 0.01}
 
 
 async def test_a_batch_larger_than_the_service_limit_waits_instead_of_failing() -> None:
-    backend = FakeBackend(capacity=2, open_delay=0.002)
+    backend = FakeBackend(capacity=2, open_delay_s=0.002)
     codes = [f"sleep:0.00{i % 5}" for i in range(32)]
     async with SandboxPool(backend, max_concurrency=16, **FAST) as pool:
         with anyio.fail_after(30):
@@ -40,7 +40,7 @@ async def test_a_batch_larger_than_the_service_limit_waits_instead_of_failing() 
 
 
 async def test_the_learned_cap_grows_back_when_the_service_allows_more() -> None:
-    backend = FakeBackend(capacity=2, open_delay=0.001)
+    backend = FakeBackend(capacity=2, open_delay_s=0.001)
     async with SandboxPool(backend, max_concurrency=16, **FAST) as pool:
         await pool.run_many([{"code": "sleep:0.002"}] * 32)
         assert pool.metrics()["learned_cap"] <= 3

@@ -18,7 +18,7 @@ from sandboxkit import (
 )
 from sandboxkit.testing import FakeBackend
 
-FAST = {"backoff_base": 0.001, "backoff_max": 0.01}
+FAST = {"backoff_base_s": 0.001, "backoff_max_s": 0.01}
 
 
 async def test_session_keeps_state_and_counts_against_the_cap() -> None:
@@ -77,7 +77,7 @@ async def test_sessions_pooled_calls_and_judge_style_sessions_share_every_sandbo
     # The judge opens a session per compiled submission (hold a sandbox, then several calls) while
     # other submissions run pooled calls; with as few sandboxes as call slots, any lock-order bug
     # (a caller waiting for a sandbox while sitting on a call slot) hangs here.
-    backend = FakeBackend(open_delay=0.001)
+    backend = FakeBackend(open_delay_s=0.001)
     done: list[str] = []
     async with SandboxPool(backend, max_concurrency=2, max_sandboxes=max_sandboxes, **FAST) as pool:
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pytest
 
@@ -18,11 +19,27 @@ from sandboxkit import SandboxPool, SyncSandboxPool
 from sandboxkit.base import Backend, Capabilities, Sandbox
 from sandboxkit.errors import InvalidRequest
 from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status
-from sandboxkit.streaming import Sink, replay, sink
+from sandboxkit.streaming import BufferedSandbox, Sink, replay, sink
 from sandboxkit.testing import FakeBackend
 
 
-class _OldSandbox(Sandbox):
+class _NoFiles:
+    """The file and life-cycle methods of a test sandbox that only runs."""
+
+    async def write_files(self, files: Mapping[str, bytes | str]) -> None:
+        return None
+
+    async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
+        return {}
+
+    async def alive(self) -> bool:
+        return True
+
+    async def close(self) -> None:
+        return None
+
+
+class _OldSandbox(_NoFiles, Sandbox):
     """A plugin sandbox written before streaming: its run/exec take no callbacks."""
 
     backend_name = "old-plugin"
@@ -44,18 +61,6 @@ class _OldSandbox(Sandbox):
     ) -> ExecResult:
         return ExecResult(status=Status.OK, exit_code=0, stdout=f"exec {command}\n")
 
-    async def write_files(self, files: Mapping[str, bytes | str]) -> None:
-        return None
-
-    async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
-        return {}
-
-    async def alive(self) -> bool:
-        return True
-
-    async def close(self) -> None:
-        return None
-
 
 class _OldBackend(Backend):
     name = "old-plugin"
@@ -66,6 +71,52 @@ class _OldBackend(Backend):
 
     async def open(self, limits: Limits | None = None) -> Sandbox:
         return _OldSandbox()
+
+
+class _Recording(_NoFiles, BufferedSandbox):
+    """A non-streaming sandbox that records the callbacks its run/exec were given."""
+
+    backend_name = "recording"
+
+    def __init__(self) -> None:
+        self.id = "rec-1"
+        self.given: list[tuple[object, object]] = []
+
+    async def run(self, request: RunRequest, **callbacks: Any) -> RunResult:
+        self.given.append((callbacks.get("on_stdout"), callbacks.get("on_stderr")))
+        return await super().run(request, **callbacks)
+
+    async def exec(self, command: str | Sequence[str], **kw: Any) -> ExecResult:
+        self.given.append((kw.get("on_stdout"), kw.get("on_stderr")))
+        return await super().exec(command, **kw)
+
+    async def _run_buffered(self, request: RunRequest) -> RunResult:
+        return RunResult(status=Status.OK, exit_code=0, stdout="ran\n")
+
+    async def _exec_buffered(self, command: str | Sequence[str], **kw: Any) -> ExecResult:
+        return ExecResult(status=Status.OK, exit_code=0, stdout="done\n")
+
+
+class _RecordingBackend(_OldBackend):
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.sandbox = _Recording()
+
+    async def open(self, limits: Limits | None = None) -> Sandbox:
+        return self.sandbox
+
+
+async def test_a_buffered_sandbox_replays_the_callbacks_itself_the_pool_does_not_again() -> None:
+    """One replay per call: the pool hands the callbacks to a ``BufferedSandbox``, which replays them."""
+    backend = _RecordingBackend()
+    out: list[bytes] = []
+    async with SandboxPool(backend, max_concurrency=1) as pool:
+        await pool.run("x", on_stdout=out.append)
+        await pool.exec("ls", on_stdout=out.append)
+        await pool.exec("ls")
+    assert out == [b"ran\n", b"done\n"]
+    assert backend.sandbox.given == [(out.append, None), (out.append, None), (None, None)]
 
 
 async def test_fake_backend_replays_the_final_output_once() -> None:

@@ -116,7 +116,7 @@ async def test_capacity_refuses_with_capacity_exceeded_and_records_peaks() -> No
 
 
 async def test_slow_opens_and_open_failures() -> None:
-    backend = FakeBackend(open_delay=0.05, open_failures=1)
+    backend = FakeBackend(open_delay_s=0.05, open_failures=1)
     with pytest.raises(Transient):
         await backend.open()
     sb = await backend.open()

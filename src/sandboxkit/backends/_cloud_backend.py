@@ -31,12 +31,11 @@ import logging
 import os
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import anyio
 import anyio.to_thread
-from pydantic import SecretStr
 
 from sandboxkit.backends._cloud_sandbox import (
     CREATE_LABEL,
@@ -49,6 +48,7 @@ from sandboxkit.backends._cloud_sandbox import (
     resolve_secret,
 )
 from sandboxkit.base import Availability, Backend, Capabilities, Snapshot
+from sandboxkit.configs import CloudConfig
 from sandboxkit.errors import BackendUnavailable, InvalidRequest, SandboxkitError, Transient
 from sandboxkit.languages import LANGUAGES, resolve_language
 from sandboxkit.models import Limits
@@ -111,11 +111,9 @@ class CloudBackend(Backend):
     """Base of the backends whose sandboxes live in a cloud service.
 
     Args:
-        api_key: API key (default: the ``key_env`` environment variable). Never logged or shown.
-        create_timeout_s: how long one creation may take before it is abandoned (and cleaned up).
-        grace_s: how much longer than a run's limit the host waits for the service.
-        languages: languages the image can run (default: all of sandboxkit's; a missing
-            toolchain is reported as ToolchainMissing when used).
+        config: the service's options, a :class:`~sandboxkit.configs.CloudConfig` subclass that the
+            subclass's constructor validated (its ``api_key``, ``create_timeout_s``, ``grace_s`` and
+            ``languages`` are read here).
 
     Raises:
         BackendUnavailable: no API key (names the environment variable).
@@ -132,23 +130,16 @@ class CloudBackend(Backend):
     #: What a checkpoint of the service carries (``Capabilities.fork``); "none": no snapshot primitives.
     fork_level: ClassVar[str] = "none"
 
-    def __init__(
-        self,
-        *,
-        api_key: str | SecretStr | None,
-        create_timeout_s: float,
-        grace_s: float,
-        languages: Sequence[str] | None,
-    ) -> None:
-        self._api_key = resolve_secret(api_key, os.environ.get(self.key_env))
+    def __init__(self, config: CloudConfig) -> None:
+        self._api_key = resolve_secret(config.api_key, os.environ.get(self.key_env))
         if self._api_key is None:
             raise BackendUnavailable(
                 f"{self.key_env} is not set; export {self.key_env}=<your key> (or pass api_key=...) "
                 f"to use the {self.name} backend",
                 backend=self.name,
             )
-        self.create_timeout_s, self.grace_s = create_timeout_s, grace_s
-        self.languages = frozenset(resolve_language(x).name for x in (languages or LANGUAGES))
+        self.create_timeout_s, self.grace_s = config.create_timeout_s, config.grace_s
+        self.languages = frozenset(resolve_language(x).name for x in (config.languages or LANGUAGES))
         self.instance_id = uuid.uuid4().hex[:12]
         self._live: set[str] = set()
         self._pending_tokens: set[str] = set()

@@ -41,7 +41,7 @@ from typing import TypedDict
 
 from sandboxkit.errors import InvalidRequest, ToolchainMissing
 from sandboxkit.models import ExecResult, Limits, Status, decode_output
-from sandboxkit.output import DEFAULT_STOP_BYTES, cut_marker
+from sandboxkit.output import DEFAULT_STOP_BYTES, cut_marker, head_tail_split
 
 __all__ = [
     "CONTROL_DIR",
@@ -125,8 +125,7 @@ class Step:
 
     def split(self) -> tuple[int, int]:
         """Bytes kept from the head and from the tail of a stream longer than ``output_bytes``."""
-        head = max(0, min(self.output_bytes, int(self.output_bytes * self.head_fraction)))
-        return head, self.output_bytes - head
+        return head_tail_split(self.output_bytes, self.head_fraction)
 
 
 def _enter(root: str) -> str:

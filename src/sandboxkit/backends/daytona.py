@@ -33,11 +33,11 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
-from pydantic import SecretStr
 
 from sandboxkit.backends._cloud_backend import CloudBackend, named_limit
 from sandboxkit.backends._cloud_sandbox import CloudSandbox, NoAnswer, RawResult, redact
 from sandboxkit.base import Snapshot
+from sandboxkit.configs import DaytonaConfig
 from sandboxkit.errors import (
     BackendUnavailable,
     CapacityExceeded,
@@ -274,25 +274,15 @@ class DaytonaBackend(CloudBackend):
     """Creates Daytona sandboxes.
 
     Args:
-        api_key: API key (default: ``DAYTONA_API_KEY``). Never logged or shown in reprs.
-        api_url: API URL (default: ``DAYTONA_API_URL``, else Daytona Cloud).
-        target: region (default: ``DAYTONA_TARGET``, else the organisation's default).
-        snapshot: snapshot to create sandboxes from (default: Daytona's default snapshot).
-        image: create from this image instead (needed for ``cpu`` / ``memory_gb`` / ``disk_gb``).
-        cpu, memory_gb, disk_gb: resources per sandbox (image-based sandboxes only).
-        auto_stop_minutes: an idle sandbox stops (and, being ephemeral, is deleted) after this
-            long; the backstop against leaks. 0 disables it (not recommended).
-        ttl_minutes: hard wall-clock lifetime of a sandbox (None = no limit).
-        create_timeout_s: how long one creation may take before it is abandoned (and cleaned up).
-        grace_s: how much longer than a run's limit the host waits for the service.
-        labels: extra labels put on every sandbox.
-        languages: languages the image can run (default: all of sandboxkit's; a missing
-            toolchain is reported as ToolchainMissing when used).
-        connection_pool_maxsize: aiohttp pool size of the SDK (None = SDK default).
+        config: the options, a :class:`~sandboxkit.configs.DaytonaConfig` (each one is documented
+            there and in docs/backends/daytona.md).
+        **options: the same options as keywords (``DaytonaBackend(image="python:3.12")``), validated
+            by that model, over ``config`` when both are given.
 
     Raises:
         BackendUnavailable: no API key (names ``DAYTONA_API_KEY``).
-        InvalidRequest: resources without an image, or an unknown language.
+        InvalidRequest: an option is unknown or invalid (resources without an image, say), or an
+            unknown language.
     """
 
     name = "daytona"
@@ -305,39 +295,18 @@ class DaytonaBackend(CloudBackend):
     )
     fork_level: ClassVar[str] = "files"
 
-    def __init__(
-        self,
-        *,
-        api_key: str | SecretStr | None = None,
-        api_url: str | None = None,
-        target: str | None = None,
-        snapshot: str | None = None,
-        image: str | None = None,
-        cpu: int | None = None,
-        memory_gb: int | None = None,
-        disk_gb: int | None = None,
-        auto_stop_minutes: int = 15,
-        ttl_minutes: int | None = None,
-        create_timeout_s: float = 60.0,
-        grace_s: float = 15.0,
-        labels: Mapping[str, str] | None = None,
-        languages: Sequence[str] | None = None,
-        connection_pool_maxsize: int | None = None,
-    ) -> None:
-        super().__init__(api_key=api_key, create_timeout_s=create_timeout_s, grace_s=grace_s, languages=languages)
-        self.api_url = (api_url or os.environ.get("DAYTONA_API_URL") or DEFAULT_API_URL).rstrip("/")
-        self.target = target or os.environ.get("DAYTONA_TARGET") or None
-        if (cpu or memory_gb or disk_gb) and not image:
-            raise InvalidRequest(
-                "Daytona applies cpu/memory_gb/disk_gb only to sandboxes built from an image; pass image=... "
-                "or size the snapshot instead",
-                backend="daytona",
-            )
-        self.snapshot, self.image = snapshot, image
-        self.cpu, self.memory_gb, self.disk_gb = cpu, memory_gb, disk_gb
-        self.auto_stop_minutes, self.ttl_minutes = auto_stop_minutes, ttl_minutes
-        self.labels = dict(labels or {})
-        self.connection_pool_maxsize = connection_pool_maxsize
+    config_model: ClassVar[type[DaytonaConfig]] = DaytonaConfig
+
+    def __init__(self, config: DaytonaConfig | None = None, **options: Any) -> None:
+        self.config = config = DaytonaConfig.from_options(config, options)
+        super().__init__(config)
+        self.api_url = (config.api_url or os.environ.get("DAYTONA_API_URL") or DEFAULT_API_URL).rstrip("/")
+        self.target = config.target or os.environ.get("DAYTONA_TARGET") or None
+        self.snapshot, self.image = config.snapshot, config.image
+        self.cpu, self.memory_gb, self.disk_gb = config.cpu, config.memory_gb, config.disk_gb
+        self.auto_stop_minutes, self.ttl_minutes = config.auto_stop_minutes, config.ttl_minutes
+        self.labels = dict(config.labels or {})
+        self.connection_pool_maxsize = config.connection_pool_maxsize
         # The SDK imports its generated clients lazily, which takes seconds; pay that here rather
         # than inside an event loop that is busy serving a trainer.
         import daytona._async.daytona  # noqa: F401
@@ -362,7 +331,8 @@ class DaytonaBackend(CloudBackend):
     # ------------------------------------------------------------------ clients (one per loop)
 
     def _client(self) -> AsyncDaytona:
-        from daytona import AsyncDaytona, DaytonaConfig
+        from daytona import AsyncDaytona
+        from daytona import DaytonaConfig as SdkConfig
 
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
@@ -375,7 +345,7 @@ class DaytonaBackend(CloudBackend):
             if self.connection_pool_maxsize is not None:
                 config["connection_pool_maxsize"] = self.connection_pool_maxsize
             try:
-                client = AsyncDaytona(DaytonaConfig(**config))
+                client = AsyncDaytona(SdkConfig(**config))
             except Exception as exc:
                 raise self.map_error(exc, op="connect") from exc
             self._clients[loop] = client

@@ -33,11 +33,11 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
-from pydantic import SecretStr
 
 from sandboxkit.backends._cloud_backend import CloudBackend, named_limit
 from sandboxkit.backends._cloud_sandbox import CloudSandbox, NoAnswer, RawResult, redact
 from sandboxkit.base import Snapshot
+from sandboxkit.configs import E2BConfig
 from sandboxkit.errors import (
     BackendUnavailable,
     CapacityExceeded,
@@ -226,24 +226,14 @@ class E2BBackend(CloudBackend):
     """Creates E2B sandboxes.
 
     Args:
-        api_key: API key (default: ``E2B_API_KEY``). Never logged or shown in reprs.
-        domain: E2B domain (default: ``E2B_DOMAIN``, else ``e2b.app``).
-        api_url: control-plane URL override (default: ``E2B_API_URL``; self-hosting and tests).
-        sandbox_url: envd URL override for every sandbox (default: ``E2B_SANDBOX_URL``; tests).
-        template: template to create sandboxes from (default: E2B's ``base``).
-        sandbox_timeout_s: sandbox lifetime; renewed while in use, so it bounds how long a leaked
-            sandbox lives (and bills). E2B caps it at 1 h (Hobby) / 24 h (Pro).
-        create_timeout_s: how long one creation may take before it is abandoned (and cleaned up).
-        request_timeout_s: timeout of one control-plane / envd request.
-        grace_s: how much longer than a run's limit the host waits for the service.
-        metadata: extra metadata put on every sandbox.
-        languages: languages the template can run (default: all of sandboxkit's; a missing
-            toolchain is reported as ToolchainMissing when used).
-        user: sandbox user commands run as (default: the template's, ``user``).
-        http_version: ``"1.1"`` or ``"2"`` (default: ``E2B_HTTP_VERSION``, else the SDK's).
+        config: the options, a :class:`~sandboxkit.configs.E2BConfig` (each one is documented there
+            and in docs/backends/e2b.md).
+        **options: the same options as keywords (``E2BBackend(template="base")``), validated by that
+            model, over ``config`` when both are given.
 
     Raises:
         BackendUnavailable: no API key (names ``E2B_API_KEY``).
+        InvalidRequest: an option is unknown or invalid, or an unknown language.
     """
 
     name = "e2b"
@@ -257,35 +247,20 @@ class E2BBackend(CloudBackend):
     )
     fork_level: ClassVar[str] = "memory"
 
-    def __init__(
-        self,
-        *,
-        api_key: str | SecretStr | None = None,
-        domain: str | None = None,
-        api_url: str | None = None,
-        sandbox_url: str | None = None,
-        template: str | None = None,
-        sandbox_timeout_s: int = 600,
-        create_timeout_s: float = 60.0,
-        request_timeout_s: float = 30.0,
-        grace_s: float = 15.0,
-        metadata: Mapping[str, str] | None = None,
-        languages: Sequence[str] | None = None,
-        user: str | None = None,
-        http_version: str | None = None,
-    ) -> None:
-        super().__init__(api_key=api_key, create_timeout_s=create_timeout_s, grace_s=grace_s, languages=languages)
-        self.domain = domain or os.environ.get("E2B_DOMAIN") or None
-        self.api_url = (api_url or os.environ.get("E2B_API_URL") or "").rstrip("/") or None
-        self.sandbox_url = (sandbox_url or os.environ.get("E2B_SANDBOX_URL") or "").rstrip("/") or None
-        self.template = template
-        if not 1 <= sandbox_timeout_s <= 86_400:
-            raise InvalidRequest(f"sandbox_timeout_s must be 1..86400, got {sandbox_timeout_s!r}", backend="e2b")
-        self.sandbox_timeout_s = int(sandbox_timeout_s)
-        self.request_timeout_s = request_timeout_s
-        self.metadata = dict(metadata or {})
-        self.user = user
-        self.http_version = http_version
+    config_model: ClassVar[type[E2BConfig]] = E2BConfig
+
+    def __init__(self, config: E2BConfig | None = None, **options: Any) -> None:
+        self.config = config = E2BConfig.from_options(config, options)
+        super().__init__(config)
+        self.domain = config.domain or os.environ.get("E2B_DOMAIN") or None
+        self.api_url = (config.api_url or os.environ.get("E2B_API_URL") or "").rstrip("/") or None
+        self.sandbox_url = (config.sandbox_url or os.environ.get("E2B_SANDBOX_URL") or "").rstrip("/") or None
+        self.template = config.template
+        self.sandbox_timeout_s = config.sandbox_timeout_s
+        self.request_timeout_s = config.request_timeout_s
+        self.metadata = dict(config.metadata or {})
+        self.user = config.user
+        self.http_version = config.http_version
 
     def __repr__(self) -> str:
         where = self.api_url or f"https://api.{self.domain or 'e2b.app'}"

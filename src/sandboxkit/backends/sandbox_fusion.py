@@ -35,12 +35,13 @@ import random
 import shlex
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 from pydantic import ValidationError
 
 from sandboxkit.base import Availability, Backend, Capabilities, Sandbox
+from sandboxkit.configs import SandboxFusionConfig
 from sandboxkit.errors import BackendUnavailable, InvalidRequest, RateLimited, SandboxCrashed, Transient
 from sandboxkit.languages import LANGUAGES
 from sandboxkit.models import ExecRequest, ExecResult, Limits, RunRequest, RunResult, check_relative_path
@@ -92,54 +93,39 @@ class SandboxFusionBackend(Backend):
     """Talks to a Sandbox Fusion-compatible service over HTTP, reusing connections.
 
     Args:
-        url: base URL (``http://host:8080``) or full ``.../run_code`` URL; default
-            ``$SANDBOX_FUSION_URL``.
-        languages: canonical sandboxkit language names the service can run (default: every
-            language Sandbox Fusion names: python, cpp, javascript (nodejs), java, go, rust, bash).
-        retries: extra in-backend attempts on transient faults (default 0: the pool retries).
-        backoff_base: first in-backend backoff in seconds (doubles, full jitter).
-        request_grace_s: added to compile + run timeouts to get the HTTP read timeout; a
-            service that stalls past it is a :class:`Transient` fault.
-        connect_timeout_s: TCP connect timeout.
-        max_connections: connections kept to the service.
-        headers: extra HTTP headers (an auth token for a hosted service).
+        config: the options, a :class:`~sandboxkit.configs.SandboxFusionConfig`; or the service
+            URL alone (``SandboxFusionBackend("http://host:8080")``, as before configs existed).
+        **options: the same options as keywords (``url=``, ``retries=``...), validated by that
+            model, over ``config`` when both are given.
 
     Raises:
-        InvalidRequest: no URL given and ``$SANDBOX_FUSION_URL`` is unset, or it is not http(s).
+        InvalidRequest: an option is unknown or invalid, or no URL is given and
+            ``$SANDBOX_FUSION_URL`` is unset, or it is not http(s).
     """
 
     name = _NAME
+    config_model: ClassVar[type[SandboxFusionConfig]] = SandboxFusionConfig
 
-    def __init__(
-        self,
-        url: str | None = None,
-        *,
-        languages: Sequence[str] | None = None,
-        retries: int = 0,
-        backoff_base: float = 0.1,
-        request_grace_s: float = 30.0,
-        connect_timeout_s: float = 10.0,
-        max_connections: int = 256,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        url = url or os.environ.get(URL_ENV)
+    def __init__(self, config: SandboxFusionConfig | str | None = None, **options: Any) -> None:
+        if isinstance(config, str):
+            config, options = None, {"url": config, **options}
+        self.config = config = SandboxFusionConfig.from_options(config, options)
+        url = config.url or os.environ.get(URL_ENV)
         if not url:
             raise InvalidRequest(f"no Sandbox Fusion URL: pass url='http://host:8080' or set ${URL_ENV}", backend=_NAME)
         self.base_url, self.run_code_url = split_url(url)
-        if retries < 0:
-            raise InvalidRequest(f"retries must be >= 0, got {retries!r}", backend=_NAME)
-        self.retries = retries
-        self.backoff_base = backoff_base
-        self.request_grace_s = request_grace_s
-        self.connect_timeout_s = connect_timeout_s
-        self.max_connections = max_connections
-        self.headers = dict(headers or {})
-        if languages is None:
+        self.retries = config.retries
+        self.backoff_base_s = config.backoff_base_s
+        self.request_grace_s = config.request_grace_s
+        self.connect_timeout_s = config.connect_timeout_s
+        self.max_connections = config.max_connections
+        self.headers = dict(config.headers or {})
+        if config.languages is None:
             self._languages = _default_languages()
         else:
             from sandboxkit.languages import resolve_language
 
-            self._languages = frozenset(resolve_language(lang).name for lang in languages)
+            self._languages = frozenset(resolve_language(lang).name for lang in config.languages)
         self._client: httpx.AsyncClient | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
         self._handles: set[str] = set()
@@ -216,7 +202,7 @@ class SandboxFusionBackend(Backend):
             except Transient as exc:
                 if attempt >= self.retries:
                     raise
-                delay = random.uniform(0, self.backoff_base * 2**attempt)
+                delay = random.uniform(0, self.backoff_base_s * 2**attempt)
                 if isinstance(exc, RateLimited) and exc.retry_after:
                     delay = max(delay, min(exc.retry_after, 10.0))
                 attempt += 1

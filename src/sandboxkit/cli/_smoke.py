@@ -4,6 +4,7 @@ Finding a toolchain's binaries proves little: a ``node`` wrapper without its exe
 start under the sandbox's limits, or a package of the npm tree that is gone all pass a presence check and fail
 every run. So the strict check runs a small program per language (``hello/<language>.<ext>``, shipped with the
 package) through a pool on the backend, exactly as a user's program runs, and reports each failure by name.
+The libraries Sandbox Fusion's image bundles are proved the same way (``_libraries``).
 
 What a set-up promises: on the host, every language that is not ``unavailable`` (``bootstrap.sh --all``
 installs them all); in the Docker image, the languages whose Debian packages the image's
@@ -21,11 +22,20 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from sandboxkit.cli._libraries import LIBRARIES, Library, carried_by_image
 from sandboxkit.errors import SandboxkitError
 from sandboxkit.languages import LANGUAGES, NODE_PREFIX, Language
 from sandboxkit.models import Limits, RunResult, Status
 
-__all__ = ["check_languages", "docker_image_label", "docker_promised", "hello_program", "host_promised", "strict_check"]
+__all__ = [
+    "check_languages",
+    "check_libraries",
+    "docker_image_label",
+    "docker_promised",
+    "hello_program",
+    "host_promised",
+    "strict_check",
+]
 
 #: Test-framework languages: their program is a passing test suite, judged by the framework's exit code.
 FRAMEWORKS = frozenset({"pytest", "go_test", "junit", "jest"})
@@ -89,17 +99,36 @@ def check_languages(
     Raises:
         SandboxError: the backend itself cannot be used (every language would fail the same way).
     """
+    wanted = list(names)
+    outcomes = _run_programs(backend, [(name, hello_program(name)) for name in wanted], options, concurrency)
+    return {name: verdict(name, outcome) for name, outcome in zip(wanted, outcomes, strict=True)}
+
+
+def check_libraries(
+    backend: str, libraries: Iterable[Library], options: Mapping[str, object] | None = None, concurrency: int = 2
+) -> dict[str, str]:
+    """Run each library's proving program on ``backend``; the library's row name → problem (``""`` when it works).
+
+    Raises:
+        SandboxError: the backend itself cannot be used.
+    """
+    wanted = list(libraries)
+    outcomes = _run_programs(backend, [(lib.language, lib.code()) for lib in wanted], options, concurrency)
+    return {lib.row: verdict(lib.language, outcome) for lib, outcome in zip(wanted, outcomes, strict=True)}
+
+
+def _run_programs(
+    backend: str, programs: Sequence[tuple[str, str]], options: Mapping[str, object] | None, concurrency: int
+) -> list[RunResult | SandboxkitError]:
     from sandboxkit.pool import SandboxPool
 
-    wanted = list(names)
-    requests = [{"code": hello_program(name), "language": name, "limits": LIMITS} for name in wanted]
+    requests = [{"code": code, "language": language, "limits": LIMITS} for language, code in programs]
 
     async def go() -> list[RunResult | SandboxkitError]:
         async with SandboxPool(backend, max_concurrency=concurrency, backend_options=dict(options or {})) as pool:
             return await pool.run_many(requests)
 
-    outcomes = asyncio.run(go())
-    return {name: verdict(name, outcome) for name, outcome in zip(wanted, outcomes, strict=True)}
+    return asyncio.run(go())
 
 
 def _missing_protections(options: dict[str, object]) -> list[str]:
@@ -147,11 +176,15 @@ def strict_check(
 
     problems = _missing_protections(dict(subprocess_options or {}))
     promised = {"subprocess": host_promised()}
+    # The libraries of the promised languages: on the host all of them, in the image those its label lists.
+    libraries = {"subprocess": list(LIBRARIES)}
     if docker:
         spec = available_backends().get("docker")
         avail = spec.availability() if spec is not None else None
         if avail is not None and avail.usable:
-            promised["docker"] = docker_promised(docker_image_label())
+            label = docker_image_label()
+            promised["docker"] = docker_promised(label)
+            libraries["docker"] = [lib for lib in LIBRARIES if carried_by_image(lib, label)]
         else:
             problems.append(f"docker backend unusable: {avail.reason if avail else 'not installed'}")
     results: dict[str, dict[str, str]] = {}
@@ -160,23 +193,33 @@ def strict_check(
         try:
             options = subprocess_options if backend == "subprocess" else None
             results[backend] = check_languages(backend, wanted, options) if wanted else {}
+            # A library of a language that did not run is not checked: that language's row names the problem.
+            ran = {name for name, problem in results[backend].items() if not problem}
+            libs = [lib for lib in libraries[backend] if lib.language in ran]
+            results[backend].update(check_libraries(backend, libs, options) if libs else {})
         except SandboxkitError as exc:
             problems.append(f"{backend} backend unusable: {exc}")
             results[backend] = {}
-    table = Table(title="toolchains run once inside the sandboxes (doctor --strict)")
+    table = Table(title="toolchains and bundled libraries run once inside the sandboxes (doctor --strict)")
     for col in ("language", *(f"{b} sandbox" for b in results), "install"):
         table.add_column(col)
-    for name in only or host_promised():
+    names = list(only or host_promised())
+    rows = [(name, name, LANGUAGES[name].install_hint) for name in names]
+    rows += [(lib.row, lib.language, _LIBRARY_HINT) for lib in LIBRARIES if lib.language in names]
+    for name, language, hint in rows:
         cells = []
         for backend, found in results.items():
             if name not in found:
-                cells.append("[dim]not promised[/]")
+                cells.append("[dim]not run[/]" if found.get(language) else "[dim]not promised[/]")
             elif found[name]:
                 cells.append("[red]FAILED[/]")
                 problems.append(f"{name} on {backend}: {found[name]}")
             else:
                 cells.append("[green]ran[/]")
         failed = any(found.get(name) for found in results.values())
-        table.add_row(escape(name), *cells, escape(LANGUAGES[name].install_hint) if failed else "")
+        table.add_row(escape(name), *cells, escape(hint) if failed else "")
     console.print(table)
     return problems
+
+
+_LIBRARY_HINT = "bash scripts/bootstrap.sh --all (the lists in scripts/toolchains.sh), then rebuild the Docker image"

@@ -39,6 +39,15 @@ def grade(
     file: Annotated[Path, typer.Argument(help="JSONL file of rows {id, completion, tests, language?, ...}.")],
     backend: Annotated[str, typer.Option("--backend", "-b", help="Backend that runs the code.")] = "subprocess",
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Sandbox runs in flight at once.")] = 8,
+    processes: Annotated[
+        str,
+        typer.Option(
+            "--processes",
+            "-P",
+            help="Host processes that grade rows: a number, or auto (one per core but one, at most one per"
+            " 4 jobs, 16 at most; 1 on two cores or fewer). See docs/multiprocess.md.",
+        ),
+    ] = "auto",
     output: Annotated[
         str, typer.Option("--output", "-o", help="Where to write one result row per input row ('-' = stdout).")
     ] = "results.jsonl",
@@ -49,9 +58,11 @@ def grade(
         ),
     ] = "pass_rate",
     language: Annotated[str, typer.Option("--language", "-l", help="Language of rows that do not say.")] = "python",
-    timeout: Annotated[
+    timeout_s: Annotated[
         float | None,
-        typer.Option("--timeout", "-t", min=0.001, help="Per-case time limit in seconds (rows may override)."),
+        typer.Option(
+            "--timeout-s", "--timeout", "-t", min=0.001, help="Per-case time limit in seconds (rows may override)."
+        ),
     ] = None,
     memory_mb: Annotated[int | None, typer.Option(help="Memory limit of each run in MiB.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
@@ -81,12 +92,14 @@ def grade(
         raise typer.Exit(EXIT_USAGE) from exc
     ids, rows, broken = _read_rows(text)
     defaults: dict[str, Any] = {"language": language, "shaping": shaping}
-    if timeout is not None:
-        defaults["timeout_s"] = timeout
+    if timeout_s is not None:
+        defaults["timeout_s"] = timeout_s
     defaults["isolate_asserts"] = isolate_asserts
     summary_console = Console(stderr=output == "-")
     try:
-        verdicts, wall, metrics = asyncio.run(_grade_all(rows, backend, jobs, memory_mb, defaults, quiet))
+        verdicts, wall, metrics = asyncio.run(
+            _grade_all(rows, backend, jobs, memory_mb, defaults, quiet, _processes(processes))
+        )
     except SandboxkitError as exc:
         fail(exc)
     results = _merge(ids, verdicts, broken)
@@ -124,8 +137,19 @@ def _read_rows(text: str) -> tuple[list[str], list[Any], dict[int, str]]:
     return ids, rows, broken
 
 
+def _processes(value: str) -> int | str:
+    """``--processes`` as the pool takes it: ``auto`` or a number (the pool rejects anything else)."""
+    return int(value) if value.strip().isdigit() else value.strip()
+
+
 async def _grade_all(
-    rows: Sequence[Any], backend: str, jobs: int, memory_mb: int | None, defaults: dict[str, Any], quiet: bool
+    rows: Sequence[Any],
+    backend: str,
+    jobs: int,
+    memory_mb: int | None,
+    defaults: dict[str, Any],
+    quiet: bool,
+    processes: int | str = 1,
 ) -> tuple[list[Any], float, dict[str, Any]]:
     from rich.progress import (
         BarColumn,
@@ -155,7 +179,7 @@ async def _grade_all(
     )
     passed = 0
     started = time.perf_counter()
-    async with SandboxPool(backend, max_concurrency=jobs, limits=limits) as pool:
+    async with SandboxPool(backend, max_concurrency=jobs, limits=limits, processes=processes) as pool:
         with progress:
             task = progress.add_task("grading", total=len(todo), passed=0)
 

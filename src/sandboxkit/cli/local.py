@@ -34,7 +34,9 @@ def run(
     backend: Annotated[str, typer.Option("--backend", "-b", help="Backend name.")] = "subprocess",
     language: Annotated[str, typer.Option("--language", "-l", help="Language name or alias.")] = "python",
     stdin: Annotated[str | None, typer.Option("--stdin", help="Text fed to the program ('-' reads ours).")] = None,
-    timeout: Annotated[float, typer.Option("--timeout", "-t", help="Wall-clock limit in seconds.")] = 10.0,
+    timeout_s: Annotated[
+        float, typer.Option("--timeout-s", "--timeout", "-t", help="Wall-clock limit in seconds.")
+    ] = 10.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the RunResult as JSON (never streams).")] = False,
     stream: Annotated[
         bool,
@@ -71,8 +73,10 @@ def run(
     async def go() -> object:
         async with SandboxPool(backend, max_concurrency=1, backend_options=options) as pool:
             if not live:
-                return await pool.run(code, language=language, stdin=stdin, timeout=timeout)
-            return await pool.run(code, language=language, stdin=stdin, timeout=timeout, on_stdout=out, on_stderr=err)
+                return await pool.run(code, language=language, stdin=stdin, timeout_s=timeout_s)
+            return await pool.run(
+                code, language=language, stdin=stdin, timeout_s=timeout_s, on_stdout=out, on_stderr=err
+            )
 
     try:
         result = asyncio.run(go())

@@ -19,6 +19,11 @@ from sandboxkit.errors import SandboxkitError
 TOKEN_ENV = "SANDBOXKIT_SERVE_TOKEN"
 
 
+def _seconds(flag: str, help: str) -> Any:
+    """A duration's option: ``--<flag>-s``, with ``--<flag>`` (its name before durations said ``-s``) kept for a release."""
+    return typer.Option(f"--{flag}-s", f"--{flag}", help=help)
+
+
 def register(app: typer.Typer) -> None:
     """Add the command to ``app``."""
     app.command("serve")(serve)
@@ -28,12 +33,25 @@ def serve(
     backend: Annotated[str, typer.Option("--backend", "-b", help="Backend that runs the code.")] = "subprocess",
     host: Annotated[str, typer.Option(help="Interface to bind (0.0.0.0 exposes it to the network).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port (0 picks a free one and prints it).")] = 8080,
-    max_concurrency: Annotated[int, typer.Option("--max-concurrency", "-j", help="Runs in flight at once.")] = 64,
-    queue_timeout: Annotated[
-        float | None,
+    max_concurrency: Annotated[
+        int, typer.Option("--max-concurrency", "-j", help="Runs in flight at once, across all workers.")
+    ] = 64,
+    workers: Annotated[
+        int | None,
         typer.Option(
-            help="Seconds a request may wait for a run slot (default: as long as its client waits; "
-            "the heartbeat keeps it waiting). Past it: 504."
+            "--workers",
+            "-w",
+            show_default=False,
+            help="Server processes behind the port, sharing one -j and one queue "
+            "(default: half the usable cores, at least 1; 1: a single process).",
+        ),
+    ] = None,
+    queue_timeout_s: Annotated[
+        float | None,
+        _seconds(
+            "queue-timeout",
+            "Seconds a request may wait for a run slot (default: as long as its client waits; "
+            "the heartbeat keeps it waiting). Past it: 504.",
         ),
     ] = None,
     max_queue: Annotated[
@@ -42,29 +60,39 @@ def serve(
     max_queue_mb: Annotated[
         float, typer.Option(help="Body MiB that requests inside the server may hold at once; more get 504.")
     ] = 256.0,
-    heartbeat: Annotated[
+    heartbeat_s: Annotated[
         float,
-        typer.Option(
-            help="Seconds without an answer after which the 200 response starts and a space is sent this often "
-            "until the JSON, so no client read timeout fires while a request waits (0: off)."
+        _seconds(
+            "heartbeat",
+            "Seconds without an answer after which the 200 response starts and a space is sent this often "
+            "until the JSON, so no client read timeout fires while a request waits (0: off).",
         ),
     ] = 5.0,
     max_body_mb: Annotated[float, typer.Option(help="Largest request body in MiB; larger ones get 413.")] = 32.0,
-    body_timeout: Annotated[float, typer.Option(help="Seconds a client has to send its body; slower: 408.")] = 60.0,
-    head_timeout: Annotated[
-        float, typer.Option(help="Seconds a connection has to send a request's head (slow ones are closed).")
+    body_timeout_s: Annotated[
+        float,
+        _seconds("body-timeout", "Seconds a client has to send its body; slower: 408."),
+    ] = 60.0,
+    head_timeout_s: Annotated[
+        float,
+        _seconds("head-timeout", "Seconds a connection has to send a request's head (slow ones are closed)."),
     ] = 30.0,
-    max_run_timeout: Annotated[float, typer.Option(help="Ceiling on a request's run_timeout (lowered to it).")] = 300.0,
-    max_compile_timeout: Annotated[
-        float, typer.Option(help="Ceiling on a request's compile_timeout (lowered to it).")
+    max_run_timeout_s: Annotated[
+        float,
+        _seconds("max-run-timeout", "Ceiling on a request's run_timeout (lowered to it)."),
+    ] = 300.0,
+    max_compile_timeout_s: Annotated[
+        float,
+        _seconds("max-compile-timeout", "Ceiling on a request's compile_timeout (lowered to it)."),
     ] = 300.0,
     max_memory_mb: Annotated[int, typer.Option(help="Ceiling on a request's memory_limit_MB (lowered to it).")] = 8192,
     memory_mb: Annotated[
         int, typer.Option(help="Memory limit of a run when the request says memory_limit_MB=-1.")
     ] = 1024,
     output_kb: Annotated[int, typer.Option(help="Per-stream output cap of a run in KiB (flagged when hit).")] = 1024,
-    kernel_ttl: Annotated[
-        float, typer.Option(help="Idle seconds after which a kept /run_jupyter session is closed.")
+    kernel_ttl_s: Annotated[
+        float,
+        _seconds("kernel-ttl", "Idle seconds after which a kept /run_jupyter session is closed."),
     ] = 600.0,
     max_sessions: Annotated[
         int,
@@ -115,32 +143,57 @@ def serve(
             host,
             TOKEN_ENV,
         )
+    from sandboxkit.server.supervisor import default_workers
+
+    count = default_workers() if workers is None else workers
+    if count < 1:
+        err_console.print(f"error: --workers must be >= 1, got {count}", markup=False)
+        raise typer.Exit(EXIT_USAGE)
+    app_kwargs: dict[str, Any] = {
+        "max_concurrency": max_concurrency,
+        "queue_timeout_s": queue_timeout_s,
+        "max_body_bytes": int(max_body_mb * 1024 * 1024),
+        "max_queue": max_queue,
+        "max_queue_bytes": int(max_queue_mb * 1024 * 1024),
+        "body_timeout_s": body_timeout_s,
+        "heartbeat_s": heartbeat_s,
+        "kernel_ttl_s": kernel_ttl_s,
+        "max_sessions": max_sessions,
+        "token": token,
+    }
     try:
         limits = Limits(memory_mb=memory_mb, output_bytes=output_kb * 1024)
-        app = create_app(
-            backend,
-            max_concurrency=max_concurrency,
-            queue_timeout=queue_timeout,
-            max_body_bytes=int(max_body_mb * 1024 * 1024),
-            max_queue=max_queue,
-            max_queue_bytes=int(max_queue_mb * 1024 * 1024),
-            body_timeout_s=body_timeout,
-            heartbeat_s=heartbeat,
-            limits=limits,
-            ceilings=Ceilings(
-                run_timeout_s=max_run_timeout, compile_timeout_s=max_compile_timeout, memory_mb=max_memory_mb
-            ),
-            backend_options=backend_options(backend, backend_option),
-            kernel_ttl_s=kernel_ttl,
-            max_sessions=max_sessions,
-            token=token,
+        ceilings = Ceilings(
+            run_timeout_s=max_run_timeout_s, compile_timeout_s=max_compile_timeout_s, memory_mb=max_memory_mb
         )
-        protocol = guarded_http_protocol(http, head_timeout)
+        options = backend_options(backend, backend_option)
+        # Built in this process in either mode: a bad bound or backend is a usage error before anything starts.
+        app = create_app(backend, limits=limits, ceilings=ceilings, backend_options=options, **app_kwargs)
+        protocol = guarded_http_protocol(http, head_timeout_s)
     except SandboxkitError as exc:
         fail(exc)
     except ValueError as exc:
         err_console.print(f"error: {exc}", markup=False)
         raise typer.Exit(EXIT_USAGE) from exc
+    if count > 1:
+        _serve_workers(
+            count,
+            host,
+            port,
+            backend,
+            max_concurrency,
+            max_queue,
+            app_kwargs,
+            limits=limits,
+            ceilings=ceilings,
+            options=options,
+            loop=loop,
+            http=http,
+            head_timeout_s=head_timeout_s,
+            log_level=log_level,
+            access_log=access_log,
+        )
+        return
     config = uvicorn.Config(
         app,
         host=host,
@@ -155,6 +208,58 @@ def serve(
     )
     server = _server_class()(config)
     server.run()
+
+
+def _serve_workers(
+    count: int,
+    host: str,
+    port: int,
+    backend: str,
+    max_concurrency: int,
+    max_queue: int,
+    app_kwargs: dict[str, Any],
+    *,
+    limits: Any,
+    ceilings: Any,
+    options: dict[str, Any],
+    loop: str,
+    http: str,
+    head_timeout_s: float,
+    log_level: str,
+    access_log: bool,
+) -> None:
+    """Run ``count`` worker processes under one supervisor (:mod:`sandboxkit.server.supervisor`)."""
+    from dataclasses import asdict
+
+    from sandboxkit.server.supervisor import WorkersConfig, serve_workers
+
+    config = WorkersConfig(
+        workers=count,
+        host=host,
+        port=port,
+        backend=backend,
+        app={
+            **app_kwargs,
+            "limits": limits.model_dump(mode="json"),
+            "ceilings": asdict(ceilings),
+            "backend_options": options,
+        },
+        max_concurrency=max_concurrency,
+        max_requests=max_concurrency + max_queue,
+        max_bytes=app_kwargs["max_queue_bytes"],
+        loop=loop,
+        http=http,
+        head_timeout_s=head_timeout_s,
+        log_level=log_level,
+        access_log=access_log,
+    )
+    try:
+        status = serve_workers(config, _announce)
+    except OSError as exc:
+        err_console.print(f"error: cannot listen on {host}:{port}: {exc}", markup=False)
+        raise typer.Exit(1) from exc
+    if status:
+        raise typer.Exit(status)
 
 
 def _announce(urls: list[str]) -> None:

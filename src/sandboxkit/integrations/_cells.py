@@ -30,9 +30,9 @@ __all__ = ["cell_metrics", "format_cell", "run_cell"]
 _LOST = "[the Python interpreter was restarted: variables and functions from earlier calls are gone]"
 
 
-async def run_cell(session: Session, code: str, timeout: float) -> CellResult:
+async def run_cell(session: Session, code: str, timeout_s: float) -> CellResult:
     """Run ``code`` as a cell of ``session``'s kernel (on the pool's loop)."""
-    return await session.python(code, timeout=timeout)
+    return await session.python(code, timeout_s=timeout_s)
 
 
 def format_cell(result: CellResult, *, max_chars: int = 8000) -> str:

@@ -8,7 +8,7 @@ id). Everything else is here, so the two answer the model identically:
 * a call without a non-empty ``code`` string, or with arguments that are not an object, is
   answered with an error text (a model's mistake is a training signal, not a crash);
 * a model-supplied ``language`` or ``timeout`` is ignored unless allowed; an allowed
-  timeout is **clamped** into ``[MIN_MODEL_TIMEOUT_S, max_timeout]`` and the tool output
+  timeout is **clamped** into ``[MIN_MODEL_TIMEOUT_S, max_timeout_s]`` and the tool output
   says so, so the model learns the bound instead of being refused;
 * the program's outcome is formatted with :func:`~sandboxkit.integrations._format.format_result`,
   an infrastructure failure with :func:`~sandboxkit.integrations._format.format_error`.
@@ -65,7 +65,7 @@ class CodeRequest:
 
     code: str
     language: str
-    timeout: float
+    timeout_s: float
     note: str = ""
 
 
@@ -78,10 +78,10 @@ class CodeToolBase:
 
     Attributes:
         language: language programs run in (canonical name).
-        timeout: seconds a program may run.
+        timeout_s: seconds a program may run.
         allow_language: honour a ``language`` argument from the model.
         allow_timeout: honour a ``timeout`` argument from the model, clamped (see module docstring).
-        max_timeout: upper bound of a model-supplied timeout.
+        max_timeout_s: upper bound of a model-supplied timeout, in seconds.
         max_output_chars: longest text handed back (head and tail kept).
         deadline_s: wall-clock bound on one call, queue wait included.
         tool_name: the function name the tool answers to.
@@ -89,10 +89,10 @@ class CodeToolBase:
     """
 
     language: str
-    timeout: float
+    timeout_s: float
     allow_language: bool
     allow_timeout: bool
-    max_timeout: float
+    max_timeout_s: float
     max_output_chars: int
     deadline_s: float
     tool_name: str
@@ -113,7 +113,7 @@ class CodeToolBase:
         code = arguments.get("code")
         if not isinstance(code, str) or not code.strip():
             return "Error: the 'code' argument is required and must be a non-empty string."
-        language, timeout, note = self.language, self.timeout, ""
+        language, timeout, note = self.language, self.timeout_s, ""
         if self.allow_language and arguments.get("language"):
             try:
                 language = resolve_language(str(arguments["language"])).name
@@ -127,8 +127,8 @@ class CodeToolBase:
                 wanted = math.nan
             if isinstance(asked, bool) or math.isnan(wanted):
                 return f"Error: timeout must be a number of seconds, got {asked!r}"
-            low = min(MIN_MODEL_TIMEOUT_S, self.max_timeout)
-            timeout = min(max(wanted, low), self.max_timeout)
+            low = min(MIN_MODEL_TIMEOUT_S, self.max_timeout_s)
+            timeout = min(max(wanted, low), self.max_timeout_s)
             if timeout != wanted:
                 bound = "maximum" if wanted > timeout else "minimum"
                 note = f"[note: the requested timeout of {wanted:g}s was clamped to the {bound} of {timeout:g}s]"
@@ -145,7 +145,7 @@ class CodeToolBase:
         """
         try:
             result = await self.handle.acall(
-                lambda pool: run(pool, request), max(self.deadline_s, request.timeout) + GRACE_S
+                lambda pool: run(pool, request), max(self.deadline_s, request.timeout_s) + GRACE_S
             )
         except Exception as exc:
             log.info("%s call failed: %s", self.tool_name, exc)

@@ -237,7 +237,7 @@ class HarborTask:
             "chmod +x /solution/solve.sh && /solution/solve.sh",
             cwd=self.workdir,
             env={"DEBIAN_FRONTEND": "noninteractive", **self.solution_env},
-            timeout=self.agent_timeout_s or self.verifier_timeout_s,
+            timeout_s=self.agent_timeout_s or self.verifier_timeout_s,
         )
 
     async def verify(self, session: Session, pool: SandboxPool) -> HarborVerdict:

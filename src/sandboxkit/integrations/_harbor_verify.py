@@ -171,7 +171,7 @@ async def verify_workspace(
             cleared = await fresh.exec(
                 f"rm -rf {TESTS_DIR}/* {TESTS_DIR}/.[!.]* {VERIFIER_DIR}/* {VERIFIER_DIR}/.[!.]* 2>/dev/null; "
                 f'mkdir -p {VERIFIER_DIR} && [ -z "$(ls -A {VERIFIER_DIR})" ]',
-                timeout=60,
+                timeout_s=60,
             )
             if not cleared.ok:  # the image as built cannot hold the verifier's files: not the agent's doing
                 return verdict(None, "infra_error", detail=f"could not prepare {VERIFIER_DIR}: {cleared.stderr[-300:]}")
@@ -180,7 +180,7 @@ async def verify_workspace(
                 f"chmod +x {TESTS_DIR}/test.sh && {TESTS_DIR}/test.sh > {TEST_STDOUT} 2>&1",
                 cwd=task.workdir,
                 env=task.verifier_env or None,
-                timeout=task.verifier_timeout_s,
+                timeout_s=task.verifier_timeout_s,
             )
             try:
                 files = await fresh.read_files([REWARD_JSON, REWARD_TXT, TEST_STDOUT])

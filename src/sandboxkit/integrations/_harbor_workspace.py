@@ -118,7 +118,7 @@ async def capture_workspace(session: Session, workdir: str) -> WorkspaceCopy:
         f'[ -s {part} ] || {{ rm -f {part}; break; }}; echo "{part} $(wc -c < {part})"; i=$((i+1)); done; '
         "cat >/dev/null; }"
     )
-    made = await session.exec(script, timeout=STEP_TIMEOUT_S)
+    made = await session.exec(script, timeout_s=STEP_TIMEOUT_S)
     # The listing is the agent's shell's output: only the count and sizes are taken from it, never a path.
     sizes = [line.rsplit(" ", 1)[-1] for line in made.stdout.splitlines() if line.startswith(ARCHIVE)]
     if not sizes or not all(size.isdigit() for size in sizes):
@@ -138,7 +138,7 @@ async def capture_workspace(session: Session, workdir: str) -> WorkspaceCopy:
         if body is None or len(data) + len(body) > MAX_WORKSPACE_BYTES:
             raise WorkspaceUnreadable(f"the workspace archive part {name} could not be read back")
         data += body
-    await session.exec(f"rm -f {ARCHIVE}.*", timeout=STEP_TIMEOUT_S)
+    await session.exec(f"rm -f {ARCHIVE}.*", timeout_s=STEP_TIMEOUT_S)
     return parse_archive(bytes(data), workdir)
 
 
@@ -281,7 +281,7 @@ async def restore_workspace(session: Session, copy: WorkspaceCopy) -> None:
     folder = posixpath.dirname(RESTORE)
     await session.exec(
         f"mkdir -p {root} {folder}; rm -rf {root}/* {root}/.[!.]* {root}/..?* {RESTORE}.* 2>/dev/null; true",
-        timeout=STEP_TIMEOUT_S,
+        timeout_s=STEP_TIMEOUT_S,
     )
     packed, step = _pack(copy), _part_bytes(session)
     parts = {f"{RESTORE}.{i}": packed[at : at + step] for i, at in enumerate(range(0, len(packed), step))}
@@ -290,7 +290,7 @@ async def restore_workspace(session: Session, copy: WorkspaceCopy) -> None:
     # tar's own errors are not checked: what it may not overwrite (the image's files in root-owned
     # directories on Docker) the agent could not have changed either. The image has a tar: the
     # agent's sandbox, the same image, just made the archive with it.
-    await session.exec(f"cat {names} | tar -x -f - -C {root} 2>/dev/null; rm -f {names}", timeout=STEP_TIMEOUT_S)
+    await session.exec(f"cat {names} | tar -x -f - -C {root} 2>/dev/null; rm -f {names}", timeout_s=STEP_TIMEOUT_S)
     dirs = set(copy.dirs)
     lines: list[str] = []
     lines += [f"chmod {mode:o} {_quote(path)}" for path, mode in copy.modes.items() if path not in dirs]
@@ -299,4 +299,4 @@ async def restore_workspace(session: Session, copy: WorkspaceCopy) -> None:
     lines += [f"chmod {copy.modes[d]:o} {_quote(d)}" for d in reversed(copy.dirs) if d in copy.modes]
     if lines:
         # Each line on its own: a mode the image's chmod refuses must not stop the links.
-        await session.exec("sh", stdin="\n".join(lines) + "\n", timeout=STEP_TIMEOUT_S)
+        await session.exec("sh", stdin="\n".join(lines) + "\n", timeout_s=STEP_TIMEOUT_S)

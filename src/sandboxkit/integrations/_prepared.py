@@ -55,13 +55,13 @@ _registry: weakref.WeakKeyDictionary[SandboxPool, _Prepared] = weakref.WeakKeyDi
 
 
 async def _prepare(
-    pool: SandboxPool, files: Mapping[str, bytes], setup_command: str | None, limits: Limits, timeout: float
+    pool: SandboxPool, files: Mapping[str, bytes], setup_command: str | None, limits: Limits, timeout_s: float
 ) -> Checkpoint:
     async with pool.session(limits=limits) as session:
         if files:
             await session.write_files(files)
         if setup_command:
-            result = await session.exec(setup_command, timeout=timeout)
+            result = await session.exec(setup_command, timeout_s=timeout_s)
             if result.status is not Status.OK:
                 raise InvalidRequest(
                     f"setup_command {setup_command!r} failed ({result.status.value}, exit {result.exit_code}): "
@@ -77,7 +77,7 @@ async def fork_prepared(
     setup_command: str | None,
     limits: Limits,
     *,
-    timeout: float,
+    timeout_s: float,
 ) -> Session:
     """An opened session forked from the task's prepared checkpoint (prepared now if it is the first).
 
@@ -92,7 +92,7 @@ async def fork_prepared(
         async with lock:  # only the preparation is serialised; forks of one task open concurrently
             checkpoint = prepared.checkpoints.get(key)
             if checkpoint is None or checkpoint.released:
-                checkpoint = await _prepare(pool, files, setup_command, limits, timeout)
+                checkpoint = await _prepare(pool, files, setup_command, limits, timeout_s)
                 prepared.checkpoints[key] = checkpoint
                 while len(prepared.checkpoints) > MAX_PREPARED:
                     old_key, old = prepared.checkpoints.popitem(last=False)

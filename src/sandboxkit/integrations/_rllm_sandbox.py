@@ -73,11 +73,12 @@ class RLLMSandbox:
         self.workspace = WorkspaceMap(workdir, outside="rebase")
         self._absolute = bool(self.handle.pool.backend.capabilities.absolute_paths)
         self._session: Session | None = self.handle.call(lambda p: open_session(p, self.limits), None)
-        pwd = self.handle.call(lambda _p: self._live().exec("pwd", timeout=30), 30 + GRACE_S)
+        pwd = self.handle.call(lambda _p: self._live().exec("pwd", timeout_s=30), 30 + GRACE_S)
         real_workdir = (
             self._absolute
             and self.handle.call(
-                lambda _p: self._live().exec(f"test -d {shlex.quote(self.workspace.workdir)}", timeout=30), 30 + GRACE_S
+                lambda _p: self._live().exec(f"test -d {shlex.quote(self.workspace.workdir)}", timeout_s=30),
+                30 + GRACE_S,
             ).ok
         )
         # With a real workdir nothing is rewritten: absolute paths are the sandbox's own.
@@ -107,7 +108,7 @@ class RLLMSandbox:
         t = float(timeout) if timeout else self.timeout
         session = self._live()
         result = self.handle.call(
-            lambda _p: session.exec(self.workspace.command(command), cwd=self._cwd, timeout=t), t + GRACE_S
+            lambda _p: session.exec(self.workspace.command(command), cwd=self._cwd, timeout_s=t), t + GRACE_S
         )
         stdout = self.workspace.output(result.stdout)
         if not result.ok:
@@ -161,7 +162,7 @@ class RLLMSandbox:
             return False
         try:
             session = self._session
-            return bool(self.handle.call(lambda _p: session.exec("true", timeout=10), 10 + GRACE_S).ok)
+            return bool(self.handle.call(lambda _p: session.exec("true", timeout_s=10), 10 + GRACE_S).ok)
         except Exception:
             return False
 

@@ -338,14 +338,14 @@ def run_blocking(coro: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, coro).result()
 
 
-def limits_with(base: Limits | None, *, timeout: float | None = None, memory_limit_mb: int | None = None) -> Limits:
+def limits_with(base: Limits | None, *, timeout_s: float | None = None, memory_limit_mb: int | None = None) -> Limits:
     """``base`` (or the defaults) with a timeout and a memory limit applied when given.
 
     Raises:
         InvalidRequest: a value is out of range.
     """
     try:
-        return (base or Limits()).merged(timeout_s=timeout, memory_mb=memory_limit_mb)
+        return (base or Limits()).merged(timeout_s=timeout_s, memory_mb=memory_limit_mb)
     except ValueError as exc:
         raise InvalidRequest(f"invalid limits: {exc}") from exc
 

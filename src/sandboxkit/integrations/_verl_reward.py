@@ -143,7 +143,7 @@ async def compute_score(
     try:
         settings = _reward_settings(kwargs, extra_info)
         language = resolve_language(settings["language"]).name
-        limits = limits_with(None, timeout=settings.get("timeout"), memory_limit_mb=settings.get("memory_limit_mb"))
+        limits = limits_with(None, timeout_s=settings.get("timeout"), memory_limit_mb=settings.get("memory_limit_mb"))
         tests = _first_cases(ground_truth, 10) if settings.get("continuous") else ground_truth
         handle = handle_for(settings)
         deadline = float(settings["deadline_s"])

@@ -106,11 +106,11 @@ class SandboxTool(BaseTool, CodeToolBase):  # type: ignore[misc]
             backend, options = "sandbox_fusion", {**options, "url": cfg["sandbox_fusion_url"]}
         caps = [int(cfg[k]) for k in ("num_workers", "rate_limit") if cfg.get(k)]
         self.max_concurrency = min(caps) if caps else 16
-        self.timeout = float(cfg.get("default_timeout", 30))
+        self.timeout_s = float(cfg.get("default_timeout", 30))
         self.language = resolve_language(str(cfg.get("default_language", "python"))).name
         self.allow_timeout = bool(cfg.get("allow_model_timeout", False))
         self.allow_language = bool(cfg.get("allow_model_language", False))
-        self.max_timeout = float(cfg.get("max_timeout", 60))
+        self.max_timeout_s = float(cfg.get("max_timeout", 60))
         self.stateful = bool(cfg.get("stateful", True))
         self.stateful_python = bool(cfg.get("stateful_python", False))
         self.session_ttl_s = float(cfg.get("session_ttl_s", 600))
@@ -119,7 +119,9 @@ class SandboxTool(BaseTool, CodeToolBase):  # type: ignore[misc]
         self.deadline_s = float(cfg.get("deadline_s", 120))
         self.fork_from_checkpoint = bool(cfg.get("fork_from_checkpoint", False))
         self.setup_command: str | None = cfg.get("setup_command")
-        self.limits: Limits = limits_with(None, timeout=self.timeout, memory_limit_mb=cfg.get("memory_limit_mb", 1024))
+        self.limits: Limits = limits_with(
+            None, timeout_s=self.timeout_s, memory_limit_mb=cfg.get("memory_limit_mb", 1024)
+        )
         self.tool_name = str(getattr(self, "name", "code_interpreter"))
         pool_options: dict[str, Any] = {
             "max_concurrency": self.max_concurrency,
@@ -226,7 +228,7 @@ class SandboxTool(BaseTool, CodeToolBase):  # type: ignore[misc]
             prepared = self._prepared.get(instance_id) if slot is None else None
         if slot is None and prepared is not None:
             files, setup = prepared
-            forked = await fork_prepared(pool, files, setup, self.limits, timeout=self.timeout)
+            forked = await fork_prepared(pool, files, setup, self.limits, timeout_s=self.timeout_s)
             with self._lock:
                 kept = key not in self._slots
                 if kept:
@@ -241,8 +243,8 @@ class SandboxTool(BaseTool, CodeToolBase):  # type: ignore[misc]
             slot.busy += 1
         try:
             if self.stateful_python and request.language == "python":
-                return await run_cell(slot.session, request.code, request.timeout)
-            return await slot.session.run(request.code, language=request.language, timeout=request.timeout)
+                return await run_cell(slot.session, request.code, request.timeout_s)
+            return await slot.session.run(request.code, language=request.language, timeout_s=request.timeout_s)
         finally:
             with self._lock:
                 slot.busy -= 1
@@ -282,7 +284,7 @@ async def code_interpreter(code: str) -> str:
     settings = {**DEFAULTS, **env_settings()}
     try:
         language = resolve_language(settings["language"]).name
-        limits = limits_with(None, timeout=settings.get("timeout"), memory_limit_mb=settings.get("memory_limit_mb"))
+        limits = limits_with(None, timeout_s=settings.get("timeout"), memory_limit_mb=settings.get("memory_limit_mb"))
         handle = handle_for(settings)
         deadline = float(settings["deadline_s"])
         result = await handle.acall(lambda pool: pool.run(code, language=language, limits=limits), deadline + GRACE_S)

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
+from sandboxkit._request import renamed
 from sandboxkit.errors import InvalidRequest, SandboxError, SandboxkitError
 from sandboxkit.integrations._cells import format_cell, run_cell
 from sandboxkit.integrations._codetool import CODE_INTERPRETER_SCHEMA
@@ -149,9 +150,9 @@ class SandboxEnv(BaseEnv):
         backend: backend name, Backend instance or SyncSandboxPool. With a name, every
             environment in the process with the same settings shares one pool.
         workdir: the directory the model is told its files live in.
-        timeout: seconds one command may run.
+        timeout_s: seconds one command may run (default 30).
         max_output_chars: longest observation text (head and tail kept).
-        limits: limits of the sandbox (``timeout`` overrides ``limits.timeout_s`` per command).
+        limits: limits of the sandbox (``timeout_s`` overrides ``limits.timeout_s`` per command).
         deadline_s: wall-clock bound of one sandbox call, queue wait included.
         pool_options: :class:`~sandboxkit.pool.SandboxPool` options of the shared pool.
         backend_options: options of the backend (when ``backend`` is a name).
@@ -160,6 +161,8 @@ class SandboxEnv(BaseEnv):
             checkpoint it, and start every episode of that task as a fork of the checkpoint
             (GRPO's N rollouts per prompt; copy-on-write on the subprocess backend). Needs a
             backend whose ``capabilities.fork`` is not ``"none"``. Set it in ``env_args``.
+        timeout: the deprecated old name of ``timeout_s`` (in ``env_args`` / :meth:`from_dict`, ``timeout``
+            and ``step_timeout`` stay the keys rLLM configs use, without a warning).
     """
 
     def __init__(
@@ -168,7 +171,7 @@ class SandboxEnv(BaseEnv):
         *,
         backend: BackendLike = "subprocess",
         workdir: str = "/testbed",
-        timeout: float = 30.0,
+        timeout_s: float | None = None,
         max_output_chars: int = 8000,
         limits: Limits | None = None,
         deadline_s: float = 300.0,
@@ -177,7 +180,9 @@ class SandboxEnv(BaseEnv):
         setup_command: str | None = None,
         fork_from_checkpoint: bool = False,
         stateful_python: bool = False,
+        timeout: float | None = None,
     ) -> None:
+        timeout_s = renamed(timeout_s, timeout, "timeout", where="SandboxEnv")
         self.task: dict[str, Any] = dict(task or {})
         self.setup_command = setup_command
         self.fork_from_checkpoint = fork_from_checkpoint
@@ -196,9 +201,9 @@ class SandboxEnv(BaseEnv):
         )
         self.workspace = WorkspaceMap(self.layout.working_dir)
         self.paths = EpisodePaths(self.workspace, self._absolute_paths)
-        self.timeout = timeout
+        self.timeout_s = 30.0 if timeout_s is None else timeout_s
         self.max_output_chars = max_output_chars
-        self.limits = (limits or Limits()).merged(timeout_s=timeout)
+        self.limits = (limits or Limits()).merged(timeout_s=self.timeout_s)
         self.deadline_s = deadline_s
         self._session: Session | None = None
         self._lock = threading.RLock()
@@ -221,8 +226,9 @@ class SandboxEnv(BaseEnv):
         Keys that match constructor arguments configure the environment; the row is the task.
         """
         data = json.loads(info) if isinstance(info, str) else dict(info)
-        if "step_timeout" in data and "timeout" not in data:  # LLM-in-Sandbox-RL's env_args name
-            data["timeout"] = data.pop("step_timeout")
+        for old in ("timeout", "step_timeout"):  # rLLM's and LLM-in-Sandbox-RL's env_args names
+            if old in data and "timeout_s" not in data:
+                data["timeout_s"] = data.pop(old)
         image = data.pop("docker_image", None)  # LLM-in-Sandbox-RL's env_args: the image of a Docker sandbox
         if image and data.get("backend", "subprocess") == "docker":
             data["backend_options"] = {"image": image, **dict(data.get("backend_options") or {})}
@@ -268,7 +274,7 @@ class SandboxEnv(BaseEnv):
                     # A checkpoint carries the workspace: the task's files go there, relative.
                     files = self._task_files()
                     self._session = self._call(
-                        lambda p: fork_prepared(p, files, self.setup_command, self.limits, timeout=self.timeout)
+                        lambda p: fork_prepared(p, files, self.setup_command, self.limits, timeout_s=self.timeout_s)
                     )
                     info["forked_from"] = self._session.origin.id if self._session.origin else None
                     self.paths.bind_to_workspace(partial(self._run_at_home, self._session))
@@ -281,7 +287,7 @@ class SandboxEnv(BaseEnv):
                     if self.setup_command:
                         setup = self.setup_command
                         done = self._call(
-                            lambda _p, s=self._session: s.exec(setup, cwd=self.paths.cwd, timeout=self.timeout)
+                            lambda _p, s=self._session: s.exec(setup, cwd=self.paths.cwd, timeout_s=self.timeout_s)
                         )
                         if done.status is not Status.OK:
                             raise ValueError(f"setup_command failed ({done.status.value}): {done.stderr[-500:]!r}")
@@ -368,12 +374,12 @@ class SandboxEnv(BaseEnv):
         if not isinstance(code, str) or not code.strip():
             return "Error: code_interpreter needs a non-empty 'code' string."
         session = self._session_or_fail()
-        result = self._call(lambda _p: run_cell(session, code, self.timeout))
+        result = self._call(lambda _p: run_cell(session, code, self.timeout_s))
         return format_cell(result, max_chars=self.max_output_chars)
 
     def _exec(self, command: str) -> ExecResult:
         session = self._session_or_fail()
-        result: ExecResult = self._call(lambda _p: session.exec(command, cwd=self.paths.cwd, timeout=self.timeout))
+        result: ExecResult = self._call(lambda _p: session.exec(command, cwd=self.paths.cwd, timeout_s=self.timeout_s))
         return result
 
     def _read(self, rel: str) -> bytes | None:
@@ -397,7 +403,7 @@ class SandboxEnv(BaseEnv):
 
     def _run_at_home(self, session: Session, command: str) -> ExecResult:
         """``command`` in the sandbox's own default directory (to find where the workspace is)."""
-        result: ExecResult = self._call(lambda _p: session.exec(command, timeout=self.timeout))
+        result: ExecResult = self._call(lambda _p: session.exec(command, timeout_s=self.timeout_s))
         return result
 
     def _absolute_paths(self) -> bool:

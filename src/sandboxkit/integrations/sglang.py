@@ -17,6 +17,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from sandboxkit._request import renamed
 from sandboxkit.integrations._cells import run_cell
 from sandboxkit.integrations._codetool import CODE_INTERPRETER_SCHEMA, CodeRequest, CodeToolBase
 from sandboxkit.integrations._runtime import BackendLike, PoolHandle, run_blocking
@@ -55,11 +56,11 @@ class CodeInterpreter(CodeToolBase):
     Args:
         backend: backend name or config, Backend instance or SyncSandboxPool (see :class:`PoolHandle`).
         language: language the code is run in.
-        timeout: seconds each program may run.
+        timeout_s: seconds each program may run.
         allow_language: accept a ``language`` argument from the model (otherwise ignored).
-        allow_timeout: accept a ``timeout`` argument from the model, clamped to ``max_timeout``
+        allow_timeout: accept a ``timeout`` argument from the model, clamped to ``max_timeout_s``
             (the answer says so).
-        max_timeout: upper bound of a model-supplied timeout.
+        max_timeout_s: upper bound of a model-supplied timeout, in seconds.
         max_output_chars: longest text returned to the model (head and tail kept).
         limits: other limits of the sandbox.
         deadline_s: wall-clock bound of one call, queue wait included.
@@ -67,6 +68,7 @@ class CodeInterpreter(CodeToolBase):
         stateful_python: run Python calls as cells of the conversation's persistent interpreter
             (what one call defines, the next can use; see ``docs/kernels.md``).
         pool_options: extra :class:`~sandboxkit.pool.SandboxPool` options (``backend_options`` included).
+        timeout, max_timeout: the deprecated old names of ``timeout_s`` / ``max_timeout_s``.
 
     Raises:
         InvalidRequest: an unknown language, or a backend option the backend's config refuses.
@@ -77,22 +79,26 @@ class CodeInterpreter(CodeToolBase):
         backend: BackendLike = "subprocess",
         *,
         language: str = "python",
-        timeout: float = 10.0,
+        timeout_s: float | None = None,
         allow_language: bool = False,
         allow_timeout: bool = False,
-        max_timeout: float = 60.0,
+        max_timeout_s: float | None = None,
         max_output_chars: int = 8000,
         limits: Limits | None = None,
         deadline_s: float = 120.0,
         tool_name: str = "code_interpreter",
         stateful_python: bool = False,
         pool_options: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        max_timeout: float | None = None,
     ) -> None:
         self.language = resolve_language(language).name
-        self.timeout = timeout
+        timeout_s = renamed(timeout_s, timeout, "timeout", where="CodeInterpreter")
+        max_timeout_s = renamed(max_timeout_s, max_timeout, "max_timeout", where="CodeInterpreter")
+        self.timeout_s = 10.0 if timeout_s is None else timeout_s
         self.allow_language = allow_language
         self.allow_timeout = allow_timeout
-        self.max_timeout = max_timeout
+        self.max_timeout_s = 60.0 if max_timeout_s is None else max_timeout_s
         self.max_output_chars = max_output_chars
         self.limits = limits or Limits()
         self.deadline_s = deadline_s
@@ -106,8 +112,8 @@ class CodeInterpreter(CodeToolBase):
         if self._session is None or self._session.closed:
             self._session = pool.session(limits=self.limits)
         if self.stateful_python and request.language == "python":
-            return await run_cell(self._session, request.code, request.timeout)
-        return await self._session.run(request.code, language=request.language, timeout=request.timeout)
+            return await run_cell(self._session, request.code, request.timeout_s)
+        return await self._session.run(request.code, language=request.language, timeout_s=request.timeout_s)
 
     async def execute(self, calls: Iterable[ToolCall | ToolCallError]) -> list[dict[str, Any]]:
         """Run each call in order in the session sandbox; one ``tool`` message per call. Never raises."""

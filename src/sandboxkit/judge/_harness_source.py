@@ -10,12 +10,16 @@ reads with ``ast.literal_eval``.
 
 The parts are standalone Python (stdlib only): the sandbox cannot see sandboxkit's installation. Each
 lives as a real file in :mod:`sandboxkit.judge._in_sandbox` (so ruff reads it and editors highlight
-it) and is read from there once, at import: the text that reaches the sandbox is the file's text.
+it) and is read from there once, at import: the text that reaches the sandbox is the file's text, with
+the helpers every in-sandbox program shares (:mod:`sandboxkit._in_sandbox_std`) written in where a
+part imports them (:func:`sandboxkit._standalone.standalone_source`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from sandboxkit._standalone import standalone_source
 
 __all__ = [
     "CALL",
@@ -43,7 +47,7 @@ def program_text(name: str) -> str:
     A part is a file rather than a string literal so that it is linted and read as code; it is not
     imported on the host (most parts use names another part defines, see ``_in_sandbox``).
     """
-    return "\n" + (_PARTS / f"{name}.py").read_text(encoding="utf-8")
+    return "\n" + standalone_source(_PARTS / f"{name}.py")
 
 
 #: The report channel's writer and an exception's one-line text, without importing traceback: shared

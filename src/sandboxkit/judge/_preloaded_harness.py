@@ -44,7 +44,7 @@ def held_module(backend: Backend, library: tuple[str, str]) -> str | None:
     """
     name, source = library
     try:
-        return name if backend.preload_python_module(name, source) is True else None
+        return name if backend.preload_python_module(name, source) else None
     except Exception:
         return None
 

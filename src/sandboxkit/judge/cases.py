@@ -182,11 +182,7 @@ def parse_tests(tests: Any) -> TestSuite:
 
 def _parse_mapping(data: Mapping[str, Any]) -> TestSuite:
     if "cases" in data:
-        cases = data["cases"]
-        if isinstance(cases, str):
-            cases = _json_field(cases, "cases")
-        if not isinstance(cases, list):
-            raise InvalidTests(f"'cases' must be a list, got {type(cases).__name__}")
+        cases = _list_field(data, "cases", "a list")
         fn_name = data.get("fn_name")
         items = [_with_default_fn(c, fn_name) for c in cases]
         checker = data.get("checker")
@@ -205,11 +201,7 @@ def _parse_mapping(data: Mapping[str, Any]) -> TestSuite:
     if "inputs" in data or "outputs" in data:
         return _parse_verl(data)
     if "test" in data:
-        items = data["test"]
-        if isinstance(items, str):
-            items = _json_field(items, "test")
-        if not isinstance(items, list):
-            raise InvalidTests(f"'test' must be a list of {{'input', 'output'}} items, got {type(items).__name__}")
+        items = _list_field(data, "test", "a list of {'input', 'output'} items")
         return _suite([_parse_case(c, i) for i, c in enumerate(items)], None, "sandbox_fusion")
     if "type" in data or "stdin" in data or "fn_name" in data or "code" in data:
         return _suite([_parse_case(data, 0)], None, "sandboxkit")
@@ -331,6 +323,16 @@ def _call_expected(value: Any) -> Any:
             return json.loads(value)
         except json.JSONDecodeError:
             return value
+    return value
+
+
+def _list_field(data: Mapping[str, Any], field: str, what: str) -> list[Any]:
+    """``data[field]``, a list or the JSON text of one (datasets store nested columns as strings)."""
+    value = data[field]
+    if isinstance(value, str):
+        value = _json_field(value, field)
+    if not isinstance(value, list):
+        raise InvalidTests(f"'{field}' must be {what}, got {type(value).__name__}")
     return value
 
 

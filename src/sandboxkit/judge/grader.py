@@ -42,6 +42,7 @@ from sandboxkit.judge._grading_state import (
     timed_run,
 )
 from sandboxkit.judge._harness_run import run_harness
+from sandboxkit.judge._in_workers import grade_row_in_workers
 from sandboxkit.judge._sessions import Attempt, run_in_sessions
 from sandboxkit.judge.banned import compile_patterns, find_banned
 from sandboxkit.judge.cases import (
@@ -226,7 +227,11 @@ async def grade_many(
 
     async def worker() -> None:
         for index in pending:  # the workers share one iterator: each takes the next row
-            verdict = await grade_row(pool, rows[index], **defaults)
+            verdict = None
+            if pool._workers is not None:  # a multi-process pool: the row is graded in a host worker
+                verdict = await grade_row_in_workers(pool, _grade_row_job, rows[index], defaults)
+            if verdict is None:
+                verdict = await grade_row(pool, rows[index], **defaults)
             results[index] = verdict
             if on_result is not None:
                 on_result(index, verdict)
@@ -237,6 +242,11 @@ async def grade_many(
     return [
         v if v is not None else Verdict(status="infra_error", infra_error=True, error="not graded") for v in results
     ]
+
+
+async def _grade_row_job(pool: SandboxPool, row: Any, defaults: Mapping[str, Any]) -> Verdict:
+    """A row as a host worker grades it (sent by name, :mod:`sandboxkit.judge._in_workers`)."""
+    return await grade_row(pool, row, **defaults)
 
 
 # --------------------------------------------------------------------------- verdict assembly

@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 import anyio
 
+from sandboxkit._standalone import standalone_source
 from sandboxkit.errors import InvalidRequest, SandboxCrashed
 from sandboxkit.kernel._models import CellResult, CellStatus
 from sandboxkit.models import Limits
@@ -39,7 +40,8 @@ __all__ = ["GRACE_S", "KERNEL_SOURCE", "Kernel", "KernelLink", "PipeLink", "desc
 GRACE_S = 0.75
 #: How long a new kernel may take to say it is ready.
 START_TIMEOUT_S = 30.0
-KERNEL_SOURCE = Path(__file__).with_name("_kernel_main.py").read_text(encoding="utf-8")
+#: The in-sandbox program's text, with the shared helpers it imports written in.
+KERNEL_SOURCE = standalone_source(Path(__file__).with_name("_kernel_main.py"))
 
 
 def kernel_argv(
@@ -255,8 +257,12 @@ class Kernel:
         seconds = float(timeout if timeout is not None else self.limits.timeout_s)
         async with self._lock:
             if self.closed:
-                raise SandboxCrashed("the kernel is closed", backend=self.backend, sandbox_id=self.sandbox_id)
+                raise self._crashed("the kernel is closed")
             return await self._run(code, seconds, fresh)
+
+    def _crashed(self, message: str) -> SandboxCrashed:
+        """The error raised when the kernel itself cannot serve a call (closed, not started, or broken)."""
+        return SandboxCrashed(message, backend=self.backend, sandbox_id=self.sandbox_id)
 
     async def _run(self, code: str, seconds: float, fresh: bool) -> CellResult:
         lost = restarted = False
@@ -305,42 +311,28 @@ class Kernel:
             return CellResult.model_validate(reply)
         except ValueError as exc:
             self._drop(replaced=True)
-            raise SandboxCrashed(
-                f"the kernel answered nonsense ({exc}); it was killed",
-                backend=self.backend,
-                sandbox_id=self.sandbox_id,
-            ) from exc
+            raise self._crashed(f"the kernel answered nonsense ({exc}); it was killed") from exc
 
     async def _launch(self) -> None:
         try:
             link = await self._start()
         except FileNotFoundError as exc:
-            raise SandboxCrashed(
-                f"cannot start a Python kernel: {exc}; the sandbox needs python3",
-                backend=self.backend,
-                sandbox_id=self.sandbox_id,
-            ) from exc
+            raise self._crashed(f"cannot start a Python kernel: {exc}; the sandbox needs python3") from exc
         self.starts += 1
         self._buffer.clear()
         try:
             ready = await self._receive(link, START_TIMEOUT_S)
         except (TimeoutError, ConnectionError, ValueError) as exc:
             link.kill()
-            raise SandboxCrashed(
-                f"the Python kernel did not start ({exc}); check that python3 runs in the sandbox",
-                backend=self.backend,
-                sandbox_id=self.sandbox_id,
+            raise self._crashed(
+                f"the Python kernel did not start ({exc}); check that python3 runs in the sandbox"
             ) from exc
         except BaseException:
             link.kill()
             raise
         if not ready.get("ready"):
             link.kill()
-            raise SandboxCrashed(
-                f"the Python kernel answered {ready!r} instead of ready",
-                backend=self.backend,
-                sandbox_id=self.sandbox_id,
-            )
+            raise self._crashed(f"the Python kernel answered {ready!r} instead of ready")
         self._link = link
         self._has_state = False
         self.shell = ready.get("shell") if ready.get("shell") in ("ipython", "python") else "python"

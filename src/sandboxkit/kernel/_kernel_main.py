@@ -11,8 +11,10 @@ Two processes, so that a hostile cell can never take the kernel's machinery down
 * the **worker**, forked from the supervisor (a fresh one costs a fork, not an interpreter
   start), runs cells in one persistent ``__main__`` namespace.
 
-This file must stay standalone (stdlib only, no sandboxkit import): the host passes its
-source text to the sandbox's own ``python3``, which cannot see sandboxkit's installation.
+This file must stay standalone (stdlib only): the host passes its source text to the sandbox's own
+``python3``, which cannot see sandboxkit's installation. Its one sandboxkit import, of the helpers
+every in-sandbox program shares, is replaced by their definitions when the text is shipped
+(:func:`sandboxkit._standalone.standalone_source`).
 
 Command line: one JSON object ``{"rlimits": [[resource, value], ...], "cap": bytes kept per
 stream, "head": head fraction, "stop": bytes after which a cell is interrupted, "shell": "auto" or
@@ -44,13 +46,14 @@ every message is a 4-byte big-endian length and a UTF-8 JSON object.
 from __future__ import annotations
 
 import builtins
-import ctypes
 import json
 import os
 import select
 import signal
 import sys
 import time
+
+from sandboxkit._in_sandbox_std import HeadTail, cut_head_tail, prctl, read_exactly, set_dumpable
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs every kernel memory
 if TYPE_CHECKING:
@@ -67,36 +70,17 @@ SHELL_WANTED = str(ARGS.get("shell", "auto"))
 INTERRUPT_GRACE_S = 1.0
 #: How long killing a process tree may take before giving up (a fork bomb racing the kill).
 KILL_WAIT_S = 3.0
-_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 1, 4, 36
-
-
-def _prctl(option: int, value: int) -> None:
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
-    except Exception:
-        pass
+_PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
 
 
 # ---------------------------------------------------------------------- framing
 
 
-def _read_exactly(fd: int, size: int) -> bytes | None:
-    data = b""
-    while len(data) < size:
-        chunk = os.read(fd, size - len(data))
-        if not chunk:
-            return None
-        data += chunk
-    return data
-
-
 def read_frame(fd: int) -> dict[str, Any] | None:
     """Next message on ``fd``; None at end of file."""
-    head = _read_exactly(fd, 4)
-    if head is None:
-        return None
-    body = _read_exactly(fd, int.from_bytes(head, "big"))
-    if body is None:
+    try:
+        body = read_exactly(fd, int.from_bytes(read_exactly(fd, 4), "big"))
+    except EOFError:
         return None
     msg: dict[str, Any] = json.loads(body)
     return msg
@@ -113,43 +97,20 @@ def write_frame(fd: int, msg: dict[str, Any]) -> None:
 
 
 def cut(data: bytes, cap: int = CAP) -> tuple[bytes, bool]:
-    """Head + marker + tail of ``data`` when longer than ``cap`` (the marker of sandboxkit.output)."""
-    if len(data) <= cap:
-        return data, False
-    head = max(0, min(cap, int(cap * HEAD)))
-    tail = cap - head
-    marker = b"\n[... sandboxkit: %d bytes cut ...]\n" % (len(data) - head - tail)
-    return data[:head] + marker + (data[len(data) - tail :] if tail else b""), True
+    """Head + marker + tail of ``data`` when longer than ``cap`` (the cut of sandboxkit.output)."""
+    return cut_head_tail(data, cap, HEAD)
 
 
-class Stream:
-    """One output stream of a cell: its head and tail, and how many bytes it wrote in all."""
+class Stream(HeadTail):
+    """One output stream of a cell: its head and tail (``CAP`` bytes), and how many bytes it wrote in all."""
+
+    __slots__ = ()
 
     def __init__(self) -> None:
-        self.head_cap = max(0, min(CAP, int(CAP * HEAD)))
-        self.tail_cap = CAP - self.head_cap
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
-
-    def feed(self, data: bytes) -> None:
-        self.total += len(data)
-        room = self.head_cap - len(self.head)
-        if room > 0:
-            self.head += data[:room]
-            data = data[room:]
-        if data and self.tail_cap:
-            self.tail += data
-            if len(self.tail) > 2 * self.tail_cap:  # trim in batches: a flood must not cost O(n^2)
-                del self.tail[: len(self.tail) - self.tail_cap]
+        super().__init__(CAP, HEAD)
 
     def text(self) -> tuple[str, bool]:
-        tail = bytes(self.tail[len(self.tail) - self.tail_cap :]) if self.tail_cap else b""
-        kept = len(self.head) + len(tail)
-        if self.total <= kept:
-            return (bytes(self.head) + tail).decode("utf-8", "replace"), False
-        marker = b"\n[... sandboxkit: %d bytes cut ...]\n" % (self.total - kept)
-        return (bytes(self.head) + marker + tail).decode("utf-8", "replace"), True
+        return self.value().decode("utf-8", "replace"), self.truncated
 
 
 # ---------------------------------------------------------------------- the worker
@@ -364,7 +325,31 @@ def load_ipython() -> Any:
         # stderr like any subprocess's (ipykernel pipes it through a pty instead: same text).
         system = InteractiveShell.system_raw
 
+        # ``%matplotlib inline`` (and ``%matplotlib`` alone) ends here: the inline backend needs no event
+        # loop, which is ipykernel's answer too. A sandbox has no display for a GUI toolkit's window.
+        def enable_gui(self, gui: Any = None) -> None:
+            if gui not in (None, "inline"):
+                raise RuntimeError(f"no GUI event loop in a sandbox kernel for {gui!r}; use %matplotlib inline")
+
     return Shell
+
+
+#: matplotlib's backend in a Jupyter kernel: figures become ``image/png`` display outputs.
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
+
+
+def use_inline_backend() -> None:
+    """Figures as Jupyter shows them: matplotlib's inline backend, where it is installed (IPython mode only).
+
+    ipykernel registers the same default (``MPLBACKEND`` unless it is set), so ``plt.show()``, a figure left
+    open when its cell ends and a figure that is the cell's value come back through the display publisher
+    as ``image/png`` bundles, as Sandbox Fusion's jupyter returns them. Only the variable is set: matplotlib
+    is imported by the cell that uses it, never by the kernel, and a user's ``matplotlib.use()`` still wins.
+    """
+    import importlib.util
+
+    if not os.environ.get("MPLBACKEND") and importlib.util.find_spec("matplotlib_inline") is not None:
+        os.environ["MPLBACKEND"] = INLINE_BACKEND
 
 
 def start_shell(shell_class: Any, main: Any) -> Any:
@@ -449,8 +434,8 @@ class Worker:
             code = 1
             try:
                 os.setpgid(0, 0)
-                _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-                _prctl(_PR_SET_DUMPABLE, 1)  # the supervisor stays non-dumpable: the worker cannot trace it
+                prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+                set_dumpable(True)  # the supervisor stays non-dumpable: the worker cannot trace it
                 try:  # the OOM killer takes the worker, never the supervisor (raising it needs no privilege)
                     with open("/proc/self/oom_score_adj", "w") as f:
                         f.write("1000")
@@ -794,8 +779,8 @@ def main() -> None:
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     os.close(devnull)
-    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-    _prctl(_PR_SET_DUMPABLE, 0)
+    prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    set_dumpable(False)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     SHELL_CLASS = load_ipython()
     if SHELL_CLASS is not None:
@@ -803,6 +788,8 @@ def main() -> None:
         if not IPYTHON_DIR:  # no writable TMPDIR: IPython would fall back to ~/.ipython; plain Python instead
             SHELL_CLASS = None
     SHELL = "python" if SHELL_CLASS is None else "ipython"
+    if SHELL_CLASS is not None:
+        use_inline_backend()
     sup = Supervisor()
     sup.worker = Worker()  # forked now, so the first cell pays no fork
     write_frame(HOST_OUT, {"ready": True, "shell": SHELL})

@@ -29,7 +29,15 @@ from dataclasses import dataclass
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["DRAIN_BYTES", "DRAIN_SECONDS", "Admission", "AdmissionMiddleware", "AdmissionStatistics", "answer_early"]
+__all__ = [
+    "DRAIN_BYTES",
+    "DRAIN_SECONDS",
+    "Admission",
+    "AdmissionMiddleware",
+    "AdmissionStatistics",
+    "answer_early",
+    "fits",
+]
 
 DRAIN_BYTES = 64 << 20
 DRAIN_SECONDS = 5.0
@@ -82,20 +90,26 @@ class Admission:
 
     def try_reserve(self, size: int, *, new_request: bool) -> bool:
         """Take ``size`` bytes (and one request slot if ``new_request``); False if over a bound."""
-        if new_request and self.requests >= self.max_requests:
+        if not fits(self.requests, self.bytes, size, self.max_requests, self.max_bytes, new_request=new_request):
             return False
-        if self.bytes + size > self.max_bytes and not (new_request and self.requests == 0):
-            return False  # (the first request always fits, however small the budget)
         self.bytes += size
         if new_request:
             self.requests += 1
         return True
+
+    async def reserve(self, size: int, *, new_request: bool) -> bool:
+        """:meth:`try_reserve`, awaitable so that a subclass may ask another process (``--workers``)."""
+        return self.try_reserve(size, new_request=new_request)
 
     def release(self, size: int, *, request: bool) -> None:
         """Give back what :meth:`try_reserve` took."""
         self.bytes -= size
         if request:
             self.requests -= 1
+
+    def inside(self) -> str:
+        """What the server holds, for a refusal's message."""
+        return f"{self.requests} requests ({self.bytes} body bytes)"
 
     def statistics(self) -> AdmissionStatistics:
         """A snapshot."""
@@ -109,6 +123,17 @@ class Admission:
             refused_too_large=self.refused_too_large,
             body_timeouts=self.body_timeouts,
         )
+
+
+def fits(requests: int, held: int, size: int, max_requests: int, max_bytes: int, *, new_request: bool) -> bool:
+    """Whether ``size`` more bytes (and a request, if ``new_request``) fit beside ``requests`` holding ``held``.
+
+    The first request always fits, however small the byte budget: a budget below one body would
+    otherwise refuse every request for ever.
+    """
+    if new_request and requests >= max_requests:
+        return False
+    return held + size <= max_bytes or (new_request and requests == 0)
 
 
 class _Refused(Exception):
@@ -138,7 +163,7 @@ class AdmissionMiddleware:
             if declared is not None and declared > adm.max_body_bytes:
                 adm.refused_too_large += 1
                 raise _Refused(413, self._too_large(f"{declared} bytes declared"))
-            if not adm.try_reserve(declared or 0, new_request=True):
+            if not await adm.reserve(declared or 0, new_request=True):
                 adm.refused_busy += 1
                 raise _Refused(504, self._busy())
             counted, held = True, declared or 0
@@ -155,7 +180,7 @@ class AdmissionMiddleware:
                         adm.refused_too_large += 1
                         raise _Refused(413, self._too_large(f"more than {adm.max_body_bytes} bytes sent"))
                     if size > held:  # chunked, or more than declared: reserve as it arrives
-                        if not adm.try_reserve(size - held, new_request=False):
+                        if not await adm.reserve(size - held, new_request=False):
                             adm.refused_busy += 1
                             raise _Refused(504, self._busy())
                         held = size
@@ -168,7 +193,7 @@ class AdmissionMiddleware:
                     408,
                     f"request body not received within {adm.body_timeout_s:g}s ({size} bytes arrived"
                     + (f" of {declared} declared)" if declared is not None else ")")
-                    + "; send the whole body at once, or start the server with a larger --body-timeout",
+                    + "; send the whole body at once, or start the server with a larger --body-timeout-s",
                     drain=False,
                 )
             adm.admitted += 1
@@ -197,7 +222,7 @@ class AdmissionMiddleware:
     def _busy(self) -> str:
         adm = self.admission
         return (
-            f"server busy: {adm.requests} requests ({adm.bytes} body bytes) already inside, the bound is "
+            f"server busy: {adm.inside()} already inside, the bound is "
             f"{adm.max_requests} requests / {adm.max_bytes} bytes (--max-queue, --max-queue-mb); retry later"
         )
 

@@ -40,9 +40,12 @@ class Answer:
 
 
 async def respond(
-    work: Awaitable[Answer], heartbeat_s: float | None, metrics: ServerMetrics, pod_name: str | None
+    work: Awaitable[Answer], heartbeat_s: float | None, metrics: ServerMetrics | None, pod_name: str | None
 ) -> Response:
-    """The answer, or (past ``heartbeat_s``) a 200 that sends whitespace until the answer."""
+    """The answer, or (past ``heartbeat_s``) a 200 that sends whitespace until the answer.
+
+    ``metrics`` None: not counted here (a request forwarded to the worker that counts it).
+    """
     task = asyncio.ensure_future(work)
     try:
         if heartbeat_s is not None:
@@ -54,14 +57,15 @@ async def respond(
         raise
     if task.done():
         answer = task.result()
-        metrics.answered(answer.status, answer.body, streamed=False)
+        if metrics is not None:
+            metrics.answered(answer.status, answer.body, streamed=False)
         return answer.response()
     assert heartbeat_s is not None
     return StreamingResponse(_heartbeats(task, heartbeat_s, metrics, pod_name), media_type=JSON)
 
 
 async def _heartbeats(
-    task: asyncio.Future[Answer], every: float, metrics: ServerMetrics, pod_name: str | None
+    task: asyncio.Future[Answer], every: float, metrics: ServerMetrics | None, pod_name: str | None
 ) -> AsyncIterator[bytes]:
     """A space every ``every`` seconds until ``task`` is done, then its JSON (as a 200 body).
 
@@ -79,14 +83,16 @@ async def _heartbeats(
             answer = sandbox_error(
                 f"HTTP {answer.status} after the response had started: {answer.body!r:.300}", pod_name
             )
-        metrics.answered(answer.status, answer.body, streamed=True)
+        if metrics is not None:
+            metrics.answered(answer.status, answer.body, streamed=True)
         yield answer.body
     finally:
         if not task.done():
             task.cancel()
             with suppress(asyncio.CancelledError, Exception):
                 await task
-            metrics.abandoned()
+            if metrics is not None:
+                metrics.abandoned()
 
 
 def unprocessable(field: str, message: str, value: Any) -> Answer:

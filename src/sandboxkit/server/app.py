@@ -39,6 +39,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from sandboxkit._request import renamed
 from sandboxkit.base import Backend
 from sandboxkit.errors import InvalidRequest
 from sandboxkit.models import Limits
@@ -48,10 +49,12 @@ from sandboxkit.server.auth import BearerTokenMiddleware, check_token
 from sandboxkit.server.ceilings import Ceilings
 from sandboxkit.server.context import ServerContext
 from sandboxkit.server.gate import Gate
-from sandboxkit.server.jupyter import KernelSessions
+from sandboxkit.server.jupyter import KernelSessions, SessionIds
 from sandboxkit.server.metrics import ServerMetrics
 from sandboxkit.server.not_provided import add_not_provided_routes
+from sandboxkit.server.peers import Peers, WorkerIdentity
 from sandboxkit.server.routes import health, jupyter, run_code
+from sandboxkit.server.shared import SharedAdmission, SharedGate
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_QUEUE", "DEFAULT_MAX_QUEUE_BYTES", "create_app"]
 
@@ -65,7 +68,7 @@ DEFAULT_MAX_QUEUE_BYTES = 256 * 1024 * 1024
 def create_app(
     pool_or_backend: SandboxPool | Backend | str = "subprocess",
     max_concurrency: int = 64,
-    queue_timeout: float | None = None,
+    queue_timeout_s: float | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     *,
     max_queue: int | None = None,
@@ -79,6 +82,8 @@ def create_app(
     kernel_ttl_s: float = 600.0,
     max_sessions: int = 64,
     token: str | None = None,
+    queue_timeout: float | None = None,
+    worker: WorkerIdentity | None = None,
 ) -> FastAPI:
     """Build the app.
 
@@ -86,7 +91,7 @@ def create_app(
         pool_or_backend: a :class:`SandboxPool` (used as is, not closed by the app), or a
             backend (instance or registered name) for which the app opens and closes a pool.
         max_concurrency: runs in flight at once (and the pool's cap when the app makes it).
-        queue_timeout: seconds a request may wait for a slot; default None: as long as its
+        queue_timeout_s: seconds a request may wait for a slot; default None: as long as its
             client waits (the heartbeat keeps it waiting). Past it: 504, or a ``SandboxError``
             body once the heartbeat has started the response.
         max_body_bytes: largest request body; larger ones get 413.
@@ -105,11 +110,17 @@ def create_app(
         max_sessions: kept ``/run_jupyter`` sessions alive at once, in a sandbox pool of their own
             (so the server may hold ``max_concurrency + max_sessions`` sandboxes); past it, 429.
         token: when set, every endpoint but ``/v1/ping`` requires ``Authorization: Bearer <token>``.
+        queue_timeout: the deprecated old name of ``queue_timeout_s``.
+        worker: set in each worker process of ``sandboxkit serve --workers N``
+            (:mod:`sandboxkit.server.supervisor`): run slots and admission then come from the
+            supervisor's broker, so ``max_concurrency``, ``max_queue`` and ``max_queue_bytes``
+            bound the whole server, and so does ``max_sessions``.
 
     Raises:
         BackendNotFound / BackendUnavailable: the backend cannot be built.
         InvalidRequest: a bound is out of range.
     """
+    queue_timeout_s = renamed(queue_timeout_s, queue_timeout, "queue_timeout", where="create_app")
     ceilings = ceilings or Ceilings()
     queue = DEFAULT_MAX_QUEUE if max_queue is None else max_queue
     try:  # checked before a pool (and its backend) exists, so a bad bound leaks nothing
@@ -121,8 +132,16 @@ def create_app(
             raise ValueError(f"kernel_ttl_s must be > 0 and max_sessions >= 1, got {kernel_ttl_s!r}, {max_sessions!r}")
         if token is not None:
             check_token(token)
-        gate = Gate(max_concurrency, queue_timeout)
-        admission = Admission(max_concurrency + queue, max_queue_bytes, max_body_bytes, body_timeout_s)
+        gate: Gate
+        admission: Admission
+        if worker is None:
+            gate = Gate(max_concurrency, queue_timeout_s)
+            admission = Admission(max_concurrency + queue, max_queue_bytes, max_body_bytes, body_timeout_s)
+        else:
+            gate = SharedGate(worker.link, max_concurrency, queue_timeout_s)
+            admission = SharedAdmission(
+                worker.link, max_concurrency + queue, max_queue_bytes, max_body_bytes, body_timeout_s
+            )
         if limits is not None and limits.memory_mb is not None and limits.memory_mb > ceilings.memory_mb:
             raise ValueError(
                 f"the default memory limit {limits.memory_mb} MB is above the ceiling {ceilings.memory_mb}"
@@ -141,9 +160,21 @@ def create_app(
         )
         owns_pool = True
     metrics = ServerMetrics(pool, gate, admission)
-    kernels = KernelSessions(pool, ttl_s=kernel_ttl_s, max_sessions=max_sessions, max_total_s=ceilings.run_timeout_s)
+    ids, peers, seats = None, None, None
+    if worker is not None:
+        ids, peers, seats = SessionIds(worker.session_key, worker.index), Peers(worker), worker.link
+    kernels = KernelSessions(
+        pool,
+        ttl_s=kernel_ttl_s,
+        max_sessions=max_sessions,
+        max_total_s=ceilings.run_timeout_s,
+        ids=ids,
+        seats=seats,
+    )
     beat = heartbeat_s or None
-    ctx = ServerContext(pool, gate, admission, metrics, kernels, ceilings, limits or pool.limits, beat, run_grace_s)
+    ctx = ServerContext(
+        pool, gate, admission, metrics, kernels, ceilings, limits or pool.limits, beat, run_grace_s, peers
+    )
     languages = ctx.languages
 
     @asynccontextmanager
@@ -158,6 +189,8 @@ def create_app(
             with suppress(asyncio.CancelledError):
                 await reaper
             await kernels.aclose()
+            if peers is not None:
+                await peers.aclose()
             if owns_pool:
                 await pool.aclose()
 

@@ -17,6 +17,7 @@ from sandboxkit.server.ceilings import Ceilings
 from sandboxkit.server.gate import Gate
 from sandboxkit.server.jupyter import KernelSessions
 from sandboxkit.server.metrics import ServerMetrics
+from sandboxkit.server.peers import Peers
 
 __all__ = ["ServerContext"]
 
@@ -35,6 +36,7 @@ class ServerContext:
         default_limits: the limits a request starts from.
         heartbeat_s: seconds before a slow answer starts its whitespace heartbeat (None: never).
         run_grace_s: seconds past a run's own timeouts before it is abandoned.
+        peers: the other workers of ``--workers N`` (None: this process is the whole server).
         pod_name: ``MY_POD_NAME`` (Sandbox Fusion's ``executor_pod_name``), if set.
     """
 
@@ -47,6 +49,7 @@ class ServerContext:
     default_limits: Limits
     heartbeat_s: float | None
     run_grace_s: float
+    peers: Peers | None = None
     pod_name: str | None = field(default_factory=lambda: os.environ.get("MY_POD_NAME"))
 
     @property

@@ -4,7 +4,7 @@ How many requests may wait is decided before their bodies are read (:mod:`.admis
 and by bytes). How long they may wait is by default as long as their client waits: while a
 request waits (or runs) past the heartbeat delay, the app keeps the client's read timer from
 firing (see :mod:`sandboxkit.server.app`), so a slow server delays a reward but never turns it
-into an error. An operator who prefers a timer sets ``queue_timeout``; a request that waits past
+into an error. An operator who prefers a timer sets ``queue_timeout_s``; a request that waits past
 it gets 504 (or a ``SandboxError`` body once its answer has started).
 """
 
@@ -20,7 +20,7 @@ __all__ = ["Gate", "GateStatistics", "QueueTimeout"]
 
 
 class QueueTimeout(Exception):
-    """The request waited ``queue_timeout`` seconds without getting a slot."""
+    """The request waited ``queue_timeout_s`` seconds without getting a slot."""
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class GateStatistics:
     in_flight: int
     waiting: int
     max_concurrency: int
-    queue_timeout: float | None
+    queue_timeout_s: float | None
     admitted: int
     rejected_queue_timeout: int
 
@@ -39,16 +39,16 @@ class Gate:
     """At most ``max_concurrency`` holders; waiters are served first come, first served.
 
     Raises:
-        ValueError: ``max_concurrency`` is not positive, or ``queue_timeout`` is given and not positive.
+        ValueError: ``max_concurrency`` is not positive, or ``queue_timeout_s`` is given and not positive.
     """
 
-    def __init__(self, max_concurrency: int, queue_timeout: float | None = None) -> None:
-        if max_concurrency < 1 or (queue_timeout is not None and not queue_timeout > 0):
+    def __init__(self, max_concurrency: int, queue_timeout_s: float | None = None) -> None:
+        if max_concurrency < 1 or (queue_timeout_s is not None and not queue_timeout_s > 0):
             raise ValueError(
-                f"need max_concurrency >= 1 and queue_timeout > 0 (or None), got {max_concurrency!r}, {queue_timeout!r}"
+                f"need max_concurrency >= 1 and queue_timeout_s > 0 (or None), got {max_concurrency!r}, {queue_timeout_s!r}"
             )
         self.max_concurrency = max_concurrency
-        self.queue_timeout = queue_timeout
+        self.queue_timeout_s = queue_timeout_s
         self._limiter = anyio.CapacityLimiter(max_concurrency)
         self._waiting = 0
         self._admitted = 0
@@ -61,7 +61,7 @@ class Gate:
         """Hold one slot for the body of the ``async with``.
 
         Raises:
-            QueueTimeout: ``queue_timeout`` is set and no slot freed up within it.
+            QueueTimeout: ``queue_timeout_s`` is set and no slot freed up within it.
         """
         token = object()
         started = anyio.current_time()
@@ -70,7 +70,7 @@ class Gate:
         except anyio.WouldBlock:
             self._waiting += 1
             try:
-                with anyio.fail_after(self.queue_timeout):
+                with anyio.fail_after(self.queue_timeout_s):
                     await self._limiter.acquire_on_behalf_of(token)
             except TimeoutError:
                 self._timed_out += 1
@@ -91,7 +91,7 @@ class Gate:
             in_flight=self._limiter.borrowed_tokens,
             waiting=self._waiting,
             max_concurrency=self.max_concurrency,
-            queue_timeout=self.queue_timeout,
+            queue_timeout_s=self.queue_timeout_s,
             admitted=self._admitted,
             rejected_queue_timeout=self._timed_out,
         )

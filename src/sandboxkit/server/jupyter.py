@@ -45,7 +45,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import anyio
 from pydantic import BaseModel, Field
@@ -117,6 +117,18 @@ class RunJupyterResponse(BaseModel):
     )
 
 
+class Seats(Protocol):
+    """Seats of kept sessions shared with other processes (the ``--workers`` broker's link)."""
+
+    async def take_seat(self) -> bool:
+        """One more kept session, if the shared ``max_sessions`` allows it."""
+        ...
+
+    def give_seat(self) -> None:
+        """A kept session closed."""
+        ...
+
+
 class SessionsFull(Exception):
     """``max_sessions`` kept sessions are live (HTTP 429 with ``Retry-After``)."""
 
@@ -135,17 +147,36 @@ class SessionIds:
     An id is ``NONCE.MAC``: 18 random bytes and a truncated HMAC-SHA256 of the nonce under a key
     made at start. Recognising an id by its MAC (not by a table) is what lets an expired or closed
     session be told apart from an id nobody issued, for as long as the process lives, in constant
-    memory. The key is never written anywhere, so ids die with the process (a restarted server
+    memory. The key is never written anywhere, so ids die with the server (a restarted server
     refuses them: it cannot tell them from forgeries).
+
+    With ``--workers N`` every worker holds the same key (the supervisor's) and writes its own
+    number into the nonce, ``w<index>~<random>``, so the MAC also vouches for which worker holds
+    the session (:meth:`owner`): a request can be sent to that worker, and a replacement worker
+    recognises the ids of the worker it replaced as lost sessions, not forgeries.
+
+    Args:
+        key: the MAC key (default: a new random one, this object's alone).
+        worker: this process's worker number, written into the ids it issues (None: one process).
     """
 
-    def __init__(self) -> None:
-        self._key = secrets.token_bytes(32)
+    def __init__(self, key: bytes | None = None, worker: int | None = None) -> None:
+        self._key = key if key is not None else secrets.token_bytes(32)
+        self._prefix = "" if worker is None else f"w{worker}~"
 
     def issue(self) -> str:
         """A new id."""
-        nonce = secrets.token_urlsafe(18)
+        nonce = self._prefix + secrets.token_urlsafe(18)
         return f"{nonce}.{self._mac(nonce)}"
+
+    def owner(self, session_id: str) -> int | None:
+        """The worker that issued ``session_id``, if it is an issued id that names one."""
+        if not self.issued(session_id):
+            return None
+        head, tilde, _ = session_id.partition("~")
+        if not tilde or not head.startswith("w") or not head[1:].isdigit():
+            return None
+        return int(head[1:])
 
     def issued(self, session_id: str) -> bool:
         """Whether this object issued ``session_id`` (compared in constant time)."""
@@ -197,13 +228,23 @@ class KernelSessions:
         ttl_s: idle seconds after which a kept session is closed.
         max_sessions: kept sessions alive at once (their own pool's sandbox cap).
         max_total_s: ceiling on a request's ``total_timeout`` (lowered to it).
+        ids: issues and checks session ids (default: ids of this process alone).
+        seats: where ``max_sessions`` is counted when other processes share it (``--workers``;
+            default: this object alone).
 
     Raises:
         InvalidRequest: ``ttl_s`` is not positive or ``max_sessions`` is below 1.
     """
 
     def __init__(
-        self, pool: SandboxPool, *, ttl_s: float = 600.0, max_sessions: int = 64, max_total_s: float = 300.0
+        self,
+        pool: SandboxPool,
+        *,
+        ttl_s: float = 600.0,
+        max_sessions: int = 64,
+        max_total_s: float = 300.0,
+        ids: SessionIds | None = None,
+        seats: Seats | None = None,
     ) -> None:
         if not ttl_s > 0 or max_sessions < 1:
             raise InvalidRequest(f"kernel_ttl_s must be > 0 and max_sessions >= 1, got {ttl_s!r}, {max_sessions!r}")
@@ -211,7 +252,8 @@ class KernelSessions:
         self.ttl_s = ttl_s
         self.max_sessions = max_sessions
         self.max_total_s = max_total_s
-        self.ids = SessionIds()
+        self.ids = ids or SessionIds()
+        self._seats = seats
         # Its own cap: an idle kept session holds a sandbox of this pool, never one /run_code needs.
         self._kept_pool = SandboxPool(
             pool.backend,
@@ -235,7 +277,7 @@ class KernelSessions:
         """
         await self.expire()
         async with self._lock:
-            self._check_room()
+            await self._take_room()
             session_id = self.ids.issue()
             self._kept[session_id] = Kept(session_id, self._kept_pool.session())
         return session_id
@@ -262,7 +304,9 @@ class KernelSessions:
             async with self._lock:
                 kept = self._hold(session_id)
                 if kept is None:
-                    self._check_room()
+                    if self._kept.pop(session_id, None) is not None:  # its sandbox died: its seat goes too
+                        self._give_room()
+                    await self._take_room()
                     why = self._gone.pop(session_id, "was closed or expired")
                     kept = self._kept[session_id] = Kept(session_id, self._kept_pool.session(), lost=why)
                     kept.busy += 1
@@ -303,6 +347,7 @@ class KernelSessions:
             kept = self._kept.pop(session_id, None)
             if kept is not None:
                 self._note_gone(session_id, "was closed (DELETE)")
+                self._give_room()
         if kept is None:
             return False
         await kept.session.close()
@@ -316,6 +361,7 @@ class KernelSessions:
             closing = [self._kept.pop(k) for k in stale]
             for session_id in stale:
                 self._note_gone(session_id, f"expired after {self.ttl_s:g}s idle")
+                self._give_room()
         for kept in closing:
             await kept.session.close()
         return len(closing)
@@ -338,6 +384,8 @@ class KernelSessions:
         """Close every kept session and their pool (server shutdown)."""
         async with self._lock:
             closing, self._kept = list(self._kept.values()), {}
+            for _ in closing:
+                self._give_room()
         with anyio.CancelScope(shield=True):
             for kept in closing:
                 await kept.session.close()
@@ -359,18 +407,32 @@ class KernelSessions:
                 "session_id for a one-shot kernel"
             )
 
-    def _check_room(self) -> None:
-        """Raise :class:`SessionsFull` unless one more kept session fits (call with the lock held)."""
+    async def _take_room(self) -> None:
+        """Raise :class:`SessionsFull` unless one more kept session fits; take its seat (call with the lock held)."""
         if len(self._kept) < self.max_sessions:
-            return
+            try:
+                if self._seats is None or await self._seats.take_seat():
+                    return
+            except ConnectionError:  # the broker is gone: the server is stopping
+                pass
         now = time.monotonic()
         idle = [self.ttl_s - (now - kept.last_used) for kept in self._kept.values() if not kept.busy]
         retry = max(1, math.ceil(min(idle) if idle else self.ttl_s))
+        live = (
+            "the server's max_sessions kept sessions are live"
+            if self._seats
+            else (f"{len(self._kept)} kept sessions are live, the server's max_sessions")
+        )
         raise SessionsFull(
-            f"{len(self._kept)} kept sessions are live, the server's max_sessions; retry in {retry}s, "
-            "close one with DELETE /run_jupyter/sessions/{session_id}, or send no session_id for a one-shot kernel",
+            f"{live}; retry in {retry}s, close one with DELETE /run_jupyter/sessions/{{session_id}}, "
+            "or send no session_id for a one-shot kernel",
             retry,
         )
+
+    def _give_room(self) -> None:
+        """A kept session is gone: give its seat back."""
+        if self._seats is not None:
+            self._seats.give_seat()
 
     def _note_gone(self, session_id: str, why: str) -> None:
         self._gone[session_id] = why
@@ -404,7 +466,7 @@ async def _run_cells(
         timeout = min(left, body.cell_timeout) if body.cell_timeout > 0 else left
         if timeout <= 0:
             return _time_limit(body, started, pod_name)
-        result = await session.python(code, timeout=timeout)
+        result = await session.python(code, timeout_s=timeout)
         if result.status is CellStatus.TIMEOUT and (body.cell_timeout <= 0 or timeout < body.cell_timeout):
             return _time_limit(body, started, pod_name)  # the request's total ran out: Sandbox Fusion's TLE
         cells.append(cell_to_sandbox_fusion(result))

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import anyio
 
+from sandboxkit._request import renamed
 from sandboxkit.base import Backend, Capabilities
 from sandboxkit.errors import CapacityExceeded, InvalidRequest, RateLimited, SandboxCrashed, Transient
 from sandboxkit.models import ExecRequest, ExecResult, Limits, RunRequest, RunResult, Status, check_relative_path
@@ -169,7 +170,7 @@ class FakeSandbox(BufferedSandbox):
             return
         self.closed = True
         with anyio.CancelScope(shield=True):  # close completes under cancellation (the contract)
-            await anyio.sleep(self.backend.close_delay)
+            await anyio.sleep(self.backend.close_delay_s)
         self.backend.live.discard(self)
         if self.backend.marker_dir:
             (Path(self.backend.marker_dir) / self.id).unlink(missing_ok=True)
@@ -179,8 +180,8 @@ class FakeBackend(Backend):
     """A backend whose sandboxes run scripts of behaviours (see the module docstring).
 
     Args:
-        open_delay: seconds every ``open`` takes (a slow service).
-        close_delay: seconds every ``close`` takes.
+        open_delay_s: seconds every ``open`` takes (a slow service).
+        close_delay_s: seconds every ``close`` takes.
         open_failures: the first N ``open`` calls raise ``open_error``.
         open_error: the exception class (or factory taking the message) of those failures.
         capacity: the most sandboxes the "service" holds at once (creations in progress count);
@@ -191,13 +192,14 @@ class FakeBackend(Backend):
         resettable: whether ``reset`` is offered to the pool.
         marker_dir: a directory holding one file per open sandbox.
         name: the backend name reported in results and errors.
+        open_delay, close_delay: the deprecated old names of ``open_delay_s`` / ``close_delay_s``.
     """
 
     def __init__(
         self,
         *,
-        open_delay: float = 0.0,
-        close_delay: float = 0.0,
+        open_delay_s: float = 0.0,
+        close_delay_s: float = 0.0,
         open_failures: int = 0,
         open_error: Callable[[str], BaseException] = Transient,
         capacity: int | None = None,
@@ -207,10 +209,16 @@ class FakeBackend(Backend):
         resettable: bool = True,
         marker_dir: str | None = None,
         name: str = "fake",
+        open_delay: float | None = None,
+        close_delay: float | None = None,
     ) -> None:
         self.name = name
-        self.open_delay = open_delay
-        self.close_delay = close_delay
+        self.open_delay_s = (
+            open_delay_s if open_delay is None else renamed(None, open_delay, "open_delay", where="FakeBackend")
+        )
+        self.close_delay_s = (
+            close_delay_s if close_delay is None else renamed(None, close_delay, "close_delay", where="FakeBackend")
+        )
         self.open_failures = open_failures
         self.open_error = open_error
         self.capacity = capacity
@@ -248,7 +256,7 @@ class FakeBackend(Backend):
             )
         self._opening += 1  # a sandbox being created already counts against the service's limit
         try:
-            await anyio.sleep(self.open_delay)
+            await anyio.sleep(self.open_delay_s)
         finally:
             self._opening -= 1
         self.created_at.append(time.monotonic())

@@ -390,6 +390,19 @@ async def test_ten_megabytes_then_a_traceback_keeps_the_end(sandbox: Any) -> Non
     assert result.stdout == cut_head_tail(expected, 1000, 0.5)[0].decode()
 
 
+@pytest.mark.parametrize("fraction", [0.0, 0.3, 1.0])
+async def test_every_length_around_the_cap_is_cut_like_the_host(sandbox: Any, fraction: float) -> None:
+    """The runner keeps head and tail bytes itself (Python here, Go in the static-runner run of this module);
+    the host's join of them must be ``cut_head_tail`` of the stream at every length, edges included."""
+    limits = FAST.merged(output_bytes=100, output_head_fraction=fraction)
+    for size in (0, 1, 30, 99, 100, 101, 175, 1000, 70_000):
+        data = bytes(48 + i % 43 for i in range(size))
+        code = f"import sys\nsys.stdout.write(''.join(chr(48 + i % 43) for i in range({size})))"
+        result = await sandbox.run(RunRequest(code=code, limits=limits))
+        expected, cut = cut_head_tail(data, 100, fraction)
+        assert (result.stdout, result.stdout_truncated) == (expected.decode(), cut), (size, result)
+
+
 async def test_head_fraction_and_stop_bytes(sandbox: Any) -> None:
     code = "import sys\nsys.stdout.write('h' * 3000 + 't' * 3000)"
     limits = FAST.merged(output_bytes=1000, output_head_fraction=0.25)

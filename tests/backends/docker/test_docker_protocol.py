@@ -209,7 +209,7 @@ def test_bad_runner_option_is_an_invalid_request() -> None:
     from sandboxkit.backends.docker import DockerBackend
     from sandboxkit.errors import InvalidRequest
 
-    with pytest.raises(InvalidRequest, match="auto, static, python"):
+    with pytest.raises(InvalidRequest, match=r"option 'runner'='go': Input should be 'auto', 'static' or 'python'"):
         DockerBackend(runner="go")
 
 

@@ -41,7 +41,7 @@ async def pool_behind(
 ) -> AsyncIterator[tuple[SandboxPool, FaultServer]]:
     async with FaultServer(upstream.url, plan, stall_s=6) as faults:
         backend = SandboxFusionBackend(url=faults.url + "/run_code", request_grace_s=0.5)
-        pool_kw = {"max_concurrency": 16, "retries": RETRIES, "backoff_base": 0.01, "limits": LIMITS, **pool_kw}
+        pool_kw = {"max_concurrency": 16, "retries": RETRIES, "backoff_base_s": 0.01, "limits": LIMITS, **pool_kw}
         async with SandboxPool(backend, **pool_kw) as pool:  # type: ignore[arg-type]
             yield pool, faults
         await backend.aclose()
@@ -133,7 +133,7 @@ async def test_connections_are_reused(sf_serve: ServeProcess) -> None:
 async def test_server_over_a_failing_sandbox_fusion_backend_answers_sandbox_error(sf_serve: ServeProcess) -> None:
     """Chained: sandboxkit serve -> sandbox_fusion backend -> a service that always answers 502."""
     async with FaultServer(sf_serve.url, always("502")) as faults:
-        pool = SandboxPool(SandboxFusionBackend(url=faults.url), retries=1, backoff_base=0.01)
+        pool = SandboxPool(SandboxFusionBackend(url=faults.url), retries=1, backoff_base_s=0.01)
         app = create_app(pool, max_concurrency=4)
         async with app.router.lifespan_context(app):
             client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sk")

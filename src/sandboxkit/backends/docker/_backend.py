@@ -1,31 +1,10 @@
 """``DockerBackend``: hardened local containers with a warm runner inside each.
 
-Options (``SandboxPool("docker", backend_options={...})`` or ``sandboxkit.backend("docker", ...)``):
-
-* ``image``: image to run (default: ``$SANDBOXKIT_DOCKER_IMAGE`` or ``sandboxkit-base:latest``,
-  built offline by ``scripts/docker-setup.sh``). Any image works (see ``runner``); it needs the
-  toolchains of the languages you use, and a missing one is a :class:`ToolchainMissing` error.
-* ``runner`` (``$SANDBOXKIT_DOCKER_RUNNER`` or ``auto``): the in-container runner. ``python`` needs ``python3`` >= 3.8 with its
-  standard library in the image and has the Python fast path; ``static`` is a static Go binary
-  (built once with the Go toolchain, or ``$SANDBOXKIT_RUNNER_BIN``) bind-mounted read-only, that
-  needs nothing from the image; ``auto`` tries ``python`` and falls back to ``static`` for good.
-* ``workdir`` (``/work``), ``workdir_size_mb`` (512), ``tmp_size_mb`` (64): the tmpfs workspace
-  and ``/tmp``. On cgroup v1 and v2 alike, tmpfs pages count against the memory limit.
-* ``network``: the Docker network used when ``Limits.network`` is true (default ``bridge``);
-  with the default ``network=False`` containers get ``network_mode=none``.
-* ``python_fast`` (True): Python runs in a child forked from the runner instead of a new
-  interpreter (~10x faster; Python runner only); set False to run ``python3 -u main.py`` like the other languages.
-* ``labels``: extra labels on every container (default: ``$SANDBOXKIT_DOCKER_LABELS``, ``k=v,k2=v2``);
-  they also scope :meth:`DockerBackend.cleanup`. ``base_url``: the engine (default: ``DOCKER_HOST``).
-* ``writable_root`` (False): the container's root filesystem is writable, so files can be written
-  at absolute paths outside the workspace (``/tests/test.sh``, ``/logs/verifier``). What a program
-  writes there survives ``reset``, so such sandboxes are not reused (``resettable`` is False).
-  Absolute paths are read (and used as ``exec`` cwd) with or without it.
-* ``writable_dirs`` (()): absolute directories created when a container opens and given to the
-  program's user, e.g. ``("/testbed", "/logs/verifier")`` for agent tasks whose verifier writes
-  ``/logs/verifier/reward.txt`` (programs run as an unprivileged user). Needs ``writable_root``.
-* ``start_timeout_s`` (60): how long a new container may take to say hello; ``grace_s`` (5): the
-  host-side grace on top of a run's own timeouts before the container is declared stuck.
+Options: :class:`~sandboxkit.configs.DockerConfig` declares each one (type, default, meaning);
+docs/backends/docker.md shows them as a table rendered from it. The image needs the toolchains
+of the languages you use (a missing one is a :class:`ToolchainMissing` error); the ``runner``
+option picks how programs are started inside it (the Python runner, or a static Go binary
+that needs nothing from the image).
 """
 
 from __future__ import annotations
@@ -35,8 +14,8 @@ import os
 import posixpath
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import anyio
 import anyio.to_thread
@@ -49,6 +28,7 @@ from sandboxkit.backends.docker._owner import owner_alive, owner_labels
 from sandboxkit.backends.docker._sandbox import DockerSandbox
 from sandboxkit.backends.docker._static import StaticRunnerUnavailable, static_runner
 from sandboxkit.base import Availability, Backend, Capabilities, Sandbox, Snapshot
+from sandboxkit.configs import DockerConfig
 from sandboxkit.errors import BackendUnavailable, InvalidRequest, Transient
 from sandboxkit.languages import LANGUAGES
 from sandboxkit.models import Limits, check_sandbox_path
@@ -121,56 +101,40 @@ def _checked_dirs(dirs: Sequence[str], writable_root: bool) -> tuple[str, ...]:
 class DockerBackend(Backend):
     """Sandboxes as hardened Docker containers, each with a warm runner (see the module docstring).
 
+    Args:
+        config: the options, a :class:`~sandboxkit.configs.DockerConfig`.
+        **options: the same options as keywords (``DockerBackend(image="python:3.12")``), validated
+            by that model, over ``config`` when both are given.
+
     Raises:
-        InvalidRequest: an option is out of range.
+        InvalidRequest: an option is unknown or invalid, a ``writable_dirs`` entry cannot be made
+            writable, or ``$SANDBOXKIT_DOCKER_RUNNER`` / ``$SANDBOXKIT_DOCKER_LABELS`` is malformed.
     """
 
     name = _NAME
+    config_model: ClassVar[type[DockerConfig]] = DockerConfig
 
-    def __init__(
-        self,
-        *,
-        image: str | None = None,
-        workdir: str = "/work",
-        workdir_size_mb: int = 512,
-        tmp_size_mb: int = 64,
-        network: str = "bridge",
-        python_fast: bool = True,
-        labels: Mapping[str, str] | None = None,
-        base_url: str | None = None,
-        start_timeout_s: float = 60.0,
-        grace_s: float = 5.0,
-        writable_root: bool = False,
-        writable_dirs: Sequence[str] = (),
-        runner: str | None = None,
-    ) -> None:
-        runner = runner or os.environ.get(RUNNER_ENV) or "auto"
+    def __init__(self, config: DockerConfig | None = None, **options: Any) -> None:
+        self.config = config = DockerConfig.from_options(config, options)
+        runner = config.runner or os.environ.get(RUNNER_ENV) or "auto"
         if runner not in RUNNERS:
-            raise InvalidRequest(f"runner must be one of {', '.join(RUNNERS)}, got {runner!r}", backend=_NAME)
-        if not posixpath.isabs(workdir) or workdir == "/" or ".." in workdir.split("/"):
-            raise InvalidRequest(f"workdir must be an absolute path below '/', got {workdir!r}", backend=_NAME)
-        for option, value in (("workdir_size_mb", workdir_size_mb), ("tmp_size_mb", tmp_size_mb)):
-            if not isinstance(value, int) or value < 1:
-                raise InvalidRequest(f"{option} must be a positive integer (MiB), got {value!r}", backend=_NAME)
-        for option, number in (("start_timeout_s", start_timeout_s), ("grace_s", grace_s)):
-            if not number > 0:
-                raise InvalidRequest(f"{option} must be positive, got {number!r}", backend=_NAME)
-        self.image = image or os.environ.get(IMAGE_ENV) or DEFAULT_IMAGE
-        self.workdir = posixpath.normpath(workdir)
-        self.workdir_size_mb = workdir_size_mb
-        self.tmp_size_mb = tmp_size_mb
-        self.network = network
-        self.python_fast = python_fast
-        self.base_url = base_url
-        self.start_timeout_s = start_timeout_s
-        self.grace_s = grace_s
-        self.writable_root = bool(writable_root)
-        self.writable_dirs = _checked_dirs(writable_dirs, self.writable_root)
+            raise InvalidRequest(f"{RUNNER_ENV} must be one of {', '.join(RUNNERS)}, got {runner!r}", backend=_NAME)
+        self.image = config.image or os.environ.get(IMAGE_ENV) or DEFAULT_IMAGE
+        self.workdir = posixpath.normpath(config.workdir)
+        self.workdir_size_mb = config.workdir_size_mb
+        self.tmp_size_mb = config.tmp_size_mb
+        self.network = config.network
+        self.python_fast = config.python_fast
+        self.base_url = config.base_url
+        self.start_timeout_s = config.start_timeout_s
+        self.grace_s = config.grace_s
+        self.writable_root = config.writable_root
+        self.writable_dirs = _checked_dirs(config.writable_dirs, self.writable_root)
         self.runner = runner
         self._static_path: str | None = None
         self._auto_static = False  # runner="auto" found that the image cannot run the Python runner
         self.instance_id = uuid.uuid4().hex[:12]
-        self.extra_labels = dict(labels) if labels is not None else _labels_from_env()
+        self.extra_labels = dict(config.labels) if config.labels is not None else _labels_from_env()
         self.labels = {
             **self.extra_labels,
             _engine.LABEL: "1",

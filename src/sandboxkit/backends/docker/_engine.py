@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sandboxkit._standalone import standalone_source
 from sandboxkit.backends.docker._results import PATH
 from sandboxkit.backends.docker._static import MOUNT_PATH
 from sandboxkit.models import Limits
@@ -69,7 +70,7 @@ _CPU_PERIOD = 100_000
 @functools.cache
 def runner_source() -> str:
     """Source of the in-container runner, passed as ``python3 -c`` (no file to ship, nothing to tamper with)."""
-    return Path(__file__).with_name("_runner.py").read_text(encoding="utf-8")
+    return standalone_source(Path(__file__).with_name("_runner.py"))
 
 
 @dataclass(frozen=True)

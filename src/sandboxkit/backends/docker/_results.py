@@ -17,6 +17,7 @@ from typing import Any
 from sandboxkit.languages import Language
 from sandboxkit.models import ExecResult, Limits, Status, decode_output
 from sandboxkit.output import cut_marker
+from sandboxkit.output import head_tail_split as _split
 
 __all__ = ["Blobs", "base_env", "classify", "head_tail_split", "join_head_tail", "make_step", "split_outputs"]
 
@@ -63,9 +64,7 @@ class Blobs:
 
 def head_tail_split(limits: Limits) -> tuple[int, int]:
     """Bytes kept from the start and from the end of a stream: the split of ``sandboxkit.output``."""
-    cap = limits.output_bytes
-    head = max(0, min(cap, int(cap * limits.output_head_fraction)))
-    return head, cap - head
+    return _split(limits.output_bytes, limits.output_head_fraction)
 
 
 def make_step(

@@ -14,8 +14,9 @@ re-parented to us, so after each step ``kill(-1, SIGKILL)`` plus reaping until `
 the container holds nothing else (double-forked daemons included). The runner is marked
 non-dumpable, so a program cannot ptrace it or open ``/proc/1/mem`` / ``/proc/1/fd``.
 
-This is one file on purpose (it is passed as ``python3 -c`` and imports nothing of sandboxkit),
-which is why it is longer than the project's other modules.
+This is one file on purpose (it is passed as ``python3 -c``), which is why it is longer than the
+project's other modules. Its one sandboxkit import, of the helpers every in-sandbox program shares, is
+replaced by their definitions when the text is shipped (:func:`sandboxkit._standalone.standalone_source`).
 
 Framing (both directions): ``>II`` = (json_len, blob_len), a UTF-8 JSON header, then a blob area.
 Bulky or private data (source code, stdin, each step's argv/env/cwd, program output, fetched
@@ -47,6 +48,8 @@ import traceback
 import types
 from typing import Any
 
+from sandboxkit._in_sandbox_std import exit_code, set_dumpable
+
 HEAD = struct.Struct(">II")
 WORKDIR = sys.argv[1] if len(sys.argv) > 1 else "/work"
 #: Only as a container's init may we SIGKILL "everything else" (kill(-1)); anywhere else that is a host.
@@ -60,7 +63,6 @@ INLINE_FILE_MAX = 1 << 20
 INLINE_CALL_MAX = 4 << 20
 BASE_SYS_PATH = [p for p in sys.path if p]
 _SCRATCH = bytearray(65536)
-PR_SET_DUMPABLE = 4
 #: The uid and gid programs run as (the runner's own when it is not started as root).
 SANDBOX_ID = 1000  # set from argv by main()
 #: True when the runner is root with only the capabilities it needs (see :func:`supervise`).
@@ -204,8 +206,7 @@ def child(step: dict[str, Any], blobs: memoryview, fds: tuple[int, int, int], re
             os.setgroups([])
             os.setresgid(SANDBOX_ID, SANDBOX_ID, SANDBOX_ID)
             os.setresuid(SANDBOX_ID, SANDBOX_ID, SANDBOX_ID)
-        if _LIBC is not None:  # exec would do this; before it (and in place) /proc/self must be ours
-            _LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+        set_dumpable(True)  # exec would do this; before it (and in place) /proc/self must be ours
         try:
             fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
             os.write(fd, b"1000")  # the OOM killer takes the program, never the runner
@@ -300,7 +301,7 @@ def python_main(private: dict[str, Any]) -> None:
             source = fh.read()
         exec(compile(source, main.__file__, "exec"), main.__dict__)
     except SystemExit as exc:
-        code = _exit_code(exc)
+        code = exit_code(exc.code)
     except BaseException as exc:
         tb = exc.__traceback__.tb_next if exc.__traceback__ else None  # hide this function's frame
         sys.excepthook(type(exc), exc.with_traceback(tb), tb)
@@ -313,7 +314,7 @@ def python_main(private: dict[str, Any]) -> None:
 
         atexit._run_exitfuncs()
     except SystemExit as exc:
-        code = _exit_code(exc)
+        code = exit_code(exc.code)
     except BaseException as exc:
         traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next if exc.__traceback__ else None)
     for stream in (sys.stdout, sys.stderr):
@@ -325,18 +326,6 @@ def python_main(private: dict[str, Any]) -> None:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
     os._exit(code)
-
-
-def _exit_code(exc: SystemExit) -> int:
-    if exc.code is None:
-        return 0
-    if isinstance(exc.code, int):
-        return exc.code & 0xFF
-    try:
-        print(exc.code, file=sys.stderr)
-    except BaseException:
-        pass
-    return 1
 
 
 class Sink:
@@ -774,11 +763,11 @@ def main() -> None:
     # `python3 -c` puts '' (the working directory: the workspace, which the program controls) first
     # on sys.path; an import here after a run could load a module the program planted there.
     sys.path[:] = BASE_SYS_PATH
+    set_dumpable(False)  # no ptrace, no /proc/1/mem, /proc/1/fd
     try:
         import ctypes
 
         _LIBC = ctypes.CDLL(None)
-        _LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no ptrace, no /proc/1/mem, /proc/1/fd
     except Exception:
         pass
     if os.getuid() == 0:

@@ -14,7 +14,7 @@ import os
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Sequence
+from typing import Any, ClassVar
 
 from sandboxkit.backends.subprocess import _idmap, _rootfs
 from sandboxkit.backends.subprocess import _isolation as isolation
@@ -26,26 +26,12 @@ from sandboxkit.backends.subprocess._sandbox import (
 )
 from sandboxkit.backends.subprocess._workspace import SANDBOX_PATH
 from sandboxkit.base import Availability, Backend, Capabilities, Snapshot
+from sandboxkit.configs import DEFAULT_PRELOAD, SubprocessConfig
 from sandboxkit.errors import BackendUnavailable, InvalidRequest
 from sandboxkit.languages import LANGUAGES, Language, file_present
-from sandboxkit.models import Limits, check_sandbox_path
+from sandboxkit.models import Limits
 
-__all__ = ["SubprocessBackend", "SubprocessSandbox"]
-
-#: Modules the fork server imports before its first command (``preload_modules``): what test
-#: harnesses and competitive-programming solutions import, so a warm run finds them loaded.
-#: Kept to modules that cost little: every preloaded page makes each fork (every run) a little
-#: dearer, so heavier ones (``dataclasses`` ~2.5 MB, ``tempfile``, ``fractions``, ``hashlib``) are
-#: for callers that import them in every run (``preload_modules=[...]``). ``random`` is left out
-#: on purpose: once loaded, every forked child re-seeds it (an at-fork hook), ~15 copied pages a run.
-#: ``traceback`` (~0.3 MB, with linecache/tokenize) and ``copy`` (~0.15 MB) are left out too: the
-#: judge's harness imports ``traceback`` only when a solution raises, and few programs use ``copy``;
-#: preloaded, they made every warm slot bigger and every run a little slower (docs/benchmarks.md).
-#: ``typing`` stays: the judge's prelude imports it for LeetCode-style annotations (``List[int]``).
-DEFAULT_PRELOAD = (
-    "bisect", "collections", "functools", "heapq", "io", "itertools", "json", "math", "operator",
-    "re", "string", "typing",
-)  # fmt: skip
+__all__ = ["DEFAULT_PRELOAD", "SubprocessBackend", "SubprocessSandbox"]
 
 
 def _seccomp_supported() -> bool:
@@ -82,14 +68,7 @@ def _check_workdir(workdir: str | None, rootfs: str | None, *, bwrap: bool, root
     """
     if workdir is None:
         return _rootfs.DEFAULT_WORKDIR if rootfs is not None else isolation.INNER_WORKDIR
-    try:
-        checked = check_sandbox_path(workdir, absolute_ok=True) if isinstance(workdir, str) else ""
-    except ValueError as exc:
-        raise InvalidRequest(f"workdir: {exc}", backend=NAME) from None
-    if not checked.startswith("/") or checked.split("/")[1] in ("tmp", "dev", "proc", "sys"):
-        raise InvalidRequest(
-            f"workdir must be an absolute directory outside /tmp, /dev, /proc and /sys, got {workdir!r}", backend=NAME
-        )
+    checked = workdir  # normalised by SubprocessConfig: absolute, outside /tmp, /dev, /proc and /sys
     if rootfs is not None:
         return checked
     if not bwrap:
@@ -139,72 +118,38 @@ class SubprocessBackend(Backend):
     """Runs programs as isolated local processes (namespaces, private uid, cgroups, rlimits).
 
     Args:
-        root: directory under which sandbox workspaces are created (default: a private
-            ``sandboxkit-<uid>`` directory in the system temp dir).
-        path: PATH inside the sandbox (default :data:`SANDBOX_PATH`; the host's PATH is not used).
-        warm_python: run Python programs in a child forked from a warm interpreter (default on).
-        disk_mb: size of each workspace's tmpfs (where mounting one is allowed).
-        tmp_mb: size of each sandbox's private ``/tmp`` and ``/dev/shm``.
-        preload_modules: modules the fork server imports before its first command, so warm
-            Python runs find them loaded (``None``: :data:`DEFAULT_PRELOAD`; ``()``: none). Only the server's own
-            imports happen before untrusted code exists, which is why this is a backend option
-            and not something a run can ask for. A workspace file with the same name still wins.
-        seccomp: refuse dangerous system calls with a seccomp filter (needs bubblewrap).
-        rootfs: a root filesystem for every sandbox: a directory, or a tarball such as
-            ``docker export`` writes. Unpacked once into ``rootfs_cache``; each sandbox runs on
-            its own copy-on-write view of it, so absolute paths (``/testbed``, ``/tests``,
-            ``/logs``) are real and private (see ``_rootfs``). Needs root and bubblewrap.
-        rootfs_cache: where images are unpacked, keyed by sha256 (default
-            ``~/.cache/sandboxkit/rootfs``).
-        workdir: where programs start and relative paths point: inside the root filesystem
-            (default ``/testbed``) with ``rootfs``, else where bubblewrap binds the workspace
-            (default ``/work``), so literal paths like ``/testbed/data.txt`` inside program files work.
+        config: the options, a :class:`~sandboxkit.configs.SubprocessConfig` (each one is
+            documented there and in docs/backends/subprocess.md).
+        **options: the same options as keywords (``SubprocessBackend(tmp_mb=64)``), validated
+            by that model, over ``config`` when both are given.
 
     Raises:
-        InvalidRequest: a ``preload_modules`` entry is not a module name, ``workdir`` is not an
-            absolute path (or would hide a host directory the sandbox uses), or ``rootfs`` cannot be unpacked.
+        InvalidRequest: an option is unknown or invalid (the message names it and the valid ones),
+            ``workdir`` would hide a host directory the sandbox uses, or ``rootfs`` cannot be unpacked.
         BackendUnavailable: ``rootfs`` needs what this machine lacks (root, bubblewrap, a tmpfs), or
             ``workdir`` without ``rootfs`` needs bubblewrap.
     """
 
     name = NAME
+    config_model: ClassVar[type[SubprocessConfig]] = SubprocessConfig
 
-    def __init__(
-        self,
-        *,
-        root: str | None = None,
-        path: str | None = None,
-        warm_python: bool = True,
-        disk_mb: int = 1024,
-        tmp_mb: int = 256,
-        preload_modules: Sequence[str] | None = None,
-        seccomp: bool = True,
-        rootfs: str | None = None,
-        rootfs_cache: str | None = None,
-        workdir: str | None = None,
-    ) -> None:
-        if preload_modules is None:
-            preload_modules = DEFAULT_PRELOAD
-        bad = [m for m in preload_modules if not isinstance(m, str) or not all(p.isidentifier() for p in m.split("."))]
-        if bad or isinstance(preload_modules, str):
-            raise InvalidRequest(
-                f"preload_modules must be a list of module names like ['json', 'numpy'], got {preload_modules!r}",
-                backend=NAME,
-            )
-        self.preload_modules = tuple(preload_modules)
+    def __init__(self, config: SubprocessConfig | None = None, **options: Any) -> None:
+        self.config = config = SubprocessConfig.from_options(config, options)
+        self.preload_modules = config.preload_modules
         self.isolation = isolation.probe()
-        self.seccomp = seccomp and self.isolation.bwrap is not None and _seccomp_supported()
+        self.seccomp = config.seccomp and self.isolation.bwrap is not None and _seccomp_supported()
         default_root = os.path.join(tempfile.gettempdir(), f"sandboxkit-{os.geteuid()}")
-        self.root = os.path.realpath(root or default_root)
+        self.root = os.path.realpath(config.root or default_root)
         os.makedirs(self.root, mode=0o711, exist_ok=True)
-        self.path = path or SANDBOX_PATH
-        self.warm_python = warm_python
-        self.disk_mb = disk_mb
-        self.tmp_mb = tmp_mb
+        self.path = config.path or SANDBOX_PATH
+        self.warm_python = config.warm_python
+        self.disk_mb = config.disk_mb
+        self.tmp_mb = config.tmp_mb
         self.server_python = shutil.which("python3", path=self.path)
-        self.workdir = _check_workdir(workdir, rootfs, bwrap=self.isolation.bwrap is not None, root=self.root)
+        rootfs = config.rootfs
+        self.workdir = _check_workdir(config.workdir, rootfs, bwrap=self.isolation.bwrap is not None, root=self.root)
         #: The unpacked image every sandbox's root view is made of, or None (the host's filesystem).
-        self.rootfs = _load_rootfs(rootfs, rootfs_cache, self.isolation) if rootfs is not None else None
+        self.rootfs = _load_rootfs(rootfs, config.rootfs_cache, self.isolation) if rootfs is not None else None
         self._toolchains: dict[str, bool] = {}
         self._sandboxes: set[SubprocessSandbox] = set()
         #: Checkpoints taken and not yet released (each leaves it when released).

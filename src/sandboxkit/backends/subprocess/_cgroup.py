@@ -101,6 +101,17 @@ _PROBES = {
 }
 
 
+#: Written once into each new v2 memory cgroup, where the kernel has the file.
+#: ``memory.swap.max`` 0: the limit is RAM; swap would let a bomb outlive its limit, slowly.
+#: ``memory.oom.group`` 1: the first OOM kill takes every process of the sandbox at once (the fork
+#: server and a session's kernel too). Killed one at a time, the rest of a program that forked many
+#: allocators could sit at the limit, runnable, with no further OOM, until its timeout (seen on a
+#: 16-core host: 3-8 kills of 20, then nothing; docs/cgroups.md). The program's outcome is the same,
+#: ``memory_exceeded``; a sandbox whose server it took is discarded, as when a program kills its parent.
+#: ``memory.high`` stays ``max``: it throttles rather than kills, which turns a bomb into a slow timeout.
+_V2_MEMORY = {"memory.swap.max": "0", "memory.oom.group": "1"}
+
+
 def _probe_files(controller: str, v2: bool) -> dict[str, str]:
     v2_file, v1_file, value = _PROBES[controller]
     if controller == "cpu":
@@ -189,9 +200,11 @@ class SandboxCgroup:
         self._cpus: float | None = None
         self._cpus_set = False
         self._oom_fd: int | None = None
-        swap = os.path.join(self.memory_dir, "memory.swap.max") if self.memory_dir else None
-        if create and swap is not None and os.path.exists(swap):  # absent without swap accounting
-            _write(swap, "0")
+        if create and self.memory_dir is not None:
+            for name, value in _V2_MEMORY.items():
+                path = os.path.join(self.memory_dir, name)
+                if os.path.exists(path):  # v2 only; swap.max is absent without swap accounting
+                    _write(path, value)
 
     def add(self, pid: int) -> None:
         """Move a process (and the threads of it) into every controller of this sandbox."""
@@ -203,6 +216,8 @@ class SandboxCgroup:
         if self.memory_dir is None or limit == self._memory:
             return
         if _unified(self.memory_dir):
+            if self._memory is not None and limit < self._memory:
+                self._fits_under(limit)
             _write(os.path.join(self.memory_dir, "memory.max"), str(limit))
         else:
             memsw = os.path.join(self.memory_dir, "memory.memsw.limit_in_bytes")
@@ -217,6 +232,23 @@ class SandboxCgroup:
                         if path == mem:
                             raise
         self._memory = limit
+
+    def _fits_under(self, limit: int) -> None:
+        """Refuse (EBUSY, as v1 does) a v2 limit below what the sandbox holds after reclaim.
+
+        v2 takes a lowered ``memory.max`` by OOM-killing until the cgroup fits, which, with
+        ``memory.oom.group``, is every process of the sandbox, its session's kernel included: the
+        caller's too-small request would end the session. Between commands nothing but the idle
+        server runs, so what reclaim cannot free (files in the sandbox's tmpfs) stays put.
+        """
+        assert self.memory_dir is not None
+        excess = self.memory_usage() - limit
+        if excess <= 0:
+            return
+        with contextlib.suppress(OSError):  # memory.reclaim: Linux 5.19+; EAGAIN when it frees less
+            _write(os.path.join(self.memory_dir, "memory.reclaim"), str(excess))
+        if self.memory_usage() > limit:
+            raise OSError(errno.EBUSY, "the sandbox holds more memory than the new limit")
 
     def memory_usage(self) -> int:
         """Bytes charged to the sandbox's memory cgroup now (0 when unknown)."""

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sandboxkit.backends.subprocess._watch import Watcher
 from sandboxkit.models import Limits
 from sandboxkit.output import HeadTail
 from sandboxkit.streaming import Sink
@@ -64,6 +66,9 @@ class Drain:
         stdin_data: bytes to feed; the pipe is closed afterwards so the program sees EOF.
         output: bytes kept per stream (head + tail) and the stop threshold.
         on_stop: called once, the first time a stream passes ``output.stop`` (kills the program).
+        watcher: where the output pipes are watched (a fork server's epoll set, see ``_watch``,
+            attached to the running loop); ``None``: the loop's own ``add_reader``.
+        nonblocking: the three descriptors are non-blocking already (made with ``O_NONBLOCK``).
     """
 
     def __init__(
@@ -74,8 +79,12 @@ class Drain:
         stdin_data: bytes,
         output: OutputLimits,
         on_stop: Callable[[], None],
+        watcher: Watcher | None = None,
+        *,
+        nonblocking: bool = False,
     ) -> None:
-        self._loop = asyncio.get_running_loop()
+        self._loop = watcher.loop if watcher is not None else asyncio.get_running_loop()
+        self._watcher = watcher
         self._readers = [_Reader(stdout_fd, output, output.sinks[0]), _Reader(stderr_fd, output, output.sinks[1])]
         self._stop_at = output.stop
         self._on_stop = on_stop
@@ -84,14 +93,21 @@ class Drain:
         self._eof = self._loop.create_future()
         self._open = 2
         for reader in self._readers:
-            os.set_blocking(reader.fd, False)
-            self._loop.add_reader(reader.fd, self._on_readable, reader)
+            if not nonblocking:
+                os.set_blocking(reader.fd, False)
+            if watcher is not None:
+                watcher.add(reader.fd, functools.partial(self._on_readable, reader))
+            else:
+                self._loop.add_reader(reader.fd, self._on_readable, reader)
         self._stdin_fd = stdin_fd
         self._stdin_view = memoryview(stdin_data)
+        self._writing = False
         if stdin_fd is not None:
             if stdin_data:
-                os.set_blocking(stdin_fd, False)
+                if not nonblocking:
+                    os.set_blocking(stdin_fd, False)
                 self._loop.add_writer(stdin_fd, self._on_writable)
+                self._writing = True
             else:
                 self._close_stdin()
 
@@ -133,7 +149,10 @@ class Drain:
         if reader.done:
             return
         reader.done = True
-        self._loop.remove_reader(reader.fd)
+        if self._watcher is not None:
+            self._watcher.remove(reader.fd)
+        else:
+            self._loop.remove_reader(reader.fd)
         os.close(reader.fd)
         self._open -= 1
         if self._open == 0 and not self._eof.done():
@@ -158,7 +177,8 @@ class Drain:
         if self._stdin_fd is None:
             return
         fd, self._stdin_fd = self._stdin_fd, None
-        self._loop.remove_writer(fd)
+        if self._writing:
+            self._loop.remove_writer(fd)
         os.close(fd)
 
     async def wait_eof(self, timeout: float | None) -> bool:

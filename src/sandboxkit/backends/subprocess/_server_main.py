@@ -15,8 +15,10 @@ it will ever use -- its own and the preload list -- before the first command exi
 sees a command's environment or arguments: those travel in a pipe that only the forked child
 reads, so no earlier run's secrets sit in the heap that later runs inherit.
 
-This file must stay standalone (stdlib only, no sandboxkit import): the host passes its
-source text to the sandbox's own ``python3``, which cannot see sandboxkit's installation.
+This file must stay standalone (stdlib only): the host passes its source text to the sandbox's own
+``python3``, which cannot see sandboxkit's installation. Its one sandboxkit import, of the helpers
+every in-sandbox program shares, is replaced by their definitions when the text is shipped
+(:func:`sandboxkit._standalone.standalone_source`).
 
 Command line: ``CTL_FD PRELOAD PRIVATE MODULES_FD``: the control socket's descriptor, the
 comma-separated modules to import before serving, ``1`` when ``/tmp``, ``/dev/shm``, ``/dev/mqueue``
@@ -29,7 +31,8 @@ Protocol on the control socket (``SOCK_SEQPACKET``, one message per datagram):
     host -> server: ``marshal`` dict {"timeout", "sweep", "fresh"} with three descriptors attached (stdin
                     read end, stdout and stderr write ends). The stdin pipe starts with the child's
                     part: an 8-byte little-endian length and the ``marshal`` request {"argv"|"python",
-                    "cwd", "env", "rlimits"}; the program's own stdin follows. Only the forked
+                    "cwd", "env", "rlimits"}, with "source" when the child writes the
+                    program's file itself (``_write_source``); the program's own stdin follows. Only the forked
                     child reads it (before the program exists), so no pipe more per command;
                     or ``b"kill"`` while a command runs (output stop reached).
     server -> host: ``b"ready"`` once at start; ``b"exit <waitstatus> <timed_out>"`` after each
@@ -61,6 +64,8 @@ import select  # noqa: E402
 import signal  # noqa: E402
 import time  # noqa: E402
 
+from sandboxkit._in_sandbox_std import exit_code, libc, read_exactly, set_dumpable  # noqa: E402
+
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing would cost every sandbox memory
 if TYPE_CHECKING:
     from typing import Any
@@ -82,10 +87,6 @@ _SHM_INFO, _MSG_INFO, _SEM_INFO = 14, 12, 19
 SHADOWABLE: frozenset[str] = frozenset()
 
 
-class _Int(_ctypes._SimpleCData):  # type: ignore[misc]
-    _type_ = "i"
-
-
 class _Char(_ctypes._SimpleCData):  # type: ignore[misc]
     _type_ = "c"
 
@@ -95,25 +96,6 @@ class _Buffer(_ctypes.Array):  # type: ignore[misc]
 
     _type_ = _Char
     _length_ = 256
-
-
-class _Function(_ctypes.CFuncPtr):  # type: ignore[misc]
-    _flags_ = _ctypes.FUNCFLAG_CDECL
-    _restype_ = _Int
-
-
-def _libc(name: str) -> Any:
-    """A libc function returning ``int``, called with ints and buffers (what ``ctypes.CDLL`` gives)."""
-    return _Function(_ctypes.dlsym(_ctypes.dlopen(None, 0), name))
-
-
-def _no_ptrace() -> None:
-    # Children run as the same uid; without this they could ptrace the server or write its
-    # /proc/PID/mem and forge results. A non-dumpable process needs CAP_SYS_PTRACE to trace.
-    try:
-        _libc("prctl")(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
-    except Exception:
-        pass
 
 
 def _preload() -> None:
@@ -193,8 +175,11 @@ def _frames_below() -> int:
 SERVER_FRAMES = 5
 
 
-def _run_python(path: str, args: list[str]) -> int:
-    """Run ``path`` as ``__main__`` the way ``python3 -u path args`` would; return the exit code."""
+def _run_python(path: str, args: list[str], source: bytes | None = None) -> int:
+    """Run ``path`` as ``__main__`` the way ``python3 -u path args`` would; return the exit code.
+
+    ``source``: the file's text, when this child has just written it (see ``_write_source``).
+    """
     main = type(sys)("__main__")
     main.__dict__.update(__file__=path, __builtins__=builtins, __cached__=None)
     sys.modules["__main__"] = main
@@ -204,8 +189,9 @@ def _run_python(path: str, args: list[str]) -> int:
     _unshadow(directory)
     code = 0
     try:
-        with open(path, "rb") as f:
-            source = f.read()
+        if source is None:
+            with open(path, "rb") as f:
+                source = f.read()
         try:
             compiled = compile(source, path, "exec")
         except SyntaxError as exc:
@@ -214,7 +200,7 @@ def _run_python(path: str, args: list[str]) -> int:
             return 1
         exec(compiled, main.__dict__)
     except SystemExit as exc:
-        code = _exit_code(exc.code)
+        code = exit_code(exc.code)
     except BaseException as exc:
         # Drop this function's frame. excepthook prints ``exc.__traceback__`` (not its argument)
         # since Python 3.11, so the exception itself must carry the shortened traceback.
@@ -225,18 +211,6 @@ def _run_python(path: str, args: list[str]) -> int:
     return _shutdown(code)
 
 
-def _exit_code(value: object) -> int:
-    if value is None:
-        return 0
-    if isinstance(value, int):
-        return value & 0xFF
-    try:
-        print(value, file=sys.stderr)
-    except Exception:
-        pass
-    return 1
-
-
 def _shutdown(code: int) -> int:
     # What the interpreter does at exit: join non-daemon threads, run atexit, flush.
     threading = sys.modules.get("threading")
@@ -245,7 +219,7 @@ def _shutdown(code: int) -> int:
             threading._shutdown()  # type: ignore[attr-defined]
         atexit._run_exitfuncs()
     except SystemExit as exc:
-        code = _exit_code(exc.code)
+        code = exit_code(exc.code)
     except BaseException:
         code = code or 1
     for stream in (sys.stdout, sys.stderr):
@@ -256,21 +230,69 @@ def _shutdown(code: int) -> int:
     return code
 
 
-def _read_exactly(fd: int, size: int) -> bytes:
-    # Never a byte more: what follows the request in the pipe is the program's stdin.
-    data = b""
-    while len(data) < size:
-        chunk = os.read(fd, size - len(data))
-        if not chunk:
-            raise EOFError("the host closed stdin inside the command's request")
-        data += chunk
-    return data
+#: How a child opens the program's file: never through a link, never waiting on a FIFO.
+_SOURCE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_S_IFMT, _S_IFREG = 0o170000, 0o100000
+
+
+def _write_source(path: str, source: bytes) -> bool:
+    """Write the program's file, in the child, as the sandbox's user; False (reported on stderr) if it cannot.
+
+    The host used to write it for every run (five system calls and a chown per run, on the host's
+    one event loop); the request already reaches this child, so the child writes it instead. It runs
+    inside the sandbox, so no path it follows leads out of it. What a session's earlier program left
+    at the name (a link, a FIFO, a directory) is removed first, as the host's write would. Done
+    before the rlimits, like the host's write: the file size limit is for the program's files.
+    """
+    for _ in range(3):
+        try:
+            fd = os.open(path, _SOURCE_FLAGS, 0o644)
+        except OSError:
+            _remove(path)
+            continue
+        try:
+            if os.fstat(fd).st_mode & _S_IFMT != _S_IFREG:  # a FIFO with a reader opens
+                _remove(path)
+                continue
+            view = memoryview(source)
+            while view:
+                view = view[os.write(fd, view) :]
+            return True
+        except OSError as exc:
+            os.write(2, f"cannot write {path}: {exc.strerror}\n".encode())
+            return False
+        finally:
+            os.close(fd)
+    os.write(2, f"cannot write {path}: the program keeps replacing it\n".encode())
+    return False
+
+
+def _remove(path: str) -> None:
+    """Remove whatever is at ``path`` (a directory tree by ``fwalk``: no link is followed)."""
+    try:
+        os.unlink(path)
+        return
+    except FileNotFoundError:
+        return
+    except OSError:
+        pass
+    try:
+        for _, dirs, files, dirfd in os.fwalk(path, topdown=False):
+            for name in files + dirs:
+                try:
+                    os.unlink(name, dir_fd=dirfd)
+                except OSError:  # a directory (a link to one is unlinked above)
+                    os.rmdir(name, dir_fd=dirfd)
+        os.rmdir(path)
+    except OSError:
+        pass
 
 
 def _read_request(fd: int) -> dict[str, Any]:
     """The command, read by the child only (the server never holds a command's env or argv)."""
-    size = int.from_bytes(_read_exactly(fd, 8), "little")
-    req: dict[str, Any] = marshal.loads(_read_exactly(fd, size))
+    # Never a byte more: what follows the request in the pipe is the program's stdin.
+    size = int.from_bytes(read_exactly(fd, 8), "little")
+    req: dict[str, Any] = marshal.loads(read_exactly(fd, size))
     return req
 
 
@@ -280,12 +302,17 @@ def _child(ctl: _socket.socket, fds: list[int]) -> None:
     try:
         os.setsid()
         os.close(ctl.detach())  # the program must not be able to talk to the host
+        for fd in fds[:3]:  # the host makes the pipes non-blocking (its own ends must be)
+            os.set_blocking(fd, True)
         req = _read_request(fds[0])
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)
         for fd in fds[:3]:
             if fd > 2:
                 os.close(fd)
+        source = req.get("source")
+        if source is not None and not _write_source(req["python"], source):
+            os._exit(1)
         for res, value in req["rlimits"]:
             try:
                 resource.setrlimit(res, (value, value))
@@ -301,7 +328,7 @@ def _child(ctl: _socket.socket, fds: list[int]) -> None:
             if env != BASE_ENV:
                 os.environ.clear()
                 os.environ.update(env)
-            code = _run_python(req["python"], req["args"])
+            code = _run_python(req["python"], req["args"], source)
         else:
             # Python ignores these; an exec'd program must get the defaults back.
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
@@ -347,7 +374,7 @@ class _SysV:
     """Counts SysV IPC objects with three system calls (reading /proc/sysvipc costs ~5x more)."""
 
     def __init__(self) -> None:
-        self.shmctl, self.msgctl, self.semctl = _libc("shmctl"), _libc("msgctl"), _libc("semctl")
+        self.shmctl, self.msgctl, self.semctl = libc("shmctl"), libc("msgctl"), libc("semctl")
         self.buf = _Buffer()
 
     def _int(self, index: int) -> int:
@@ -471,7 +498,7 @@ def _trim() -> None:
     free, it would make every fork, and every child's exit, dearer for nothing.
     """
     try:
-        _libc("malloc_trim")(0)
+        libc("malloc_trim")(0)
     except Exception:
         pass
 
@@ -504,7 +531,9 @@ def _oom_first() -> None:
 
 def main() -> None:
     _oom_first()
-    _no_ptrace()
+    # Children run as the same uid; without this they could ptrace the server or write its
+    # /proc/PID/mem and forge results. A non-dumpable process needs CAP_SYS_PTRACE to trace.
+    set_dumpable(False)
     ctl = _socket.socket(-1, -1, -1, CTL_FD)  # family/type detected from the descriptor
     global SYSV, SERVER_FRAMES
     SERVER_FRAMES = _frames_below() + 3  # main's depth, then _serve_one, _child, _run_python

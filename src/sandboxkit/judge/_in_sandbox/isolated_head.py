@@ -11,33 +11,11 @@ def _failure(e, code):
     return "err\n" + lines[-1] + _where(e, code)
 
 
-def _libc(name):
-    # A libc function returning int, through _ctypes alone: importing the ctypes package (struct, its
-    # Python layer) cost every run ~1.5 ms; the package where it is loaded already or _ctypes lacks
-    # this. Built once where the harness's definitions are loaded (a warm fork server holds them built).
-    try:
-        if "ctypes" in sys.modules:
-            raise ImportError("ctypes is loaded")
-        import _ctypes
+from sandboxkit._in_sandbox_std import libc, set_dumpable
 
-        class _Int(_ctypes._SimpleCData):
-            _type_ = "i"
-
-        class _Fn(_ctypes.CFuncPtr):
-            _flags_ = _ctypes.FUNCFLAG_CDECL
-            _restype_ = _Int
-
-        return _Fn(_ctypes.dlsym(_ctypes.dlopen(None, 0), name))
-    except BaseException:
-        try:
-            import ctypes
-            return getattr(ctypes.CDLL(None), name)
-        except BaseException:
-            return None
-
-
-_PRCTL = _libc("prctl")
-_GETCPU = _libc("sched_getcpu")
+# Built once where the harness's definitions are loaded (a warm fork server holds them built).
+_GETCPU = libc("sched_getcpu")
+libc("prctl")
 
 
 def _pin(cpu=None):
@@ -50,16 +28,4 @@ def _pin(cpu=None):
         os.sched_setaffinity(0, {_GETCPU() if cpu is None else cpu})
     except BaseException:
         pass
-
-
-def _no_dump():
-    # Non-dumpable: a process of the same uid cannot ptrace it, read its memory or open /proc/PID/fd.
-    # Every checker and solution is forked from here, so the checker never is dumpable.
-    if _PRCTL is None:
-        return False
-    try:
-        _PRCTL(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
-        return _PRCTL(3, 0, 0, 0, 0) == 0  # PR_GET_DUMPABLE
-    except BaseException:
-        return False
 

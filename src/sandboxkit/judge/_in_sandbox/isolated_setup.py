@@ -7,7 +7,9 @@ _TESTS_FD = _tests_file() if any("at" in c for c in _D["cases"]) else None
 for _p in [_p for _p in sys.path if _p not in _SAFE_PATH]:
     sys.path_importer_cache.pop(_p, None)
 sys.path[:] = [p for p in sys.path if p in _SAFE_PATH]
-if not _no_dump():
+# Non-dumpable: a process of the same uid cannot ptrace it, read its memory or open /proc/PID/fd.
+# Every checker and solution is forked from here, so the checker never is dumpable.
+if not set_dumpable(False):
     _report({"cannot": "the harness cannot make itself non-dumpable (prctl is unavailable), so the test "
                        "could not be kept out of the solution's reach"})
     sys.exit(0)

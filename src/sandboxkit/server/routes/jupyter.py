@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from sandboxkit.errors import InvalidRequest, SandboxError
@@ -38,13 +38,17 @@ def router(ctx: ServerContext) -> APIRouter:
             504: {"description": "the server holds as many requests as it may; retry"},
         },
     )
-    async def run_jupyter(body: RunJupyterRequest) -> Response:
+    async def run_jupyter(body: RunJupyterRequest, request: Request) -> Response:
         """Run notebook cells in one Python interpreter (Sandbox Fusion's fields).
 
         Without ``session_id`` the interpreter lives for this request only (Sandbox Fusion's rule).
         With an id from ``POST /run_jupyter/sessions`` (a sandboxkit extension) the interpreter and
         its files are kept for the next request with that id, until ``kernel_ttl_s`` idle seconds pass.
         """
+        holder = _holder(ctx, body.session_id)
+        if holder is not None:  # the session lives in another worker: it answers, and counts the answer
+            forwarded = _forward(ctx, holder, "POST", "/run_jupyter", body.model_dump_json().encode(), request)
+            return await respond(forwarded, ctx.heartbeat_s, None, ctx.pod_name)
         return await respond(execute_cells(ctx, body), ctx.heartbeat_s, ctx.metrics, ctx.pod_name)
 
     @routes.post(
@@ -63,8 +67,12 @@ def router(ctx: ServerContext) -> APIRouter:
         return Answer(201, json.dumps(body).encode()).response()
 
     @routes.delete("/run_jupyter/sessions/{session_id}", responses={404: {"description": "never issued here"}})
-    async def close_jupyter_session(session_id: str) -> Response:
+    async def close_jupyter_session(session_id: str, request: Request) -> Response:
         """Close a kept ``/run_jupyter`` session now (its kernel and files); ``closed`` is false if already gone."""
+        holder = _holder(ctx, session_id)
+        if holder is not None:
+            path = f"/run_jupyter/sessions/{session_id}"
+            return (await _forward(ctx, holder, "DELETE", path, b"", request)).response()
         try:
             body = {"session_id": session_id, "closed": await ctx.kernels.close(session_id)}
         except UnknownSession as exc:
@@ -88,7 +96,7 @@ async def execute_cells(ctx: ServerContext, body: RunJupyterRequest) -> Answer:
     except SessionsFull as exc:
         return _sessions_full(exc)
     except QueueTimeout:
-        return saturated(f"server busy: no run slot freed up within {ctx.gate.queue_timeout:g}s; retry later")
+        return saturated(f"server busy: no run slot freed up within {ctx.gate.queue_timeout_s:g}s; retry later")
     except InvalidRequest as exc:
         return unprocessable("body", str(exc), None)
     except SandboxError as exc:
@@ -98,6 +106,31 @@ async def execute_cells(ctx: ServerContext, body: RunJupyterRequest) -> Answer:
         log.exception("backend %s raised unexpectedly", ctx.pool.backend.name)
         return _jupyter_error(f"internal error: {type(exc).__name__}: {exc}", ctx.pod_name, body.session_id)
     return Answer(200, response.model_dump_json().encode())
+
+
+def _holder(ctx: ServerContext, session_id: str | None) -> int | None:
+    """The other worker that holds kept session ``session_id``; None when it is this one (or no session)."""
+    if ctx.peers is None or session_id is None:
+        return None
+    owner = ctx.kernels.ids.owner(session_id)
+    if owner is None or owner == ctx.peers.me.index or not 0 <= owner < ctx.peers.me.count:
+        return None  # this worker answers (an id nobody issued: 404 here)
+    return owner
+
+
+async def _forward(ctx: ServerContext, worker: int, method: str, path: str, body: bytes, request: Request) -> Answer:
+    """The answer of worker ``worker`` to this request; 503 while that worker is being replaced."""
+    import httpx
+
+    assert ctx.peers is not None
+    headers = {**dict(request.headers), "content-type": "application/json"}
+    try:
+        status, content, extra = await ctx.peers.forward(worker, method, path, body, headers)
+    except httpx.HTTPError as exc:
+        log.warning("worker %d holds the session but did not answer: %s", worker, exc)
+        detail = f"the worker that holds this session did not answer ({type(exc).__name__}); retry"
+        return Answer(503, json.dumps({"detail": detail}).encode(), {"Retry-After": "1"})
+    return Answer(status, content, extra or None)
 
 
 def _no_kernels(ctx: ServerContext) -> Answer | None:

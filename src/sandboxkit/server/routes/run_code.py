@@ -73,7 +73,7 @@ async def execute(ctx: ServerContext, body: RunCodeRequest) -> Answer:
             result = await pool.run(request, deadline_s=deadline)
     except QueueTimeout:
         return saturated(
-            f"server busy: no run slot freed up within {gate.queue_timeout:g}s "
+            f"server busy: no run slot freed up within {gate.queue_timeout_s:g}s "
             f"({gate.max_concurrency} runs in flight); retry later"
         )
     except InvalidRequest as exc:

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import pytest
 
 from sandboxkit.base import Backend
-from sandboxkit.models import Limits, Status
+from sandboxkit.models import Limits, RunResult, Status
 from sandboxkit.output import cut_marker
 from sandboxkit.testing.conformance._base import TIMEOUT_GRACE_S, ConformanceBase
 
@@ -106,14 +106,18 @@ class LimitTests(ConformanceBase):
         if field not in backend.capabilities.limits:
             pytest.skip(f"backend does not declare {field!r} in capabilities.limits")
 
+    async def run_alone(self, backend: Backend, code: str, limits: Limits) -> RunResult:
+        """``code`` run in a sandbox of its own, opened with ``limits`` (a limit may be fixed at open)."""
+        sb = await backend.open(limits)
+        try:
+            return await sb.run(self.request(code, limits=limits))
+        finally:
+            await sb.close()
+
     async def test_memory_limit_is_enforced(self, backend: Backend) -> None:
         self.require_limit(backend, "memory_mb")
         limits = Limits(timeout_s=20, memory_mb=64)
-        sb = await backend.open(limits)
-        try:
-            result = await sb.run(self.request("x = b'x' * (512 << 20)\nprint(len(x))", limits=limits))
-        finally:
-            await sb.close()
+        result = await self.run_alone(backend, "x = b'x' * (512 << 20)\nprint(len(x))", limits)
         assert result.status is Status.MEMORY_EXCEEDED, result
         assert "536870912" not in result.stdout
 
@@ -122,22 +126,14 @@ class LimitTests(ConformanceBase):
         # A fork bomb of 64 under pids=8 must stay far below 64; the margin (16) leaves room for
         # the backend's own helpers sharing the program's budget.
         limits = Limits(timeout_s=20, pids=8)
-        sb = await backend.open(limits)
-        try:
-            result = await sb.run(self.request(_FORK_BOMB, limits=limits))
-        finally:
-            await sb.close()
+        result = await self.run_alone(backend, _FORK_BOMB, limits)
         assert result.stdout.strip().isdigit(), result
         assert int(result.stdout) < 16, f"the program held {result.stdout.strip()} children under pids=8"
 
     async def test_file_size_limit_is_enforced(self, backend: Backend) -> None:
         self.require_limit(backend, "file_size_mb")
         limits = Limits(timeout_s=20, file_size_mb=1)
-        sb = await backend.open(limits)
-        try:
-            result = await sb.run(self.request(_BIG_FILE, limits=limits))
-        finally:
-            await sb.close()
+        result = await self.run_alone(backend, _BIG_FILE, limits)
         assert result.stdout.strip().isdigit(), result
         assert int(result.stdout) <= 1 << 20, f"a {result.stdout.strip()}-byte file was written under file_size_mb=1"
 
@@ -145,11 +141,7 @@ class LimitTests(ConformanceBase):
         self.require_limit(backend, "output_bytes")
         limits = Limits(timeout_s=20, output_bytes=10_000)
         code = "import sys\nsys.stdout.write('HEAD' + '.' * 200_000 + 'TAIL-END')\nsys.stdout.flush()\nsys.exit(3)"
-        sb = await backend.open(limits)
-        try:
-            result = await sb.run(self.request(code, limits=limits))
-        finally:
-            await sb.close()
+        result = await self.run_alone(backend, code, limits)
         assert result.status is Status.FAILED and result.exit_code == 3, result
         assert result.stdout_truncated and not result.stderr_truncated
         assert result.stdout.startswith("HEAD") and result.stdout.endswith("TAIL-END")
@@ -181,18 +173,10 @@ class LimitTests(ConformanceBase):
         with _pong_server(host) as port:
             code = _CONNECT.format(host=host, port=port)
             on = Limits(timeout_s=20, network=True)
-            sb = await backend.open(on)
-            try:
-                control = await sb.run(self.request(code, limits=on))
-            finally:
-                await sb.close()
+            control = await self.run_alone(backend, code, on)
             if not control.stdout.startswith("reached"):
                 pytest.skip(f"even with network=True a sandbox cannot reach this host ({control.stdout.strip()!r})")
             off = Limits(timeout_s=20, network=False)
-            sb = await backend.open(off)
-            try:
-                result = await sb.run(self.request(code, limits=off))
-            finally:
-                await sb.close()
+            result = await self.run_alone(backend, code, off)
         assert result.stdout.startswith("blocked"), f"network=False, yet the program got {result.stdout!r}"
         assert result.duration_s < off.timeout_s + TIMEOUT_GRACE_S

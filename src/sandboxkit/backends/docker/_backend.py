@@ -159,6 +159,7 @@ class DockerBackend(Backend):
             kernels=True,
             fork="files",
             fork_warm=True,
+            suspend="files+memory",  # docker pause: the cgroup freezer on the whole container
             notes=(
                 "fork: files only (a workspace archive unpacked into a warm idle container, or a new "
                 "one; no CRIU on this engine, so processes and memory are not carried)",

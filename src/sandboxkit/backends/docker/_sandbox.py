@@ -554,6 +554,19 @@ class DockerSandbox(Sandbox):
         """Unpack a checkpoint of this backend into this (new or reset) sandbox: a warm fork (see ``_fork``)."""
         return await restore_into(self, self._backend.checkpoints, snapshot)
 
+    async def suspend(self) -> bool:
+        """``docker pause``: every process of the container frozen (no CPU); memory stays resident.
+
+        Raises:
+            SandboxCrashed: the container is gone or the engine refused.
+        """
+        await self._sdk(lambda client, cid: client.api.pause(cid))
+        return True
+
+    async def resume(self) -> None:
+        """``docker unpause``."""
+        await self._sdk(lambda client, cid: client.api.unpause(cid))
+
     async def close(self) -> None:
         """Remove the container (and its workspace volume). Idempotent; finishes even when cancelled."""
         if self._closed:

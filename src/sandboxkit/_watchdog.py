@@ -16,6 +16,7 @@ live no longer than one of its calls could have; ``sandboxkit doctor`` prints it
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import subprocess
 import sys
@@ -28,7 +29,8 @@ from sandboxkit.models import Limits
 
 __all__ = ["LEASE_PREFIX", "Lease", "describe", "lease_dir", "ttl_for"]
 
-#: Name prefix of the lease files a backend root holds (``.owner-p<pid>.lease``).
+#: Name prefix of the lease files in :func:`lease_dir` (``.owner-p<pid>-<kind>-<root digest>.lease``):
+#: outside the workspace root, which holds workspaces only.
 LEASE_PREFIX = ".owner-p"
 #: The shortest TTL: below it renewals (every quarter TTL) would cost more than they save.
 MIN_TTL_S = 1.0
@@ -45,7 +47,7 @@ def ttl_for(deadline_s: float | None, limits: Limits) -> float:
 
 
 def lease_dir() -> str:
-    """Where backends without a workspace root of their own (Docker) keep this user's lease files."""
+    """Where this user's lease files live (not in a workspace root, which holds only workspaces)."""
     path = os.path.join(tempfile.gettempdir(), f"sandboxkit-watchdog-{os.geteuid()}")
     os.makedirs(path, mode=0o700, exist_ok=True)
     return path
@@ -81,7 +83,8 @@ class Lease:
         self.root = root
         self.ttl_s = ttl_s
         self.owner = os.getpid()
-        self.path = os.path.join(root, f"{LEASE_PREFIX}{self.owner}.lease")
+        digest = hashlib.sha256(f"{kind}:{root}".encode()).hexdigest()[:12]
+        self.path = os.path.join(lease_dir(), f"{LEASE_PREFIX}{self.owner}-{kind}-{digest}.lease")
         self._write()
         package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([package_parent, os.environ.get("PYTHONPATH", "")]))

@@ -89,12 +89,15 @@ class Lease:
         package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([package_parent, os.environ.get("PYTHONPATH", "")]))
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "sandboxkit._watchdog", kind, root, str(os.getpid()), self.path],
+            # kind and root are read from the lease file: a command line naming the root would look
+            # like one of its sandboxes' processes to whoever scans /proc for them.
+            [sys.executable, "-m", "sandboxkit._watchdog", str(os.getpid()), self.path],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # a signal to the trainer's process group must not reach it
             close_fds=True,
+            cwd="/",  # never inside a workspace, nor pinning a mount
             env=env,
         )
         threading.Thread(target=self._renew, name="sandboxkit-lease", daemon=True).start()
@@ -113,9 +116,9 @@ class Lease:
             return lease
 
     def _write(self) -> None:
-        """Record the TTL in the lease file; its mtime is the last renewal."""
+        """Record the TTL, kind and root in the lease file; its mtime is the last renewal."""
         with open(self.path, "w") as f:
-            f.write(f"{self.ttl_s}\n")
+            f.write(f"{self.ttl_s}\n{self.kind}\n{self.root}\n")
 
     def _renew(self) -> None:
         while True:
@@ -128,7 +131,7 @@ def _expiry(lease_path: str) -> float:
     """The wall time after which the owner's sandboxes may go: last renewal plus TTL (now, once the file is gone)."""
     try:
         with open(lease_path) as f:
-            ttl = float(f.read().strip() or MIN_TTL_S)
+            ttl = float(f.readline().strip() or MIN_TTL_S)
         return os.stat(lease_path).st_mtime + ttl
     except (OSError, ValueError):
         return time.time()
@@ -149,8 +152,10 @@ def _remove(kind: str, root: str) -> None:
         asyncio.run(DockerBackend().cleanup())
 
 
-def watch(kind: str, root: str, owner: int, lease_path: str) -> None:
+def watch(owner: int, lease_path: str) -> None:
     """Wait for ``owner`` to die, then for its lease to expire, then remove what it left."""
+    with open(lease_path) as f:
+        _, kind, root = (f.readline().strip() for _ in range(3))
     started = _start_time(owner)
     while started is not None and _start_time(owner) == started:
         time.sleep(min(1.0, max(0.05, (_expiry(lease_path) - time.time()) / 4)))
@@ -162,4 +167,4 @@ def watch(kind: str, root: str, owner: int, lease_path: str) -> None:
 
 
 if __name__ == "__main__":
-    watch(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4])
+    watch(int(sys.argv[1]), sys.argv[2])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from pydantic import ValidationError
 
@@ -19,7 +19,6 @@ from sandboxkit.streaming import check_callbacks, run_streaming
 
 if TYPE_CHECKING:
     from sandboxkit._lease import LeaseCore
-    from sandboxkit._workers._set import WorkerSet
     from sandboxkit.base import Sandbox
 
 __all__ = ["RunsPrograms", "make_request", "positive_timeout", "renamed", "validation_message"]
@@ -51,6 +50,12 @@ def renamed(new: T | None, old: T | None, name: str, *, where: str, stacklevel: 
     return old
 
 
+class ServesRuns(Protocol):
+    """Where a multi-process pool sends its runs (:class:`sandboxkit._workers._set.WorkerSet`)."""
+
+    async def run(self, request: RunRequest, deadline_s: float | None) -> RunResult: ...
+
+
 class RunsPrograms:
     """The ``run`` method shared by :class:`~sandboxkit.pool.SandboxPool` and :class:`~sandboxkit.session.Session`.
 
@@ -64,7 +69,7 @@ class RunsPrograms:
     limits: Limits
     _core: LeaseCore
     #: The host worker processes that serve pooled runs (a multi-process pool), or ``None``.
-    _workers: WorkerSet | None = None
+    _workers: ServesRuns | None = None
 
     async def _call(self, fn: Callable[[Sandbox], Awaitable[T]], deadline_s: float | None) -> T:
         raise NotImplementedError

@@ -36,6 +36,7 @@ from sandboxkit.session import Session
 from sandboxkit.streaming import check_callbacks, exec_streaming
 
 if TYPE_CHECKING:
+    from sandboxkit._workers._set import WorkerSet
     from sandboxkit.configs import BaseBackendConfig
 
 __all__ = ["SandboxPool"]
@@ -95,6 +96,8 @@ class SandboxPool(RunsPrograms):
         BackendUnavailable: the backend's SDK is missing.
         InvalidRequest: a parameter is out of range.
     """
+
+    _workers: WorkerSet | None
 
     def __init__(
         self,

@@ -143,8 +143,11 @@ def test_the_creation_bucket_holds_across_workers(ray_cluster: Any, workers: lis
     opens = ray.get(recorder.snapshot.remote())["opens"]
     ray.get([w.stop.remote() for w in chosen])
     assert len(opens) == per_worker * len(chosen)
-    # In any window, at most burst + rate * window creations (20 ms of slack for message delays).
-    slack = 0.02
+    # In any window, at most burst + rate * window creations. The times are taken when each open is
+    # recorded, a moment after its token was granted; at load 15+ that moment varied by 30 ms (a fresh
+    # machine saw 0.17 s where 0.18 s was the bound), so 50 ms of slack: one token's worth, while the
+    # long windows (16 opens need >= 0.65 s; with no bucket they take ~0) keep the check's teeth.
+    slack = 0.05
     for i in range(len(opens)):
         for j in range(i + burst, len(opens)):
             allowed_gap = (j - i - (burst - 1)) / rate

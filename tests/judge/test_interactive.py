@@ -246,7 +246,19 @@ async def test_an_interactor_that_stays_readable_never_lets_the_solution_start(p
     readable = "__import__('ctypes').CDLL(None).prctl(4, 1, 0, 0, 0)\nimport time\ntime.sleep(30)\n" + PY_INTERACTOR
     verdict = await grade(pool, PEEK, {"cases": CASES[1:2], "checker": suite("python", readable)["checker"]})
     assert verdict.status == "infra_error" and verdict.reward is None, verdict
-    assert "did not hide its files" in (verdict.error or ""), verdict.error
+    assert "had not yet hidden its files" in (verdict.error or "") or "did not hide its files" in (
+        verdict.error or ""
+    ), verdict.error
+
+
+async def test_a_time_limit_that_ends_the_hide_wait_is_the_judges_failure_not_a_timeout(pool: SandboxPool) -> None:
+    # On a loaded machine the run's time limit can end while the launcher still waits for the interactor
+    # to hide its files: the solution never ran, so it is no reward, not a 0 (before: ``timeout``).
+    readable = "__import__('ctypes').CDLL(None).prctl(4, 1, 0, 0, 0)\nimport time\ntime.sleep(30)\n" + PY_INTERACTOR
+    checker = {**suite("python", readable)["checker"], "timeout_s": 1.0}
+    verdict = await grade(pool, PEEK, {"cases": CASES[1:2], "checker": checker}, timeout_s=1)
+    assert verdict.status == "infra_error" and verdict.reward is None, verdict
+    assert "had not yet hidden its files" in (verdict.error or ""), verdict.error
 
 
 #: A wrong compiled solution that, run without the interactor's arguments (its compile-and-probe run, or

@@ -8,6 +8,10 @@ and none at all once it is closed.
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable
+
 from sandboxkit.backends.subprocess import SubprocessBackend, SubprocessSandbox
 from sandboxkit.models import Limits
 from support.procs import pids, proc_stat
@@ -71,3 +75,18 @@ def leftovers(backend: RecordingBackend) -> dict[int, str]:
     for sb in backend.opened:
         allowed |= server_tree(sb)
     return {pid: cmd for pid, cmd in processes_of(uids).items() if pid not in allowed}
+
+
+async def settled(probe: Callable[[], dict[int, str]], within_s: float = 3.0) -> dict[int, str]:
+    """``probe()`` once what it finds has had ``within_s`` to go away (or at once when it finds nothing).
+
+    A process that got SIGKILL, or a program past its last instruction, is still listed until the
+    kernel schedules its exit; on a host at load 20 that takes tens of milliseconds. Something that
+    is really left behind is still there after the grace, so the check keeps its teeth.
+    """
+    deadline = time.monotonic() + within_s
+    found = probe()
+    while found and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+        found = probe()
+    return found

@@ -86,3 +86,22 @@ def test_ci_runs_a_subset_with_two_workers_per_pool() -> None:
     assert f"{ENV}=2" in script
     subset = script.split("SUBSET=(", 1)[1].split(")", 1)[0].split()
     assert subset and all((root / path).exists() for path in subset), subset
+
+
+async def test_a_message_that_cannot_be_pickled_does_not_take_its_batch_along() -> None:
+    loop = asyncio.get_running_loop()
+    received: list[list[Message]] = []
+    refused: list[Message] = []
+    left, right = socket.socketpair()
+    sender = Link(lambda batch: None, lambda exc: None, lambda message, exc: refused.append(message))
+    receiver = Link(received.append, lambda exc: None)
+    await loop.create_unix_connection(lambda: sender, sock=left)
+    await loop.create_unix_connection(lambda: receiver, sock=right)
+    sender.send(("run", 0, "fine"))
+    sender.send(("exec", 1, lambda: None))  # a lambda cannot be pickled
+    sender.send(("run", 2, "fine too"))
+    await asyncio.sleep(0.05)
+    assert [[m[:2] for m in batch] for batch in received] == [[("run", 0), ("run", 2)]]
+    assert [m[:2] for m in refused] == [("exec", 1)]
+    sender.close()
+    receiver.close()

@@ -41,7 +41,7 @@ class _WorkerPool(SandboxPool):
 
 class _Worker:
     def __init__(self) -> None:
-        self.link = Link(self._received, self._lost)
+        self.link = Link(self._received, self._lost, self._unsendable)
         self.limiter: RemoteLimiter | None = None
         self.pool: _WorkerPool | None = None
         self.tasks: dict[int, asyncio.Task[None]] = {}
@@ -110,6 +110,12 @@ class _Worker:
         task = asyncio.get_running_loop().create_task(work)
         self.background.add(task)  # the loop keeps only a weak reference: an unreferenced task may vanish
         task.add_done_callback(self.background.discard)
+
+    def _unsendable(self, message: Message, exc: Exception) -> None:
+        """A result that cannot be pickled reaches the parent as the error it is."""
+        if message[0] == "done":
+            error = SandboxCrashed(f"a host worker process could not send its result back: {exc}; please report it")
+            self.link.send(("done", message[1], False, error))
 
     def _lost(self, exc: BaseException | None) -> None:
         self.stop.set()  # the parent closed the socket or died: close the pool and exit

@@ -9,15 +9,14 @@ from sandboxkit._workers._spec import Recipe, recipe_of, resolve_processes
 from sandboxkit.base import Backend
 
 if TYPE_CHECKING:
-    from sandboxkit._workers._set import WorkerSet
+    from sandboxkit._workers._set import PoolView, WorkerSet
     from sandboxkit.configs import BaseBackendConfig
-    from sandboxkit.pool import SandboxPool
 
 __all__ = ["plan_workers"]
 
 
 def plan_workers(
-    pool: SandboxPool,
+    pool: PoolView,
     processes: int | str | None,
     backend: str | Backend | BaseBackendConfig,
     backend_options: Mapping[str, Any] | None,

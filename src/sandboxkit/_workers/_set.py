@@ -1,6 +1,6 @@
 """The parent's side of the multi-process pool: its worker processes, and how calls reach them.
 
-A :class:`WorkerSet` belongs to one :class:`~sandboxkit.pool.SandboxPool` created with
+A :class:`WorkerSet` belongs to one :class:`~sandboxkit.pool.PoolView` created with
 ``processes > 1``. Each worker is a Python process (``python -m sandboxkit._workers._main``)
 with its own event loop, its own backend and its own lease core; the parent keeps the one
 limiter (:class:`~sandboxkit._workers._shared.SharedLimiter`) and the pool's guarded-call path.
@@ -37,11 +37,11 @@ import socket
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import anyio
 
-from sandboxkit._lease import CLOSE_TIMEOUT_S
+from sandboxkit._lease import CLOSE_TIMEOUT_S, LeaseCore, LeaseSettings
 from sandboxkit._slots import CallSlot, Entry
 from sandboxkit._workers._shared import SharedLimiter
 from sandboxkit._workers._spec import Recipe
@@ -50,9 +50,10 @@ from sandboxkit.errors import BackendUnavailable, InvalidRequest, PoolClosed, Tr
 from sandboxkit.metrics import CallRecord
 
 if TYPE_CHECKING:
-    from sandboxkit.base import Sandbox
+    from sandboxkit.base import Backend, Sandbox
+    from sandboxkit.limiter import Limiter
+    from sandboxkit.metrics import PoolMetrics
     from sandboxkit.models import ExecResult, RunRequest, RunResult
-    from sandboxkit.pool import SandboxPool
 
 __all__ = ["START_TIMEOUT_S", "WorkerLink", "WorkerLost", "WorkerSet"]
 
@@ -60,6 +61,18 @@ log = logging.getLogger("sandboxkit.pool")
 T = TypeVar("T")
 #: How long a new worker may take to import sandboxkit, build its backend and open its warm sandboxes.
 START_TIMEOUT_S = 120.0
+
+
+class PoolView(LeaseSettings, Protocol):
+    """What the workers use of their :class:`~sandboxkit.pool.PoolView` (a protocol: the pool imports us)."""
+
+    backend: Backend
+    metrics_data: PoolMetrics
+    _core: LeaseCore
+    _limiter: Limiter
+    warm: int
+    max_concurrency: int
+    closed: bool
 
 
 class WorkerLost(Transient):
@@ -88,7 +101,7 @@ class WorkerLink:
     def __init__(self, workers: WorkerSet, index: int) -> None:
         self.workers = workers
         self.index = index
-        self.link = Link(self._received, self._lost)
+        self.link = Link(self._received, self._lost, self._unsendable)
         self.send = self.link.send
         self.process: asyncio.subprocess.Process | None = None
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -137,6 +150,16 @@ class WorkerLink:
                     self.ready.set_result(None)
             elif kind == "failed" and not self.ready.done():
                 self.ready.set_exception(message[1])
+
+    def _unsendable(self, message: Message, exc: Exception) -> None:
+        """A call whose arguments cannot be pickled fails alone, as an invalid request."""
+        call = self.calls.pop(message[1], None) if message[0] in ("run", "exec", "job") else None
+        if call is not None and not call.future.done():
+            error = InvalidRequest(
+                f"the {message[0]} cannot be sent to a host worker process: {exc}",
+                backend=self.workers.pool.backend.name,
+            )
+            call.future.set_result(("done", message[1], False, error))
 
     def _acquire(self, tid: int, rid: int | None) -> None:
         call = self.calls.get(rid) if rid is not None else None
@@ -254,7 +277,7 @@ class WorkerSet:
         limiter: the pool's limiter, wrapped so every worker shares it.
     """
 
-    def __init__(self, pool: SandboxPool, processes: int, recipe: Recipe, limiter: SharedLimiter) -> None:
+    def __init__(self, pool: PoolView, processes: int, recipe: Recipe, limiter: SharedLimiter) -> None:
         self.pool = pool
         self.processes = processes
         self.recipe = recipe
@@ -412,7 +435,7 @@ class WorkerSet:
     async def _pick(self) -> WorkerLink:
         while True:
             if self.closing:
-                raise PoolClosed("the pool is closed; create a new SandboxPool", backend=self.pool.backend.name)
+                raise PoolClosed("the pool is closed; create a new PoolView", backend=self.pool.backend.name)
             best: WorkerLink | None = None
             for link in self.links:
                 if link.alive and link.ready.done() and (best is None or len(link.calls) < len(best.calls)):
@@ -450,7 +473,9 @@ class WorkerSet:
         deadline_s: float | None,
     ) -> ExecResult:
         """``pool.exec`` on a worker, under the pool's guarded call."""
-        return cast("ExecResult", await self._guarded("exec", (command, env, stdin, timeout), deadline_s))
+        argv = command if isinstance(command, str) else list(command)  # plain types travel whatever was passed
+        environment = dict(env) if env is not None else None
+        return cast("ExecResult", await self._guarded("exec", (argv, environment, stdin, timeout), deadline_s))
 
     async def _guarded(self, kind: str, payload: Any, deadline_s: float | None) -> Any:
         async def on_worker(target: Sandbox) -> Any:

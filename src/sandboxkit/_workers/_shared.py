@@ -21,13 +21,25 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sandboxkit.limiter import Limiter, LimiterStatistics
 
 if TYPE_CHECKING:
     from sandboxkit._lease import LeaseCore
-    from sandboxkit._workers._set import WorkerLink
+
+
+class WorkerLink(Protocol):
+    """What the shared limiter needs of a worker (:class:`sandboxkit._workers._set.WorkerLink`)."""
+
+    waiting: bool
+    sandboxes: dict[int, object]
+
+    def send(self, message: tuple[Any, ...]) -> None: ...
+
+    @property
+    def idle_estimate(self) -> int: ...
+
 
 __all__ = ["SharedLimiter"]
 

@@ -34,10 +34,14 @@ class Link(asyncio.Protocol):
     """
 
     def __init__(
-        self, on_messages: Callable[[list[Message]], None], on_lost: Callable[[BaseException | None], None]
+        self,
+        on_messages: Callable[[list[Message]], None],
+        on_lost: Callable[[BaseException | None], None],
+        on_unsendable: Callable[[Message, Exception], None] | None = None,
     ) -> None:
         self._on_messages = on_messages
         self._on_lost = on_lost
+        self._on_unsendable = on_unsendable
         self._transport: asyncio.Transport | None = None
         self._outbox: list[Message] = []
         self._flush_scheduled = False
@@ -61,8 +65,23 @@ class Link(asyncio.Protocol):
         batch, self._outbox = self._outbox, []
         if self.lost or self._transport is None or not batch:
             return
-        frame = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            frame = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:
+            frame = self._sendable(batch)  # one message that cannot travel must not take the others along
         self._transport.write(len(frame).to_bytes(_HEADER, "little") + frame)
+
+    def _sendable(self, batch: list[Message]) -> bytes:
+        kept: list[Message] = []
+        for message in batch:
+            try:
+                pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as exc:
+                if self._on_unsendable is not None:
+                    self._on_unsendable(message, exc)  # it answers the message's call another way
+                continue
+            kept.append(message)
+        return pickle.dumps(kept, protocol=pickle.HIGHEST_PROTOCOL)
 
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer

@@ -11,7 +11,7 @@ and backoff; past them the row is an ``infra_error`` with ``reward=None``, never
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -25,15 +25,12 @@ if TYPE_CHECKING:
 __all__ = ["grade_row_in_workers"]
 
 
-async def _grade_row(pool: SandboxPool, row: Any, defaults: Mapping[str, Any]) -> Verdict:
-    """What a worker runs (by name): :func:`grade_row` against the worker's pool."""
-    from sandboxkit.judge.grader import grade_row
-
-    return await grade_row(pool, row, **defaults)
+#: What a worker runs (by name): ``grade_row`` against the worker's pool (``judge.grader._grade_row_job``).
+RowJob = Callable[["SandboxPool", Any, Mapping[str, Any]], Awaitable[Verdict]]
 
 
-async def grade_row_in_workers(pool: SandboxPool, row: Any, defaults: Mapping[str, Any]) -> Verdict | None:
-    """Grade ``row`` in one of ``pool``'s workers; ``None`` when it cannot travel (grade it here).
+async def grade_row_in_workers(pool: SandboxPool, job: RowJob, row: Any, defaults: Mapping[str, Any]) -> Verdict | None:
+    """Grade ``row`` in one of ``pool``'s workers with ``job``; ``None`` when it cannot travel (grade it here).
 
     A row or option that cannot be pickled (a checker given as a local function, say) is graded
     in this process instead, with the same result, only without the spread.
@@ -45,7 +42,7 @@ async def grade_row_in_workers(pool: SandboxPool, row: Any, defaults: Mapping[st
     attempt = 0
     while True:
         try:
-            return await workers.job(_grade_row, row, dict(defaults))
+            return await workers.job(job, row, dict(defaults))
         except InvalidRequest:  # it cannot travel (grade_row itself never raises)
             return None
         except WorkerLost as exc:

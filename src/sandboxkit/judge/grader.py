@@ -229,7 +229,7 @@ async def grade_many(
         for index in pending:  # the workers share one iterator: each takes the next row
             verdict = None
             if pool._workers is not None:  # a multi-process pool: the row is graded in a host worker
-                verdict = await grade_row_in_workers(pool, rows[index], defaults)
+                verdict = await grade_row_in_workers(pool, _grade_row_job, rows[index], defaults)
             if verdict is None:
                 verdict = await grade_row(pool, rows[index], **defaults)
             results[index] = verdict
@@ -242,6 +242,11 @@ async def grade_many(
     return [
         v if v is not None else Verdict(status="infra_error", infra_error=True, error="not graded") for v in results
     ]
+
+
+async def _grade_row_job(pool: SandboxPool, row: Any, defaults: Mapping[str, Any]) -> Verdict:
+    """A row as a host worker grades it (sent by name, :mod:`sandboxkit.judge._in_workers`)."""
+    return await grade_row(pool, row, **defaults)
 
 
 # --------------------------------------------------------------------------- verdict assembly

@@ -23,7 +23,10 @@ The solution must not be able to read what the interactor hides (the secret numb
   that (``/proc/<pid>/exe`` turns unreadable, polled with a timed ``read`` so the wait does not take the
   CPU the interactor needs) before it starts the solution; if it has not happened within
   ``_HIDE_WAIT_S`` the solution is never started and the case is ``infra_error`` (an overloaded machine
-  must not turn into a peek that passes).
+  must not turn into a peek that passes). The launcher prints ``_STARTED`` just before it starts the
+  solution, so a run whose time limit ends the wait first (a loaded machine) is the judge's
+  ``infra_error`` too, never the solution's ``timeout``: printed before the solution exists, the line
+  cannot be removed by it, and without the line the solution never ran.
 
 Who is to blame, which decides between a 0 and "no reward":
 
@@ -81,6 +84,8 @@ INTERACTIVE_LANGUAGES = frozenset({"c", "cpp", "rust", "python"})
 #: Where the compiled interactor lives in the workspace (away from the solution's ``main``).
 _DIR = ".interactor"
 _MARK = "@@sandboxkit-interact@@"
+#: Printed by the launcher just before it starts the solution (see the module docstring).
+_STARTED = _MARK + "-started"
 #: How long the launcher waits for the interactor to turn non-dumpable. Past it the solution never starts
 #: (its secret would be readable): the case is an infrastructure failure, never a run that could peek.
 _HIDE_WAIT_S = 5
@@ -242,6 +247,7 @@ while [ -e /proc/$ipid/exe ]; do
 done
 read -r _ _ state _ < /proc/$ipid/stat
 if [ "$state" = Z ]; then wait $ipid; exit {_DIED_EARLY}; fi
+echo {_STARTED}
 {shlex.join(solution)} >.s2i <.i2s 5<&- 6<&- 7<&- &
 spid=$!
 until [ /proc/$spid/fd/1 -ef .s2i ] && [ /proc/$spid/fd/0 -ef .i2s ] || [ ! -e /proc/$spid/exe ]; do
@@ -275,6 +281,11 @@ async def _run_case(
             " overloaded or the interactor cannot call prctl), so the solution was not started"
             if result.exit_code == _NOT_HIDDEN
             else "the interactor ended before the solution started; fix the interactor"
+        )
+    if result.status is Status.TIMEOUT and _STARTED not in result.stdout:
+        raise CheckerFailed(
+            "the time limit ended while the interactor had not yet hidden its files (the sandbox is"
+            " overloaded or the interactor cannot call prctl), so the solution was never started"
         )
     if result.status is not Status.OK:
         return judge_run(index, case, result, job, Outcome())

@@ -20,7 +20,7 @@ import pytest
 from sandboxkit.backends.subprocess._isolation import probe
 from sandboxkit.models import Limits, RunResult, Status
 from sandboxkit.pool import SandboxPool
-from support.subprocess_sandboxes import RecordingBackend, leftovers
+from support.subprocess_sandboxes import RecordingBackend, leftovers, settled
 
 ISO = probe()
 HOSTILE = Limits(timeout_s=2.0, memory_mb=256, pids=64, output_bytes=64 * 1024, file_size_mb=16)
@@ -44,7 +44,7 @@ async def contained(pool: SandboxPool, backend: RecordingBackend, code: str, **k
     result = await pool.run(code, limits=limits, **kw)  # type: ignore[arg-type]
     elapsed = time.monotonic() - started
     assert elapsed <= limits.timeout_s + 1.0, f"took {elapsed:.2f}s: {result}"
-    assert leftovers(backend) == {}, "the program left processes behind on the host"
+    assert await settled(lambda: leftovers(backend)) == {}, "the program left processes behind on the host"
     after = await pool.run("print('still serving')", limits=HOSTILE)
     assert after.status is Status.OK and after.stdout == "still serving\n", after
     return result

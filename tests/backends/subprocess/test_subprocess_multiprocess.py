@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import types
 from collections.abc import AsyncIterator
 
 import anyio
@@ -113,6 +114,9 @@ async def test_both_workers_serve_and_a_program_failure_is_a_result(pool: Sandbo
     assert not isinstance(failed, Exception) and failed.status is Status.FAILED and failed.exit_code == 3
     executed = await pool.exec("echo hi")
     assert executed.stdout == "hi\n"
+    # Arguments of any mapping or sequence type travel (an unpicklable view is copied first).
+    executed = await pool.exec(("bash", "-c", "echo $X"), env=types.MappingProxyType({"X": "from env"}))
+    assert executed.stdout == "from env\n"
     assert pool.metrics()["sandboxes_open"] >= 2  # four sleepers at once did not fit in one worker's one sandbox
 
 

@@ -25,7 +25,7 @@ from sandboxkit.errors import SandboxLost
 from sandboxkit.models import RunRequest, Status
 from sandboxkit.pool import SandboxPool
 from support.marks import missing
-from support.subprocess_sandboxes import FAST, RecordingBackend, processes_of
+from support.subprocess_sandboxes import FAST, RecordingBackend, processes_of, settled
 
 
 def _req(code: str, **kw: object) -> RunRequest:
@@ -265,6 +265,6 @@ async def test_a_run_cancelled_while_its_server_starts_leaves_no_process(sandbox
     with contextlib.suppress(asyncio.CancelledError):
         await task
     assert task.cancelled()
-    assert processes_of(uids) == {}, "a half-started server was left running"
+    assert await settled(lambda: processes_of(uids)) == {}, "a half-started server was left running"
     result = await sandbox.run(_req("print('next')"))  # the next run starts a server of its own
     assert result.status is Status.OK and result.stdout == "next\n", result

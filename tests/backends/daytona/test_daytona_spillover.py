@@ -61,3 +61,23 @@ async def test_spillover_batch_loses_nothing_and_matches_local_only(
     assert "ran on daytona" in text
     assert "ran on subprocess" in text
     assert spill.counts()["subprocess"] >= 1 and spill.counts()["daytona"] >= 1
+
+
+async def test_sessions_stay_on_the_backend_they_opened_on(
+    fake: FakeDaytona, make_backend: Callable[..., DaytonaBackend]
+) -> None:
+    """Local holds one sandbox: the second session spills to Daytona and both stay where they opened."""
+    spill = SpilloverBackend([Tier(sandboxkit.backend("subprocess"), cap=1), Tier(make_backend())])
+    code = (
+        "import os\nn = int(open('n').read()) if os.path.exists('n') else 0\nopen('n', 'w').write(str(n + 1))\nprint(n)"
+    )
+    async with SandboxPool(spill, max_concurrency=4) as pool, pool.session() as first, pool.session() as second:
+        seen: dict[str, list[tuple[str, str]]] = {"first": [], "second": []}
+        for _ in range(3):
+            for name, session in (("first", first), ("second", second)):
+                result = await session.run(code, language="python")
+                seen[name].append((result.backend, result.stdout))
+    assert seen == {
+        "first": [("subprocess", "0\n"), ("subprocess", "1\n"), ("subprocess", "2\n")],
+        "second": [("daytona", "0\n"), ("daytona", "1\n"), ("daytona", "2\n")],
+    }

@@ -121,6 +121,14 @@ async def _plain_verdicts(pool: SandboxPool) -> dict[str, tuple[object, ...]]:
     return found
 
 
+def _settled(verdicts: dict[str, tuple[object, ...]]) -> dict[str, tuple[object, ...]]:
+    """The verdicts with each timed-out case's message left out (see the test below)."""
+    return {
+        name: tuple((status, "" if status == "timeout" else message) for status, message in cases)  # type: ignore[misc]
+        for name, cases in verdicts.items()
+    }
+
+
 async def test_the_held_plain_harness_gives_the_carried_harness_verdicts(
     pool: SandboxPool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -128,7 +136,9 @@ async def test_the_held_plain_harness_gives_the_carried_harness_verdicts(
     held = await _plain_verdicts(pool)
     monkeypatch.setattr(python_module, "warm_module", lambda backend: None)
     carried = await _plain_verdicts(pool)
-    assert held == carried
+    # A timed-out case's message says where the clock stopped it, which a loaded machine moves
+    # (a fresh machine at load 16 saw one differ); its status must still agree, every other message too.
+    assert _settled(held) == _settled(carried)
     # the call, the call and the assert, the two stdio cases (its main block: f's ending, not main's)
     assert held["passes"] == (("passed", ""),) * 5, held["passes"]
     wrong = ["wrong_answer", "wrong_answer", "error", "wrong_answer", "wrong_answer"]  # an assert raises

@@ -1,0 +1,1 @@
+"""Stand-in for Sandbox Fusion's ``sandbox`` package (see ../README.md)."""

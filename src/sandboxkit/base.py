@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from sandboxkit.errors import InvalidRequest
-from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
+from sandboxkit.models import ExecRequest, ExecResult, Limits, RunRequest, RunResult
 
 if TYPE_CHECKING:
     from sandboxkit.configs import BaseBackendConfig
@@ -151,7 +151,6 @@ class Sandbox(abc.ABC):
             RateLimited: the service refused the call for now (a :class:`Transient`).
         """
 
-    @abc.abstractmethod
     async def exec(
         self,
         command: str | Sequence[str],
@@ -171,12 +170,38 @@ class Sandbox(abc.ABC):
         ``on_stdout`` / ``on_stderr`` get the output while the command runs (rules in
         :mod:`sandboxkit.streaming`; once at the end when ``capabilities.streaming`` is False).
 
+        The arguments are checked once here and handed to :meth:`exec_request` as one
+        :class:`~sandboxkit.models.ExecRequest`; a backend implements that (a plugin written
+        against the keyword form may override this method instead).
+
         Raises:
             InvalidRequest: ``cwd`` escapes the workspace (with ``..``, or absolute where the
-                backend has no absolute paths) or the timeout is not positive.
+                backend has no absolute paths), the command is an empty list, or the timeout is
+                not positive.
             SandboxCrashed: the sandbox was closed, or died or vanished during the call.
             Transient: a passing fault talking to the sandbox.
         """
+        request = ExecRequest.of(
+            command, cwd=cwd, env=env, stdin=stdin, timeout=timeout, backend=self.backend_name, sandbox_id=self.id
+        )
+        return await self.exec_request(request, on_stdout=on_stdout, on_stderr=on_stderr)
+
+    async def exec_request(
+        self,
+        request: ExecRequest,
+        *,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> ExecResult:
+        """:meth:`exec` with its arguments checked and bundled: what a backend implements.
+
+        It raises what :meth:`exec` documents. Not abstract, so a plugin that overrides :meth:`exec`
+        itself (the form before ``ExecRequest``) still instantiates; one that implements neither
+        gets ``NotImplementedError`` here, on its first ``exec``.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} implements neither exec_request() nor exec(); implement exec_request"
+        )
 
     @abc.abstractmethod
     async def write_files(self, files: Mapping[str, bytes | str]) -> None:

@@ -9,12 +9,22 @@ a program that prints invalid UTF-8 still yields a valid result.
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Mapping, Sequence
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 __all__ = [
+    "ExecRequest",
     "ExecResult",
     "Limits",
     "RunRequest",
@@ -184,6 +194,74 @@ class RunRequest(BaseModel):
     @classmethod
     def _safe_fetch_paths(cls, value: list[str]) -> list[str]:
         return [check_relative_path(p) for p in value]
+
+
+class ExecRequest(BaseModel):
+    """Run ``command`` in a sandbox's workspace: a shell command line (a string) or an argv list.
+
+    What :meth:`Sandbox.exec <sandboxkit.base.Sandbox.exec>` takes as keywords, as one value: the
+    base class checks it once (:meth:`of`) and hands it to the backend's ``exec_request``, so no
+    backend declares the keyword list or repeats the checks.
+    """
+
+    model_config = _FROZEN
+
+    command: str | list[str]
+    cwd: str | None = Field(None, description="Working directory: relative to the workspace, or absolute.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
+    stdin: str | None = None
+    timeout_s: float | None = Field(None, description="Overrides the sandbox's limits.timeout_s for this call.")
+
+    @field_validator("command")
+    @classmethod
+    def _not_empty(cls, value: str | list[str]) -> str | list[str]:
+        if isinstance(value, list) and not value:
+            raise ValueError("exec needs a non-empty command")
+        return value
+
+    @field_validator("timeout_s", mode="before")
+    @classmethod
+    def _positive(cls, value: Any) -> Any:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+            raise ValueError(f"timeout must be a positive number of seconds, got {value!r}")
+        return value
+
+    @classmethod
+    def of(
+        cls,
+        command: str | Sequence[object],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | None = None,
+        timeout: float | None = None,
+        backend: str | None = None,
+        sandbox_id: str | None = None,
+    ) -> ExecRequest:
+        """The request for ``Sandbox.exec``'s arguments (an argv's parts as text).
+
+        Raises:
+            InvalidRequest: the command is an empty list, or the timeout is not a positive number.
+        """
+        from sandboxkit.errors import InvalidRequest  # local: keeps the models module free of the error tree
+
+        try:
+            return cls(
+                command=command if isinstance(command, str) else [str(part) for part in command],
+                cwd=cwd,
+                env=dict(env or {}),
+                stdin=stdin,
+                timeout_s=timeout,
+            )
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise InvalidRequest(
+                str(first.get("ctx", {}).get("error", first["msg"])), backend=backend, sandbox_id=sandbox_id
+            ) from None
+
+    def argv(self, shell: str = "bash") -> list[str]:
+        """The argv to start: ``[shell, "-c", command]`` for a command line, else the list itself."""
+        return [shell, "-c", self.command] if isinstance(self.command, str) else list(self.command)
 
 
 class ExecResult(BaseModel):

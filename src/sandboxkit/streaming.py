@@ -31,7 +31,7 @@ from typing import TypeVar
 
 from sandboxkit.base import OutputCallback, Sandbox
 from sandboxkit.errors import InvalidRequest
-from sandboxkit.models import ExecResult, RunRequest, RunResult
+from sandboxkit.models import ExecRequest, ExecResult, RunRequest, RunResult
 
 __all__ = [
     "BufferedSandbox",
@@ -191,33 +191,20 @@ class BufferedSandbox(Sandbox):
         """See :meth:`Sandbox.run`; the callbacks get the final output once (no streaming)."""
         return replay(await self._run_buffered(request), on_stdout, on_stderr)
 
-    async def exec(
+    async def exec_request(
         self,
-        command: str | Sequence[str],
+        request: ExecRequest,
         *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        stdin: str | None = None,
-        timeout: float | None = None,
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
     ) -> ExecResult:
         """See :meth:`Sandbox.exec`; the callbacks get the final output once (no streaming)."""
-        result = await self._exec_buffered(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout)
-        return replay(result, on_stdout, on_stderr)
+        return replay(await self._exec_buffered(request), on_stdout, on_stderr)
 
     @abc.abstractmethod
     async def _run_buffered(self, request: RunRequest) -> RunResult:
         """:meth:`Sandbox.run` without callbacks."""
 
     @abc.abstractmethod
-    async def _exec_buffered(
-        self,
-        command: str | Sequence[str],
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        stdin: str | None = None,
-        timeout: float | None = None,
-    ) -> ExecResult:
-        """:meth:`Sandbox.exec` without callbacks."""
+    async def _exec_buffered(self, request: ExecRequest) -> ExecResult:
+        """:meth:`Sandbox.exec_request` without callbacks."""

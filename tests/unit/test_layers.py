@@ -44,7 +44,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("registry", "hookspecs", "backends._plugins", "_workers._spec"),
     ("backends",),
     ("protocols", "base", "streaming", "kernel"),
-    ("models", "errors", "languages", "output", "configs", "_in_sandbox_std", "_standalone"),
+    ("models", "errors", "languages", "_plan", "output", "configs", "_in_sandbox_std", "_standalone"),
 )
 
 #: What a backend may import from sandboxkit besides its own package (and third-party SDKs); ``configs``:
@@ -53,6 +53,7 @@ BACKEND_MAY_IMPORT = (
     "models",
     "errors",
     "languages",
+    "_plan",
     "base",
     "output",
     "protocols",

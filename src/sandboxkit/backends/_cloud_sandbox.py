@@ -50,7 +50,7 @@ from sandboxkit.backends._wrapper import (
 )
 from sandboxkit.errors import InvalidRequest, SandboxCrashed, SandboxkitError, Transient
 from sandboxkit.languages import Language, resolve_language
-from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status, check_sandbox_path
+from sandboxkit.models import ExecRequest, ExecResult, Limits, RunRequest, RunResult, Status, check_sandbox_path
 from sandboxkit.streaming import BufferedSandbox
 
 __all__ = [
@@ -349,27 +349,15 @@ class CloudSandbox(BufferedSandbox):
             sandbox_id=self.id,
         )
 
-    async def _exec_buffered(
-        self,
-        command: str | Sequence[str],
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        stdin: str | None = None,
-        timeout: float | None = None,
-    ) -> ExecResult:
+    async def _exec_buffered(self, request: ExecRequest) -> ExecResult:
         """See :meth:`Sandbox.exec`; a string runs under ``bash -c``."""
-        if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
-            raise InvalidRequest(f"timeout must be a positive number of seconds, got {timeout!r}")
+        cwd, stdin = request.cwd, request.stdin
         rel = ""
         if cwd not in (None, "", "."):
             try:
                 rel = check_sandbox_path(str(cwd), absolute_ok=True) if str(cwd).strip("/") else "/"
             except ValueError as exc:
                 raise InvalidRequest(str(exc), backend=self.backend_name, sandbox_id=self.id) from exc
-        argv = ["bash", "-c", command] if isinstance(command, str) else [str(a) for a in command]
-        if not argv:
-            raise InvalidRequest("command is empty", backend=self.backend_name, sandbox_id=self.id)
         run_id = uuid.uuid4().hex[:12]
         stdin_file = None
         if stdin is not None:
@@ -377,11 +365,11 @@ class CloudSandbox(BufferedSandbox):
             await self._upload({self._at(stdin_file): stdin.encode("utf-8")})
         return await self._step(
             Step(
-                argv=argv,
+                argv=request.argv(),
                 cwd=rel,
-                env=dict(env or {}),
+                env=dict(request.env),
                 stdin_file=stdin_file,
-                timeout_s=float(timeout if timeout is not None else self.limits.timeout_s),
+                timeout_s=float(request.timeout_s or self.limits.timeout_s),
                 **output_caps(self.limits),
                 file_size_mb=self.limits.file_size_mb,
                 run_id=run_id,

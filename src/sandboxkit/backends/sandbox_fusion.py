@@ -44,7 +44,7 @@ from sandboxkit.base import Availability, Backend, Capabilities, Sandbox
 from sandboxkit.configs import SandboxFusionConfig
 from sandboxkit.errors import BackendUnavailable, InvalidRequest, RateLimited, SandboxCrashed, Transient
 from sandboxkit.languages import LANGUAGES
-from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, check_relative_path
+from sandboxkit.models import ExecRequest, ExecResult, Limits, RunRequest, RunResult, check_relative_path
 from sandboxkit.protocols.sandbox_fusion import (
     SANDBOX_FUSION_LANGUAGES,
     RunCodeResponse,
@@ -314,15 +314,7 @@ class SandboxFusionSandbox(BufferedSandbox):
         """
         return await self._call(request)
 
-    async def _exec_buffered(
-        self,
-        command: str | Sequence[str],
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        stdin: str | None = None,
-        timeout: float | None = None,
-    ) -> ExecResult:
+    async def _exec_buffered(self, request: ExecRequest) -> ExecResult:
         """Run ``command`` as a bash program through ``/run_code`` (a fresh directory each time).
 
         Raises:
@@ -332,10 +324,9 @@ class SandboxFusionSandbox(BufferedSandbox):
         """
         if "bash" not in self.backend.capabilities.languages:
             raise InvalidRequest("exec() needs the service to run bash", backend=_NAME, sandbox_id=self.id)
-        if timeout is not None and not timeout > 0:
-            raise InvalidRequest(f"timeout must be positive, got {timeout!r}", backend=_NAME, sandbox_id=self.id)
+        command, cwd, timeout = request.command, request.cwd, request.timeout_s
         lines = []
-        for key, value in (env or {}).items():
+        for key, value in request.env.items():
             if not key.isidentifier():
                 raise InvalidRequest(f"env name {key!r} is not a valid shell identifier", backend=_NAME)
             lines.append(f"export {key}={shlex.quote(value)}")
@@ -346,8 +337,8 @@ class SandboxFusionSandbox(BufferedSandbox):
                 raise InvalidRequest(f"cwd: {exc}", backend=_NAME, sandbox_id=self.id) from exc
         lines.append(command if isinstance(command, str) else shlex.join(command))
         limits = self.limits if timeout is None else self.limits.merged(timeout_s=timeout)
-        request = RunRequest(code="\n".join(lines) + "\n", language="bash", stdin=stdin, limits=limits)
-        result = await self._call(request)
+        program = RunRequest(code="\n".join(lines) + "\n", language="bash", stdin=request.stdin, limits=limits)
+        result = await self._call(program)
         return ExecResult(
             status=result.status,
             exit_code=result.exit_code,

@@ -28,7 +28,7 @@ from typing import Any
 
 from sandboxkit.base import Backend, Capabilities, Sandbox
 from sandboxkit.errors import BackendUnavailable, SandboxCrashed, SandboxkitError, Transient
-from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
+from sandboxkit.models import ExecRequest, ExecResult, Limits, RunRequest, RunResult
 from sandboxkit.streaming import BufferedSandbox
 
 __all__ = ["RayPlacedBackend", "SandboxHost"]
@@ -73,15 +73,10 @@ class SandboxHost:
     async def run(self, request: RunRequest) -> RunResult:
         return await self._sb().run(request)
 
-    async def exec(
-        self,
-        command: str | Sequence[str],
-        cwd: str | None,
-        env: Mapping[str, str] | None,
-        stdin: str | None,
-        timeout: float | None,
-    ) -> ExecResult:
-        return await self._sb().exec(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout)
+    async def exec(self, request: ExecRequest) -> ExecResult:
+        # Through ``exec``, not ``exec_request``: the inner backend may be a plugin that implements only ``exec``.
+        r = request
+        return await self._sb().exec(r.command, cwd=r.cwd, env=r.env, stdin=r.stdin, timeout=r.timeout_s)
 
     async def write_files(self, files: Mapping[str, bytes | str]) -> None:
         await self._sb().write_files(files)
@@ -140,18 +135,8 @@ class RaySandbox(BufferedSandbox):
         result: RunResult = await _call(self._host.run.remote(request), self.backend_name, self.id)
         return result
 
-    async def _exec_buffered(
-        self,
-        command: str | Sequence[str],
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        stdin: str | None = None,
-        timeout: float | None = None,
-    ) -> ExecResult:
-        result: ExecResult = await _call(
-            self._host.exec.remote(command, cwd, env, stdin, timeout), self.backend_name, self.id
-        )
+    async def _exec_buffered(self, request: ExecRequest) -> ExecResult:
+        result: ExecResult = await _call(self._host.exec.remote(request), self.backend_name, self.id)
         return result
 
     async def write_files(self, files: Mapping[str, bytes | str]) -> None:

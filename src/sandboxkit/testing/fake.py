@@ -41,7 +41,7 @@ import anyio
 from sandboxkit._request import renamed
 from sandboxkit.base import Backend, Capabilities
 from sandboxkit.errors import CapacityExceeded, InvalidRequest, RateLimited, SandboxCrashed, Transient
-from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status, check_relative_path
+from sandboxkit.models import ExecRequest, ExecResult, Limits, RunRequest, RunResult, Status, check_relative_path
 from sandboxkit.streaming import BufferedSandbox
 
 __all__ = ["FakeBackend", "FakeSandbox", "Response"]
@@ -136,22 +136,11 @@ class FakeSandbox(BufferedSandbox):
         got = response(request)
         return await got if isinstance(got, Awaitable) else got
 
-    async def _exec_buffered(
-        self,
-        command: str | Sequence[str],
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        stdin: str | None = None,
-        timeout: float | None = None,
-    ) -> ExecResult:
+    async def _exec_buffered(self, request: ExecRequest) -> ExecResult:
         self._check_open()
+        command, cwd = request.command, request.cwd
         if cwd is not None and cwd not in ("", "."):
             self._path(cwd)
-        if timeout is not None and not timeout > 0:
-            raise InvalidRequest(
-                f"exec timeout must be positive, got {timeout!r}", backend=self.backend_name, sandbox_id=self.id
-            )
         result = await self._behave(command if isinstance(command, str) else " ".join(command))
         return ExecResult(status=result.status, exit_code=result.exit_code, stdout=result.stdout)
 

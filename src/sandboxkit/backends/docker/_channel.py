@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 _FRAME = struct.Struct(">II")
 _MUX = struct.Struct(">BxxxI")
 _RECV_CHUNK = 1 << 18
+_PEEK = socket.MSG_PEEK | socket.MSG_DONTWAIT
 _wait_readable = getattr(anyio, "wait_readable", None) or anyio.wait_socket_readable
 _wait_writable = getattr(anyio, "wait_writable", None) or anyio.wait_socket_writable
 _notify_closing = getattr(anyio, "notify_closing", lambda sock: None)
@@ -145,6 +146,42 @@ class RunnerChannel:
                     raise ChannelClosed(f"connection to the runner of {self._name} was closed") from exc
             except OSError as exc:
                 raise ChannelClosed(f"connection to the runner of {self._name} broke: {exc}") from exc
+
+    # -------------------------------------------------- an unframed stream (a kernel's exec socket)
+
+    @property
+    def ended(self) -> bool:
+        """Closed here, or hung up by the other end."""
+        return self.closed or self._eof
+
+    async def send_raw(self, data: bytes) -> None:
+        """Send ``data`` as it is, without a frame (the kernel protocol frames its own messages).
+
+        Raises:
+            ChannelClosed: the connection ended or broke.
+        """
+        await self._send(data)
+
+    async def read_stdout(self) -> bytes:
+        """What the other end wrote to stdout since the last call, waiting for some; ``b""`` once it ended."""
+        while not self._stdout:
+            try:
+                await self._fill()
+            except ChannelClosed:
+                return b""
+        data = bytes(self._stdout)
+        self._stdout.clear()
+        return data
+
+    def peer_open(self) -> bool:
+        """Whether the other end still holds the connection, asked without reading (a peek)."""
+        try:
+            peeked = self._sock.recv(1, _PEEK)
+        except (BlockingIOError, InterruptedError, ValueError):  # ValueError: TLS sockets cannot peek
+            return True
+        except OSError:
+            return False
+        return bool(peeked)  # b"": it hung up
 
     def close(self) -> None:
         """Close the socket (the runner sees EOF and exits). Idempotent, never raises."""

@@ -20,7 +20,6 @@ import contextlib
 import os
 import resource
 import signal
-import socket
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -89,34 +88,20 @@ class ExecLink(KernelLink):
 
     async def write(self, data: bytes) -> None:
         try:
-            await self._channel._send(data)
+            await self._channel.send_raw(data)
         except ChannelClosed as exc:
             self._dead = True
             raise ConnectionError(str(exc)) from exc
 
     async def read(self) -> bytes:
-        channel = self._channel
-        while not channel._stdout:
-            try:
-                await channel._fill()
-            except ChannelClosed:
-                self._dead = True
-                return b""
-        data = bytes(channel._stdout)
-        channel._stdout.clear()
+        data = await self._channel.read_stdout()
+        if not data:
+            self._dead = True
         return data
 
     def alive(self) -> bool:
-        if self._dead or self._channel.closed or self._channel._eof:
-            return False
-        sock = self._channel._sock
-        try:
-            peeked = sock.recv(1, _PEEK)
-        except (BlockingIOError, InterruptedError, ValueError):  # ValueError: TLS sockets cannot peek
-            return True
-        except OSError:
-            return False
-        return bool(peeked)  # b"": the exec ended (nothing else is sent between cells)
+        # b"" from a peek: the exec ended (nothing else is sent between cells)
+        return not (self._dead or self._channel.ended) and self._channel.peer_open()
 
     def kill(self) -> None:
         if self._dead and self._channel.closed:
@@ -146,6 +131,3 @@ class ExecLink(KernelLink):
         except (OSError, IndexError):
             return False
         return not zombie and _MARK in cmdline
-
-
-_PEEK = socket.MSG_PEEK | socket.MSG_DONTWAIT

@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeVar
 import anyio
 import anyio.to_thread
 
+from sandboxkit._plan import plan
 from sandboxkit.backends.docker import _abspath, _engine
 from sandboxkit.backends.docker._channel import ChannelClosed, RunnerChannel
 from sandboxkit.backends.docker._checks import check_env, check_limits, check_path, utf8
@@ -27,8 +28,8 @@ from sandboxkit.backends.docker._results import Blobs, base_env, classify, make_
 from sandboxkit.base import OutputCallback, Sandbox, Snapshot
 from sandboxkit.errors import InvalidRequest, SandboxCrashed, SandboxError, ToolchainMissing, Transient
 from sandboxkit.kernel import Kernel, KernelLink
-from sandboxkit.languages import Language, resolve_language
-from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status, check_sandbox_path
+from sandboxkit.languages import Language
+from sandboxkit.models import ExecRequest, ExecResult, Limits, RunRequest, RunResult, Status, check_sandbox_path
 from sandboxkit.streaming import Sink, sink
 
 __all__ = ["ContainerHost", "DockerSandbox"]
@@ -52,22 +53,14 @@ class ContainerHost(Protocol):
         """The docker SDK client."""
         ...
 
-    @property
-    def image(self) -> str: ...
-    @property
-    def workdir(self) -> str: ...
-    @property
-    def workdir_size_mb(self) -> int: ...
-    @property
-    def grace_s(self) -> float: ...
-    @property
-    def python_fast(self) -> bool: ...
-    @property
-    def writable_root(self) -> bool: ...
-    @property
-    def checkpoints(self) -> set[ArchiveSnapshot]:
-        """The backend's checkpoints not yet released (a new one joins)."""
-        ...
+    image: str
+    workdir: str
+    workdir_size_mb: int
+    grace_s: float
+    python_fast: bool
+    writable_root: bool
+    #: The backend's checkpoints not yet released (a new one joins).
+    checkpoints: set[ArchiveSnapshot]
 
     async def remove(self, container_id: str) -> None:
         """Remove the container and its volume (never raises)."""
@@ -276,10 +269,12 @@ class DockerSandbox(Sandbox):
             SandboxCrashed: the container or its runner died, or did not answer in time.
             Transient: the Docker engine could not be reached.
         """
-        lang = resolve_language(request.language)
+        # The fast path needs the Python runner (the static one has none).
+        planned = plan(request, warm_python=self.runner == "python" and self._backend.python_fast)
+        lang = planned.language
         limits = request.limits
         sinks = _sinks(on_stdout, on_stderr)
-        source = utf8(lang.prepare(request.code), "the code", self.id)
+        source = utf8(planned.source, "the code", self.id)
         stdin = utf8(request.stdin or "", "stdin", self.id)
         check_env(request.env, request.argv, self.id)
         files = {self._path(path): data for path, data in request.files.items()}
@@ -287,44 +282,26 @@ class DockerSandbox(Sandbox):
         await self._ensure_limits(limits)
         if files:
             await self._sdk(_engine.put_files, self._workdir, files)
-        src_name = lang.source_name(request.code)
+        src_name = planned.source_name
         env = base_env(self._workdir, lang, request.env)
         blobs = Blobs()
         blobs.add(source)
-        steps = []
-        compile_argv = lang.compile_argv(request.code)
-        run_argv = lang.run_argv(request.code, request.argv)
-        argvs = [run_argv] if compile_argv is None else [compile_argv, run_argv]
-        if compile_argv is not None:
-            steps.append(
-                make_step(
-                    compile_argv,
-                    cwd=self._workdir,
-                    env=env,
-                    timeout_s=limits.compile_timeout_s,
-                    limits=limits,
-                    blobs=blobs,
-                    compile_step=True,
-                )
-            )
-        fast = (
-            lang.name == "python"
-            and self.runner == "python"
-            and self._backend.python_fast
-            and not any(k.startswith("PYTHON") for k in env)
-        )
-        steps.append(
+        steps = [
             make_step(
-                run_argv,
+                step.argv,
                 cwd=self._workdir,
                 env=env,
-                timeout_s=limits.timeout_s,
+                timeout_s=step.timeout_s,
                 limits=limits,
                 blobs=blobs,
-                stdin=stdin,
-                python={"script": src_name, "args": list(request.argv)} if fast else None,
+                stdin=b"" if step.compiler else stdin,
+                compile_step=step.compiler,
+                python=None
+                if step.python_script is None
+                else {"script": step.python_script, "args": list(step.python_args)},
             )
-        )
+            for step in planned.steps
+        ]
         if sinks is not None:
             steps[-1]["live"] = True
         header = {"op": "run", "write": [[src_name, 0, len(source), 0o644]], "steps": steps}
@@ -332,9 +309,9 @@ class DockerSandbox(Sandbox):
         reply, blob = await self._call(header, blobs.parts, budget, sinks)
         results = reply["steps"]
         self._step_failed(results)
-        self._raise_if_missing(results, lang, [str(step_argv[0]) for step_argv in argvs])
+        self._raise_if_missing(results, lang, [str(step.argv[0]) for step in planned.steps])
         outputs = split_outputs(results, blob)
-        compiled = classify(results[0], *outputs[0]) if compile_argv is not None else None
+        compiled = classify(results[0], *outputs[0]) if planned.compile is not None else None
         common = {"language": lang.name, "backend": _NAME, "sandbox_id": self.id, "compile": compiled}
         if compiled is not None and (compiled.status is not Status.OK or len(results) < 2):
             return RunResult(status=Status.COMPILE_ERROR, duration_s=compiled.duration_s, **common)
@@ -359,36 +336,27 @@ class DockerSandbox(Sandbox):
                     sandbox_id=self.id,
                 )
 
-    async def exec(
+    async def exec_request(
         self,
-        command: str | Sequence[str],
+        request: ExecRequest,
         *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        stdin: str | None = None,
-        timeout: float | None = None,
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
     ) -> ExecResult:
-        """Run ``bash -c command`` (``/bin/sh`` without bash) or an argv list in the workspace (see :class:`Sandbox`).
+        """Run ``bash -c command`` (``/bin/sh`` without bash) or an argv list in the workspace (see :meth:`Sandbox.exec`).
 
         ``on_stdout`` / ``on_stderr`` get the output as the runner reads it (streaming).
 
         ``cwd`` is relative to the workspace, or an absolute directory of the container (``/testbed``).
 
         Raises:
-            InvalidRequest: ``cwd`` has a ``..`` component, the argv is empty, the timeout is not positive,
-                or argv/env/stdin hold a lone surrogate or a NUL.
+            InvalidRequest: ``cwd`` has a ``..`` component, or argv/env/stdin hold a lone surrogate or a NUL.
             SandboxCrashed: the container or its runner died, or did not answer in time.
         """
-        if timeout is not None and not timeout > 0:
-            raise InvalidRequest(f"timeout must be positive, got {timeout!r}", backend=_NAME, sandbox_id=self.id)
-        argv = [self._shell, "-c", command] if isinstance(command, str) else [str(part) for part in command]
-        if not argv:
-            raise InvalidRequest("exec needs a non-empty command", backend=_NAME, sandbox_id=self.id)
-        extra_env = dict(env or {})
+        argv, cwd, timeout = request.argv(self._shell), request.cwd, request.timeout_s
+        extra_env = request.env
         check_env(extra_env, argv, self.id)
-        data = utf8(stdin or "", "stdin", self.id)
+        data = utf8(request.stdin or "", "stdin", self.id)
         workdir = self._cwd(cwd)
         if workdir != self._workdir and str(cwd).startswith("/"):
             await self._check_directory(workdir, str(cwd))

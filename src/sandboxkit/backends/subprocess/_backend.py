@@ -322,7 +322,7 @@ class SubprocessBackend(Backend):
         """Kill and remove every sandbox synchronously (interpreter exit)."""
         for sandbox in list(self._sandboxes):
             with contextlib.suppress(Exception):
-                sandbox._release()
+                sandbox.release_sync()
         self._sandboxes.clear()
         for snap in list(self.checkpoints):
             snap.release_sync()

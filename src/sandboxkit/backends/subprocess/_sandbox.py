@@ -21,6 +21,7 @@ from typing import Protocol
 import anyio
 import anyio.to_thread
 
+from sandboxkit._plan import plan
 from sandboxkit.backends.subprocess import _isolation as isolation
 from sandboxkit.backends.subprocess import _rootfs as rootfs
 from sandboxkit.backends.subprocess import _seccomp as seccomp
@@ -37,7 +38,7 @@ from sandboxkit.base import OutputCallback, Sandbox, Snapshot
 from sandboxkit.errors import BackendUnavailable, InvalidRequest, SandboxCrashed, SandboxLost, ToolchainMissing
 from sandboxkit.kernel import Kernel, KernelLink
 from sandboxkit.languages import Language, resolve_language
-from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult, Status
+from sandboxkit.models import ExecRequest, ExecResult, Limits, RunRequest, RunResult, Status
 from sandboxkit.streaming import Sink, sink
 
 __all__ = ["SandboxHost", "SubprocessSandbox"]
@@ -64,73 +65,26 @@ class SandboxHost(Protocol):
     """What a sandbox reads of its :class:`~._backend.SubprocessBackend`: the options, and three services.
 
     Named here rather than imported: the backend makes sandboxes, so importing it back would make
-    the two files a circle (and let a sandbox reach the backend's private state).
+    the two files a circle (and let a sandbox reach the backend's private state). The attributes
+    are the backend's options of the same names (see its docstring).
     """
 
-    @property
-    def isolation(self) -> isolation.Isolation:
-        """What this machine allows (bubblewrap, tmpfs, cgroups, root)."""
-        ...
-
-    @property
-    def rootfs(self) -> rootfs.RootImage | None:
-        """The image every sandbox's root view is made of, or None (the host's filesystem)."""
-        ...
-
-    @property
-    def root(self) -> str:
-        """The directory holding the sandboxes' own directories."""
-        ...
-
-    @property
-    def path(self) -> str:
-        """PATH inside the sandbox."""
-        ...
-
-    @property
-    def workdir(self) -> str:
-        """Where programs see their workspace."""
-        ...
-
-    @property
-    def disk_mb(self) -> int:
-        """Size of a workspace's (and a checkpoint's) tmpfs."""
-        ...
-
-    @property
-    def tmp_mb(self) -> int:
-        """Size of a sandbox's private ``/tmp``."""
-        ...
-
-    @property
-    def seccomp(self) -> bool:
-        """Whether commands run under the seccomp filter."""
-        ...
-
-    @property
-    def warm_python(self) -> bool:
-        """Whether Python programs run in a child forked from the warm server."""
-        ...
-
-    @property
-    def server_python(self) -> str | None:
-        """The ``python3`` that runs the fork server and kernels, or None (commands start from the host)."""
-        ...
-
-    @property
-    def preload_modules(self) -> Sequence[str]:
-        """Modules a fork server imports before its first command."""
-        ...
-
-    @property
-    def python_modules(self) -> Mapping[str, tuple[str, bytes]]:
-        """sandboxkit's own modules every fork server runs at start."""
-        ...
-
-    @property
-    def checkpoints(self) -> set[DirectorySnapshot]:
-        """The backend's checkpoints not yet released (a new one joins)."""
-        ...
+    isolation: isolation.Isolation
+    rootfs: rootfs.RootImage | None
+    root: str
+    path: str
+    workdir: str
+    disk_mb: int
+    tmp_mb: int
+    seccomp: bool
+    warm_python: bool
+    #: The ``python3`` that runs the fork server and kernels, or None (commands start from the host).
+    server_python: str | None
+    preload_modules: tuple[str, ...]
+    #: sandboxkit's own modules every fork server runs at start: name -> (source, bytecode).
+    python_modules: dict[str, tuple[str, bytes]]
+    #: The backend's checkpoints not yet released (a new one joins).
+    checkpoints: set[DirectorySnapshot]
 
     def has_toolchain(self, lang: Language) -> bool:
         """Whether ``lang``'s binaries are on the sandbox PATH."""
@@ -192,7 +146,7 @@ class SubprocessSandbox(Sandbox):
             if self._iso.cgroup.parents():
                 self.cgroup = SandboxCgroup(self._iso.cgroup, tag)
         except BaseException:
-            self._release()
+            self.release_sync()
             raise
 
     # ------------------------------------------------------------------ helpers
@@ -589,13 +543,6 @@ class SubprocessSandbox(Sandbox):
             self._discard()
         return outcome
 
-    def _warm_python(self, lang: Language, request: RunRequest) -> bool:
-        # The warm path runs the code inside an already started interpreter, so interpreter
-        # options passed through the environment (PYTHONHASHSEED...) would be ignored: go cold.
-        return (
-            lang.name == "python" and self._backend.warm_python and not any(k.startswith("PYTHON") for k in request.env)
-        )
-
     # ------------------------------------------------------------------ contract
 
     async def run(
@@ -615,7 +562,8 @@ class SubprocessSandbox(Sandbox):
             SandboxCrashed: the sandbox is closed.
         """
         self._check_open()
-        lang = resolve_language(request.language)
+        planned = plan(request, warm_python=self._backend.warm_python)
+        lang = planned.language
         if not self._backend.has_toolchain(lang):
             raise ToolchainMissing(
                 f"{lang.name} needs {', '.join((*lang.binaries, *lang.files))}, not found on the sandbox PATH "
@@ -630,24 +578,24 @@ class SubprocessSandbox(Sandbox):
         self._check_texts(request.env, request.argv)
         async with self._lock:
             self._check_open()
-            src = lang.source_name(request.code)
-            warm = self._warm_python(lang, request)
-            source = _inline_source(src, lang.prepare(request.code)) if warm and not request.files else None
+            src = planned.source_name
+            run = planned.run
+            warm = run.python_script is not None
+            source = _inline_source(src, planned.source) if warm and not request.files else None
             if source is None or self.view is not None:  # else the child writes it (see _spawn)
                 source = None
-                written: dict[str, bytes | str] = {**request.files, src: lang.prepare(request.code)}
+                written: dict[str, bytes | str] = {**request.files, src: planned.source}
                 with self._frozen_for(written):
                     self.workspace.write(written)
             env = self._env({**lang.env, **request.env})
             compile_result: ExecResult | None = None
-            compile_argv = lang.compile_argv(request.code)
-            if compile_argv is not None:
+            if planned.compile is not None:
                 compiled = await self._spawn(
-                    compile_argv,
+                    planned.compile.argv,
                     cwd=self.workspace.path,
                     env=env,
                     stdin=b"",
-                    timeout_s=limits.compile_timeout_s,
+                    timeout_s=planned.compile.timeout_s,
                     limits=limits.merged(
                         output_bytes=max(limits.output_bytes, 1 << 20), pids=max(limits.pids or 0, 64)
                     ),
@@ -664,30 +612,18 @@ class SubprocessSandbox(Sandbox):
                         sandbox_id=self.id,
                         duration_s=compile_result.duration_s,
                     )
-            if warm:
-                outcome = await self._spawn(
-                    request.argv,
-                    cwd=self.workspace.path,
-                    env=env,
-                    stdin=stdin,
-                    timeout_s=limits.timeout_s,
-                    limits=limits,
-                    lang=lang,
-                    python_file=os.path.join(self.workspace.path, src),
-                    source=source,
-                    sinks=sinks,
-                )
-            else:
-                outcome = await self._spawn(
-                    lang.run_argv(request.code, request.argv),
-                    cwd=self.workspace.path,
-                    env=env,
-                    stdin=stdin,
-                    timeout_s=limits.timeout_s,
-                    limits=limits,
-                    lang=lang,
-                    sinks=sinks,
-                )
+            outcome = await self._spawn(
+                run.python_args if warm else run.argv,
+                cwd=self.workspace.path,
+                env=env,
+                stdin=stdin,
+                timeout_s=run.timeout_s,
+                limits=limits,
+                lang=lang,
+                python_file=os.path.join(self.workspace.path, src) if warm else None,
+                source=source,
+                sinks=sinks,
+            )
             fetched: dict[str, bytes] = {}
             if request.fetch_files:
                 with self._frozen_for(dict.fromkeys(request.fetch_files)):
@@ -702,38 +638,30 @@ class SubprocessSandbox(Sandbox):
             sandbox_id=self.id,
         )
 
-    async def exec(
+    async def exec_request(
         self,
-        command: str | Sequence[str],
+        request: ExecRequest,
         *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        stdin: str | None = None,
-        timeout: float | None = None,
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
     ) -> ExecResult:
-        """Run a shell command (``bash -c``) or an argv list in the workspace.
+        """Run a shell command (``bash -c``) or an argv list in the workspace (see :meth:`Sandbox.exec`).
 
         ``on_stdout`` / ``on_stderr`` get the output chunks as the pipes are read.
 
         Raises:
             InvalidRequest: ``cwd`` escapes the workspace (with a root filesystem: is not a directory
-                of the view) or the timeout is not positive.
+                of the view).
             BackendUnavailable: the sandbox's isolation could not be started.
             SandboxCrashed: the sandbox is closed.
         """
         self._check_open()
-        if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
-            raise InvalidRequest(f"timeout must be a positive number of seconds, got {timeout!r}", backend=NAME)
+        cwd = request.cwd
         workdir = self._cwd(cwd)
-        shell = self.view.image.shell if self.view is not None else "bash"
-        argv = [shell, "-c", command] if isinstance(command, str) else list(command)
-        if not argv:
-            raise InvalidRequest("exec needs a non-empty command", backend=NAME, sandbox_id=self.id)
-        stdin_data = self._text(stdin or "", "stdin")
-        self._check_texts(env or {}, argv)
-        timeout_s = float(timeout) if timeout is not None else self.limits.timeout_s
+        argv = request.argv(self.view.image.shell if self.view is not None else "bash")
+        stdin_data = self._text(request.stdin or "", "stdin")
+        self._check_texts(request.env, argv)
+        timeout_s = request.timeout_s or self.limits.timeout_s
         sinks = (sink(on_stdout, "on_stdout", backend=NAME), sink(on_stderr, "on_stderr", backend=NAME))
         async with self._lock:
             self._check_open()
@@ -742,7 +670,7 @@ class SubprocessSandbox(Sandbox):
             outcome = await self._spawn(
                 argv,
                 cwd=workdir,
-                env=self._env(env),
+                env=self._env(request.env),
                 stdin=stdin_data,
                 timeout_s=timeout_s,
                 limits=self.limits,
@@ -960,9 +888,9 @@ class SubprocessSandbox(Sandbox):
             return
         self._closed = True
         self._backend.forget(self)
-        self._release()
+        self.release_sync()
 
-    def _release(self) -> None:
+    def release_sync(self) -> None:
         """Synchronous teardown, shared by ``close`` and the backend's emergency cleanup."""
         self._closed = True
         self._stop_kernel()

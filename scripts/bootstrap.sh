@@ -100,7 +100,8 @@ if [ "$ALL" = 1 ] && [ "$DOCKER" != 0 ]; then
 elif [ "$ALL" = 1 ]; then
   .venv/bin/sandboxkit doctor --strict --no-docker
 else
-  .venv/bin/sandboxkit doctor --strict --no-docker -l python -l bash -l c -l cpp -l javascript -l java
+  # The light set-up promises these toolchains, not the libraries --all adds (javatuples, matplotlib...).
+  .venv/bin/sandboxkit doctor --strict --no-docker --no-libraries -l python -l bash -l c -l cpp -l javascript -l java
 fi
 log "doctor --strict took $((SECONDS - started))s"
 log "done"

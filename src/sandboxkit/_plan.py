@@ -80,14 +80,27 @@ def plan(request: RunRequest, *, warm_python: bool) -> Plan:
     """
     language = resolve_language(request.language)
     code, limits = request.code, request.limits
-    compile_argv = language.compile_argv(code)
+    compile_argv, run_argv = language.project_argvs(code, request.files, request.argv)
     compile_step = None if compile_argv is None else Step(compile_argv, limits.compile_timeout_s, compiler=True)
-    source_name = language.source_name(code)
+    source_name, source = language.source_name(code), language.prepare(code)
+    project = language.project_fn is not None and language.project_fn(request.files) is not None
+    if project and source_name in request.files:
+        # A project build (cuda's CMake project) uses the request's files as they are and, like Sandbox
+        # Fusion, writes ``code`` nowhere: the file of the source's name keeps its own text.
+        source_name, source = _kept(source_name, request.files[source_name])
     fast = warm_python and warm_python_ok(language, request.env)
     run = Step(
-        language.run_argv(code, request.argv),
+        run_argv,
         limits.timeout_s,
         python_script=source_name if fast else None,
         python_args=tuple(request.argv) if fast else (),
     )
-    return Plan(language, source_name, language.prepare(code), compile_step, run)
+    return Plan(language, source_name, source, compile_step, run)
+
+
+def _kept(name: str, content: bytes) -> tuple[str, str]:
+    """Write ``content`` back to ``name`` (a no-op), or, where it is not text, the code to a name no build reads."""
+    try:
+        return name, content.decode("utf-8")
+    except UnicodeDecodeError:
+        return ".sandboxkit-unused-code.txt", ""

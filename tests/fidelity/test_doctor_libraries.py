@@ -36,6 +36,10 @@ def test_a_missing_library_fails_the_strict_check_by_name() -> None:
             os.chmod(path, 0o755)  # sandboxes run as other users
         os.chmod(f"{bindir}/perl", 0o755)
         out = sk("doctor", "--strict", "--no-docker", "-l", "perl", "-o", f"path={bindir}")
+        # The plain bootstrap promises toolchains, not the bundled libraries: it checks without them.
+        plain = sk("doctor", "--strict", "--no-docker", "--no-libraries", "-l", "perl", "-o", f"path={bindir}")
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    assert "Data::Compare" not in plain.stdout, plain.stdout
     text = " ".join(out.stdout.split())
     assert out.returncode == 1, text
     assert "problem: perl: Data::Compare on subprocess: failed (exit 255): Data::Compare is not installed" in text

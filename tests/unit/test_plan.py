@@ -37,3 +37,18 @@ def test_python_takes_the_warm_path_unless_the_interpreter_is_configured_by_envi
     assert not warm_python_ok(resolve_language("python"), {"PYTHONPATH": "x"})
     assert warm_python_ok(resolve_language("python"), {"OTHER": "x"})
     assert not warm_python_ok(resolve_language("bash"), {})
+
+
+def test_a_cuda_request_whose_files_hold_a_cmake_project_builds_it_as_sandbox_fusion_does() -> None:
+    # Sandbox Fusion's cuda runner builds the request's files (cmake .. && make in build/), runs ./build/main and
+    # writes ``code`` nowhere: a main.cu among the files must survive the run's own source write.
+    files = {"CMakeLists.txt": b"project(p CUDA)\nadd_executable(main main.cu)\n", "main.cu": b"int main(){}\n"}
+    request = RunRequest(code="ignored", language="cuda", files=files, argv=["x"])
+    planned = plan(request, warm_python=True)
+    assert planned.compile is not None and planned.compile.argv[-1].endswith("cmake .. && make -j 4")
+    assert planned.run.argv == ["./build/main", "x"]
+    assert (planned.source_name, planned.source) == ("main.cu", "int main(){}\n")
+    # without a CMakeLists.txt: nvcc on main.cu, the code written there
+    plain = plan(RunRequest(code="int main(){}", language="cuda"), warm_python=False)
+    assert plain.compile is not None and plain.compile.argv == resolve_language("cuda").compile_argv("int main(){}")
+    assert (plain.source_name, plain.source) == ("main.cu", "int main(){}")

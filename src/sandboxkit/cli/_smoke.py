@@ -162,11 +162,18 @@ def docker_image_label(image: str | None = None) -> str:
 
 
 def strict_check(
-    console: Console, docker: bool, only: Sequence[str], subprocess_options: Mapping[str, object] | None = None
+    console: Console,
+    docker: bool,
+    only: Sequence[str],
+    subprocess_options: Mapping[str, object] | None = None,
+    *,
+    libraries: bool = True,
 ) -> list[str]:
     """Run every promised toolchain (or those of ``only``) on each local backend; print a table; the problems.
 
     ``subprocess_options`` configure the subprocess sandboxes checked (a ``path``, a ``rootfs``...).
+    ``libraries=False`` leaves the bundled libraries out (a set-up that did not promise them: the plain
+    ``bootstrap.sh`` installs the light toolchains, not the libraries ``--all`` adds).
 
     A backend that cannot be used at all is one problem, named with its reason; so is every isolation
     mechanism the subprocess sandbox lacks, and every language whose hello program does not run. An empty
@@ -177,14 +184,14 @@ def strict_check(
     problems = _missing_protections(dict(subprocess_options or {}))
     promised = {"subprocess": host_promised()}
     # The libraries of the promised languages: on the host all of them, in the image those its label lists.
-    libraries = {"subprocess": list(LIBRARIES)}
+    bundled = {"subprocess": list(LIBRARIES) if libraries else []}
     if docker:
         spec = available_backends().get("docker")
         avail = spec.availability() if spec is not None else None
         if avail is not None and avail.usable:
             label = docker_image_label()
             promised["docker"] = docker_promised(label)
-            libraries["docker"] = [lib for lib in LIBRARIES if carried_by_image(lib, label)]
+            bundled["docker"] = [lib for lib in LIBRARIES if libraries and carried_by_image(lib, label)]
         else:
             problems.append(f"docker backend unusable: {avail.reason if avail else 'not installed'}")
     results: dict[str, dict[str, str]] = {}
@@ -195,7 +202,7 @@ def strict_check(
             results[backend] = check_languages(backend, wanted, options) if wanted else {}
             # A library of a language that did not run is not checked: that language's row names the problem.
             ran = {name for name, problem in results[backend].items() if not problem}
-            libs = [lib for lib in libraries[backend] if lib.language in ran]
+            libs = [lib for lib in bundled[backend] if lib.language in ran]
             results[backend].update(check_libraries(backend, libs, options) if libs else {})
         except SandboxkitError as exc:
             problems.append(f"{backend} backend unusable: {exc}")
@@ -205,7 +212,7 @@ def strict_check(
         table.add_column(col)
     names = list(only or host_promised())
     rows = [(name, name, LANGUAGES[name].install_hint) for name in names]
-    rows += [(lib.row, lib.language, _LIBRARY_HINT) for lib in LIBRARIES if lib.language in names]
+    rows += [(lib.row, lib.language, _LIBRARY_HINT) for lib in LIBRARIES if libraries and lib.language in names]
     for name, language, hint in rows:
         cells = []
         for backend, found in results.items():

@@ -185,6 +185,14 @@ def doctor(
             "--backend-option", "-o", help="With --strict: KEY=VALUE option of the subprocess sandboxes (repeatable)."
         ),
     ] = None,
+    libraries: Annotated[
+        bool,
+        typer.Option(
+            "--libraries/--no-libraries",
+            help="With --strict: also prove the libraries Sandbox Fusion's image bundles (bootstrap.sh --all "
+            "installs them on the host; the plain bootstrap does not promise them).",
+        ),
+    ] = True,
 ) -> None:
     """Check this machine: backends, isolation mechanisms, and every language's toolchain inside the sandboxes.
 
@@ -225,7 +233,7 @@ def doctor(
         return
     from sandboxkit.cli._smoke import strict_check
 
-    problems = strict_check(console, docker, only, options)
+    problems = strict_check(console, docker, only, options, libraries=libraries)
     for problem in problems:
         console.print(f"[red]problem[/]: {escape(problem)}", highlight=False)
     if problems:

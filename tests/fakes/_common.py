@@ -17,6 +17,7 @@ directory with a minimal environment, and is killed after ``max_runtime_s`` what
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import shutil
 import signal
@@ -38,10 +39,38 @@ MARKER = "SANDBOXKIT_FAKE_BOX"
 SPAWN_MARKER = "SANDBOXKIT_FAKE_SPAWN"
 
 
+#: The connection of the request being served, so a fault can drop it (see :func:`drop_connection`).
+_TRANSPORT: contextvars.ContextVar[asyncio.BaseTransport | None] = contextvars.ContextVar("transport", default=None)
+
+
+def _with_transport(app: Any) -> Any:
+    """``app`` with the request's connection recorded in :data:`_TRANSPORT`.
+
+    uvicorn's ``send`` is a method of the request cycle, which holds the connection's
+    transport; nothing in the ASGI scope reaches it, and nothing else can cut a connection
+    mid-request the way a reset or a dying proxy does.
+    """
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        _TRANSPORT.set(getattr(getattr(send, "__self__", None), "transport", None))
+        await app(scope, receive, send)
+
+    return wrapped
+
+
+def drop_connection() -> None:
+    """Cut the connection of the request being served, without an answer (a reset, as the client sees it)."""
+    transport = _TRANSPORT.get()
+    if transport is None:
+        raise RuntimeError("no connection to drop: the app is not served by ThreadedServer")
+    transport.abort()  # type: ignore[attr-defined]
+
+
 class ThreadedServer:
     """Run an ASGI app on 127.0.0.1:<random port> in a background thread."""
 
     def __init__(self, app: Any) -> None:
+        app = _with_transport(app)
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", 0))
@@ -170,6 +199,9 @@ class Fault:
     times: int = 1
     retry_after: float | None = None
     message: str = "injected fault"
+    #: ``exec`` only: cut the connection "during" the command (it keeps running) or "after" it
+    #: ended (its answer is lost); the command runs either way.
+    drop: str | None = None
 
 
 class Faults:
@@ -265,14 +297,19 @@ class FakeService:
         times: int = 1,
         retry_after: float | None = None,
         message: str = "injected fault",
+        drop: str | None = None,
     ) -> None:
         """Make the next ``times`` calls of ``route`` fail with ``status`` and/or take ``delay_s`` longer.
 
         Routes: ``create``, ``delete``, ``list``, ``get`` (control plane) and ``exec``, ``upload``,
         ``download`` (in the sandbox). A ``create`` delay happens *after* the sandbox exists, as
-        when the API is slow to answer a creation it has already made.
+        when the API is slow to answer a creation it has already made. ``drop`` (``exec``
+        only): the connection is cut ``"during"`` the command, which keeps running, or
+        ``"after"`` it ended, so the client never gets its answer.
         """
-        self.faults.add(route, Fault(status, delay_s, times, retry_after, message))
+        if drop not in (None, "during", "after"):
+            raise ValueError(f"drop must be 'during' or 'after', got {drop!r}")
+        self.faults.add(route, Fault(status, delay_s, times, retry_after, message, drop))
 
     @property
     def live_count(self) -> int:

@@ -45,7 +45,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ._common import Box, FakeService, run_command
+from ._common import Box, FakeService, drop_connection, run_command
 
 #: The daemon's stream labels (libs/common-go/pkg/log/read_multiplex_log.go, STDOUT_PREFIX / STDERR_PREFIX).
 STDOUT_PREFIX, STDERR_PREFIX = b"\x01\x01\x01", b"\x02\x02\x02"
@@ -185,6 +185,7 @@ class FakeDaytona(FakeService):
             self.count_rejection(fault.status)
             return _error(fault.status, fault.message, fault.retry_after)
         request.state.late_answer = fault.delay_s  # create / exec: the work is done, the answer is late
+        request.state.drop = fault.drop
         return None
 
     def _dto(self, box: Box, state: str | None = None) -> dict[str, Any]:
@@ -378,8 +379,13 @@ class FakeDaytona(FakeService):
             return _error(404, "session not found")
         body = await request.json()
         self.commands.append(body["command"])
+        drop = getattr(request.state, "drop", None)
         async with lock:  # one shell per session: commands wait for the previous one
+            if drop == "during":
+                drop_connection()  # the session's shell still runs the command, as the daemon's does
             out, err, rc = await run_command(box, body["command"])
+            if drop == "after":
+                drop_connection()
             delay = getattr(request.state, "late_answer", 0.0)
             if delay:
                 await asyncio.sleep(delay)

@@ -40,7 +40,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ._common import Box, FakeService
+from ._common import Box, FakeService, drop_connection
 
 ENVD_VERSION = "0.5.7"
 
@@ -78,6 +78,8 @@ class _Process(process_connect.Process):
         self.fake.commands.append(" ".join([cfg.cmd, *args]))
         proc = await box.spawn([cfg.cmd, *args], cwd=cfg.cwd or None, env=dict(cfg.envs))
         yield _event(start=process_pb.ProcessEvent.StartEvent(pid=proc.pid))
+        if fault is not None and fault.drop == "during":
+            drop_connection()  # envd keeps the process running when its caller goes away
         queue: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()
 
         async def pump(stream: asyncio.StreamReader, name: str) -> None:
@@ -106,6 +108,8 @@ class _Process(process_connect.Process):
         box.procs.pop(proc.pid, None)
         if fault is not None and fault.delay_s:
             await asyncio.sleep(fault.delay_s)
+        if fault is not None and fault.drop == "after":
+            drop_connection()
         if self.fake.find(box.id) is None:
             raise ConnectError(Code.UNAVAILABLE, f"The sandbox {box.id} was not found")
         yield _event(end=process_pb.ProcessEvent.EndEvent(exit_code=rc, exited=rc >= 0, status=f"exit status {rc}"))

@@ -41,7 +41,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "prometheus",
         "_workers",
     ),
-    ("registry", "hookspecs", "backends._plugins", "_workers._spec"),
+    ("registry", "hookspecs", "backends._plugins", "_workers._spec", "spillover"),
     ("backends",),
     ("protocols", "base", "streaming", "kernel"),
     ("models", "errors", "languages", "_plan", "output", "configs", "_in_sandbox_std", "_standalone"),

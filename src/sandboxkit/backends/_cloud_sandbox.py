@@ -36,6 +36,7 @@ from typing import Protocol
 import anyio
 from pydantic import SecretStr
 
+from sandboxkit.backends._exactly_once import once_script
 from sandboxkit.backends._wrapper import (
     CONTROL_DIR,
     WORKSPACE_DIR,
@@ -78,6 +79,8 @@ INSTANCE_LABEL = "sandboxkit-backend"
 CREATE_LABEL = "sandboxkit-create"
 
 log = logging.getLogger(__name__)
+#: Times a command whose connection dropped is sent again under its id (see :meth:`CloudSandbox._step`).
+RESENDS = 4
 
 
 def redact(text: str, *secrets: str | None) -> str:
@@ -164,6 +167,8 @@ class CloudSandbox(BufferedSandbox):
         self.closed = False
         #: Absolute directory holding the workspace; "" = the service's default (the user's home).
         self.root = ""
+        #: Id of the last command answered, whose saved streams the next command removes.
+        self._answered: str | None = None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} id={self.id!r} closed={self.closed}>"
@@ -232,10 +237,40 @@ class CloudSandbox(BufferedSandbox):
     def _crashed(self, message: str) -> SandboxCrashed:
         return SandboxCrashed(message, backend=self.backend_name, sandbox_id=self.id)
 
+    async def _send_once(self, step: Step) -> RawResult:
+        """Run ``step`` exactly once, sending it again under its id while its connection drops.
+
+        A dropped call (a ``Transient`` error, the sandbox still alive) may or may not have run
+        the command; the resend runs it only if the first copy never arrived, and otherwise
+        waits for that copy and replays its exit code and output (see
+        :mod:`sandboxkit.backends._exactly_once`). So a resend is safe for any command, and it
+        is the backend's, not the pool's: the pool never retries a started session command.
+        """
+        deadline = time.monotonic() + step.timeout_s + self.grace_s
+        script = once_script(
+            build_script(step, self.root),
+            step.run_id,
+            root=self.root,
+            wait_s=step.timeout_s + self.grace_s,
+            previous=self._answered,
+        )
+        for resend in range(RESENDS + 1):
+            try:
+                raw = await self._shell(script, deadline_s=max(1.0, deadline - time.monotonic()))
+            except Transient as exc:
+                if resend == RESENDS or time.monotonic() >= deadline:
+                    raise
+                log.info("%s: command %s lost its connection (%s); sending it again", self.id, step.run_id, exc)
+                await anyio.sleep(min(0.05 * 2**resend, 1.0))
+                continue
+            self._answered = step.run_id
+            return raw
+        raise AssertionError("unreachable")  # pragma: no cover
+
     async def _step(self, step: Step) -> ExecResult:
         started = time.monotonic()
         try:
-            raw = await self._shell(build_script(step, self.root), deadline_s=step.timeout_s + self.grace_s)
+            raw = await self._send_once(step)
         except NoAnswer:
             self.tainted = True
             try:

@@ -206,7 +206,7 @@ def _merge(ids: list[str], verdicts: list[Any], broken: dict[int, str]) -> list[
         if verdict is None:
             verdict = Verdict(status="invalid", error=broken.get(position, "row was not graded"))
         cases = [c.model_dump() for c in verdict.cases]
-        results.append({"id": row_id, **verdict.to_dict(), "cases": cases, "timing": dict(verdict.timing)})
+        results.append({"id": row_id, **verdict.to_dict(), "cases": cases, "timing": dict(verdict.timing), "backend": verdict.backend})
     return results
 
 
@@ -247,6 +247,10 @@ def _summary(results: list[dict[str, Any]], wall: float, backend: str, metrics: 
         table.add_row(f"  status {escape(str(status))}", str(count))
     table.add_row("programs/s", f"{len(graded) / wall:.1f}" if wall > 0 else "-")
     table.add_row("latency p50 / p99", f"{percentile(latencies, 0.5):.3f}s / {percentile(latencies, 0.99):.3f}s")
+    ran_on = Counter(str(r["backend"]) for r in results if r.get("backend"))
+    if len(ran_on) > 1 or set(ran_on) - {backend}:  # a spillover pool: where each row ran
+        for name, count in sorted(ran_on.items()):
+            table.add_row(f"  ran on {escape(name)}", str(count))
     table.add_row("sandboxes opened", str(metrics.get("sandboxes_created", "-")))
     table.add_row("wall time", f"{wall:.2f}s")
     return table

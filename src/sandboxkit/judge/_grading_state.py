@@ -91,6 +91,8 @@ class Job:
     timing: dict[str, float] = field(default_factory=lambda: {"queue_s": 0.0, "compile_s": 0.0, "run_s": 0.0})
     #: The caller's deadline for this verdict, when it has one (see :class:`TimeBudget`).
     budget: TimeBudget | None = None
+    #: Programs of this completion per backend that ran them (``RunResult.backend``), in order of first use.
+    ran_on: dict[str, int] = field(default_factory=dict)
 
 
 def account(job: Job, result: RunResult, waited: float) -> None:
@@ -99,6 +101,7 @@ def account(job: Job, result: RunResult, waited: float) -> None:
     job.timing["compile_s"] += compile_s
     job.timing["run_s"] += result.duration_s
     job.timing["queue_s"] += max(0.0, waited - compile_s - result.duration_s)
+    job.ran_on[result.backend] = job.ran_on.pop(result.backend, 0) + 1  # re-inserted: the last one is last
 
 
 async def timed_run(job: Job, runner: Awaitable[RunResult]) -> RunResult:

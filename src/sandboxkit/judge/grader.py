@@ -173,7 +173,7 @@ async def grade(
         log.info("grading hit an infrastructure error: %s", exc)
         return _early(started, "infra_error", lang.name, error=f"{exc.kind}: {exc}", total=total, extraction=extraction)
     return _finish(started, outcome, suite, shape, extraction, lang.name).model_copy(
-        update={"timing": {k: round(v, 6) for k, v in job.timing.items()}}
+        update={"timing": {k: round(v, 6) for k, v in job.timing.items()}, "backend": next(reversed(job.ran_on), "")}
     )
 
 

@@ -141,6 +141,9 @@ class Verdict(BaseModel):
     language: str = ""
     duration_s: float = 0.0
     timing: dict[str, float] = Field(default_factory=dict)
+    #: The backend that ran the completion's last program ("" when none ran): one pool may spill
+    #: over several backends (:mod:`sandboxkit.spillover`), and summaries count per backend.
+    backend: str = ""
 
     @property
     def ok(self) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import os
 import subprocess
 import sys
@@ -78,10 +79,11 @@ class Lease:
     _by_root: ClassVar[dict[tuple[str, str], Lease]] = {}
     _lock: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, kind: str, root: str, ttl_s: float) -> None:
+    def __init__(self, kind: str, root: str, ttl_s: float, cleanup: str) -> None:
         self.kind = kind
         self.root = root
         self.ttl_s = ttl_s
+        self.cleanup = cleanup
         self.owner = os.getpid()
         digest = hashlib.sha256(f"{kind}:{root}".encode()).hexdigest()[:12]
         self.path = os.path.join(lease_dir(), f"{LEASE_PREFIX}{self.owner}-{kind}-{digest}.lease")
@@ -103,22 +105,26 @@ class Lease:
         threading.Thread(target=self._renew, name="sandboxkit-lease", daemon=True).start()
 
     @classmethod
-    def hold(cls, kind: str, root: str, ttl_s: float) -> Lease:
-        """The lease of ``root`` in this process, started on first use; a longer TTL replaces a shorter one."""
+    def hold(cls, kind: str, root: str, ttl_s: float, cleanup: str) -> Lease:
+        """The lease of ``root`` in this process, started on first use; a longer TTL replaces a shorter one.
+
+        ``cleanup`` names the backend's ``"module:function"`` that removes a dead owner's leftovers under
+        ``root``: the watchdog imports it by name, so this module imports no backend (the backends import it).
+        """
         key = (kind, root)
         with cls._lock:
             lease = cls._by_root.get(key)  # a forked child (another pid) starts its own
             if lease is None or lease.process.poll() is not None or lease.owner != os.getpid():
-                lease = cls._by_root[key] = cls(kind, root, ttl_s)
+                lease = cls._by_root[key] = cls(kind, root, ttl_s, cleanup)
             elif ttl_s > lease.ttl_s:
                 lease.ttl_s = ttl_s
                 lease._write()
             return lease
 
     def _write(self) -> None:
-        """Record the TTL, kind and root in the lease file; its mtime is the last renewal."""
+        """Record the TTL, kind, root and cleanup function in the lease file; its mtime is the last renewal."""
         with open(self.path, "w") as f:
-            f.write(f"{self.ttl_s}\n{self.kind}\n{self.root}\n")
+            f.write(f"{self.ttl_s}\n{self.kind}\n{self.root}\n{self.cleanup}\n")
 
     def _renew(self) -> None:
         while True:
@@ -137,31 +143,24 @@ def _expiry(lease_path: str) -> float:
         return time.time()
 
 
-def _remove(kind: str, root: str) -> None:
+def _remove(cleanup: str, root: str) -> None:
     """Remove every dead owner's leftovers with the backend's own cleanup code (``root``: its workspaces)."""
-    if kind == "subprocess":
-        from sandboxkit.backends.subprocess import _isolation
-        from sandboxkit.backends.subprocess._cleanup import remove_leftovers
-
-        remove_leftovers(root, _isolation.probe(), keep=set())
-    elif kind == "docker":  # containers and volumes whose owner label names a dead process
-        import asyncio
-
-        from sandboxkit.backends.docker import DockerBackend
-
-        asyncio.run(DockerBackend().cleanup())
+    module, _, function = cleanup.partition(":")
+    if not module.startswith("sandboxkit.backends.") or not function:
+        return  # only a sandboxkit backend's own function is ever called (the lease file is ours, but cheap to check)
+    getattr(importlib.import_module(module), function)(root)
 
 
 def watch(owner: int, lease_path: str) -> None:
     """Wait for ``owner`` to die, then for its lease to expire, then remove what it left."""
     with open(lease_path) as f:
-        _, kind, root = (f.readline().strip() for _ in range(3))
+        _, _kind, root, cleanup = (f.readline().strip() for _ in range(4))
     started = _start_time(owner)
     while started is not None and _start_time(owner) == started:
         time.sleep(min(1.0, max(0.05, (_expiry(lease_path) - time.time()) / 4)))
     while (left := _expiry(lease_path) - time.time()) > 0:
         time.sleep(min(left, 1.0))
-    _remove(kind, root)
+    _remove(cleanup, root)
     with contextlib.suppress(OSError):
         os.unlink(lease_path)
 

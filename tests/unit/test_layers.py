@@ -44,12 +44,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("registry", "hookspecs", "backends._plugins", "_workers._spec", "spillover"),
     ("backends",),
     ("protocols", "base", "streaming", "kernel"),
-    ("models", "errors", "languages", "_plan", "output", "configs", "_in_sandbox_std", "_standalone"),
+    ("models", "errors", "languages", "_plan", "output", "configs", "_in_sandbox_std", "_standalone", "_watchdog"),
 )
 
 #: What a backend may import from sandboxkit besides its own package (and third-party SDKs); ``configs``:
 #: its constructor takes its options model.
 BACKEND_MAY_IMPORT = (
+    "_watchdog",
     "models",
     "errors",
     "languages",

@@ -215,7 +215,8 @@ class DockerBackend(Backend):
         limits = limits or Limits()
         check_limits(limits)
         client = await self._connect()
-        Lease.hold(_NAME, lease_dir(), self.owner_ttl_s or ttl_for(None, Limits()))  # the dead-man switch
+        # the dead-man switch
+        Lease.hold(_NAME, lease_dir(), self.owner_ttl_s or ttl_for(None, Limits()), f"{__name__}:remove_dead_owners")
         if self.runner == "static" or self._auto_static:
             return await self._open_once(client, limits, await self._static_binary())
         try:
@@ -411,3 +412,13 @@ class DockerBackend(Backend):
         finally:
             client.close()
         return Availability(True, f"engine reachable, image {image}")
+
+
+def remove_dead_owners(root: str) -> None:
+    """The dead-man switch's cleanup (:mod:`sandboxkit._watchdog`): containers and volumes of dead owners.
+
+    ``root`` is unused: Docker's sandboxes are found by label, and ``cleanup`` spares live owners.
+    """
+    import asyncio
+
+    asyncio.run(DockerBackend().cleanup())

@@ -284,7 +284,8 @@ class SubprocessBackend(Backend):
                 f"cannot create a sandbox workspace under {self.root!r}: {exc}; check that it is writable", backend=NAME
             ) from exc
         self._sandboxes.add(sandbox)
-        Lease.hold(NAME, self.root, self.owner_ttl_s or ttl_for(None, Limits()))  # the dead-man switch
+        # the dead-man switch
+        Lease.hold(NAME, self.root, self.owner_ttl_s or ttl_for(None, Limits()), f"{__name__}:remove_dead_owners")
         return sandbox
 
     async def open_from(self, snapshot: Snapshot, limits: Limits | None = None) -> SubprocessSandbox:
@@ -346,3 +347,10 @@ class SubprocessBackend(Backend):
         """Always usable: it needs only this machine (``doctor`` lists protections missing here)."""
         del options
         return Availability(True)
+
+
+def remove_dead_owners(root: str) -> None:
+    """The dead-man switch's cleanup (:mod:`sandboxkit._watchdog`): what dead owners left under ``root``."""
+    from sandboxkit.backends.subprocess._cleanup import remove_leftovers
+
+    remove_leftovers(root, isolation.probe(), keep=set())

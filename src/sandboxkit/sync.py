@@ -295,6 +295,8 @@ class SyncSession(_Twin):
     python = _blocking(Session.python)
     write_files = _blocking(Session.write_files)
     read_files = _blocking(Session.read_files)
+    suspend = _blocking(Session.suspend)
+    resume = _blocking(Session.resume)
 
     def close(self) -> None:
         """See :meth:`Session.close`."""

@@ -33,7 +33,11 @@ def _parameters(fn: object) -> list[tuple[str, object, object]]:
     ("async_cls", "sync_cls", "names"),
     [
         (SandboxPool, SyncSandboxPool, ("__init__", "run", "exec", "run_many", "session", "fork", "metrics")),
-        (Session, SyncSession, ("open", "run", "exec", "write_files", "read_files", "checkpoint", "close")),
+        (
+            Session,
+            SyncSession,
+            ("open", "run", "exec", "write_files", "read_files", "checkpoint", "close", "suspend", "resume"),
+        ),
     ],
 )
 def test_twins_take_the_same_arguments(async_cls: type, sync_cls: type, names: tuple[str, ...]) -> None:

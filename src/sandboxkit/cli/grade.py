@@ -206,7 +206,15 @@ def _merge(ids: list[str], verdicts: list[Any], broken: dict[int, str]) -> list[
         if verdict is None:
             verdict = Verdict(status="invalid", error=broken.get(position, "row was not graded"))
         cases = [c.model_dump() for c in verdict.cases]
-        results.append({"id": row_id, **verdict.to_dict(), "cases": cases, "timing": dict(verdict.timing), "backend": verdict.backend})
+        results.append(
+            {
+                "id": row_id,
+                **verdict.to_dict(),
+                "cases": cases,
+                "timing": dict(verdict.timing),
+                "backend": verdict.backend,
+            }
+        )
     return results
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from sandboxkit.base import Backend, Capabilities, OutputCallback, Sandbox, Snapshot
 from sandboxkit.errors import BackendUnavailable, CapacityExceeded, InvalidRequest, RateLimited
-from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
+from sandboxkit.models import ExecRequest, ExecResult, Limits, RunRequest, RunResult
 
 __all__ = ["SpilloverBackend", "Tier"]
 
@@ -75,19 +75,19 @@ class _Placed(Sandbox):
     ) -> RunResult:
         return await self._inner.run(request, on_stdout=on_stdout, on_stderr=on_stderr)
 
-    async def exec(
-        self,
-        command: str | Sequence[str],
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        stdin: str | None = None,
-        timeout: float | None = None,
-        on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
+    async def exec_request(
+        self, request: ExecRequest, *, on_stdout: OutputCallback | None = None, on_stderr: OutputCallback | None = None
     ) -> ExecResult:
+        # Through ``exec``, not ``exec_request``: the tier's backend may be a plugin that implements only ``exec``.
+        r = request
         return await self._inner.exec(
-            command, cwd=cwd, env=env, stdin=stdin, timeout=timeout, on_stdout=on_stdout, on_stderr=on_stderr
+            r.command,
+            cwd=r.cwd,
+            env=r.env,
+            stdin=r.stdin,
+            timeout=r.timeout_s,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
         )
 
     async def write_files(self, files: Mapping[str, bytes | str]) -> None:

@@ -17,6 +17,8 @@ import sys
 import time
 from typing import Any
 
+from _scale_workers import print_loop  # this script's folder is on sys.path (run as a file)
+
 
 def _cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -30,20 +32,8 @@ async def _measure(concurrency: int, seconds: float) -> dict[str, Any]:
     request = RunRequest(code="print(1)")
     async with SandboxPool("subprocess", max_concurrency=concurrency, warm=concurrency) as pool:
         await asyncio.gather(*(pool.run(request) for _ in range(4 * concurrency)))  # every server warm
-        latencies: list[float] = []
-        wrong = 0
-        stop = time.monotonic() + seconds
-
-        async def caller() -> None:
-            nonlocal wrong
-            while time.monotonic() < stop:
-                started = time.perf_counter()
-                result = await pool.run(request)
-                latencies.append(time.perf_counter() - started)
-                wrong += result.stdout != "1\n"
-
         cpu, began = _cpu_s(), time.perf_counter()
-        await asyncio.gather(*(caller() for _ in range(concurrency)))
+        latencies, wrong = await print_loop(pool, request, concurrency, seconds)
         cpu, wall = _cpu_s() - cpu, time.perf_counter() - began
     return {
         "tree": os.path.dirname(os.path.dirname(sandboxkit.__file__)),

@@ -46,20 +46,8 @@ def print_worker(concurrency: int, seconds: float, processes: int, barrier: Barr
         ) as pool:
             await asyncio.gather(*(pool.run(request) for _ in range(2 * concurrency)))  # warm every server
             await asyncio.get_running_loop().run_in_executor(None, barrier.wait)
-            latencies: list[float] = []
-            wrong = 0
-            stop = time.monotonic() + seconds
-
-            async def caller() -> None:
-                nonlocal wrong
-                while time.monotonic() < stop:
-                    started = time.perf_counter()
-                    result = await pool.run(request)
-                    latencies.append(time.perf_counter() - started)
-                    wrong += result.stdout != "1\n"
-
             cpu, workers_cpu, began = cpu_s(), workers_cpu_s(pool), time.perf_counter()
-            await asyncio.gather(*(caller() for _ in range(concurrency)))
+            latencies, wrong = await print_loop(pool, request, concurrency, seconds)
             return {
                 "runs": len(latencies),
                 "wall": time.perf_counter() - began,
@@ -70,6 +58,25 @@ def print_worker(concurrency: int, seconds: float, processes: int, barrier: Barr
             }
 
     out.put(asyncio.run(main()))
+
+
+async def print_loop(pool: Any, request: Any, concurrency: int, seconds: float) -> tuple[list[float], int]:
+    """``concurrency`` callers running ``request`` (``print(1)``) through ``pool`` for ``seconds``: each run's
+    latency, and how many printed something else. Shared with ``_hostcpu_worker.py``."""
+    latencies: list[float] = []
+    wrong = 0
+    stop = time.monotonic() + seconds
+
+    async def caller() -> None:
+        nonlocal wrong
+        while time.monotonic() < stop:
+            started = time.perf_counter()
+            result = await pool.run(request)
+            latencies.append(time.perf_counter() - started)
+            wrong += result.stdout != "1\n"
+
+    await asyncio.gather(*(caller() for _ in range(concurrency)))
+    return latencies, wrong
 
 
 def check(item: tuple[dict[str, Any], str, bool]) -> bool:

@@ -185,8 +185,7 @@ class _Worker:
 
     async def _job(self, rid: int, fn: Any, args: tuple[Any, ...]) -> None:
         try:
-            result = await fn(self.pool, *args)
-            pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)  # a result that cannot travel is the job's error
+            result = await fn(self.pool, *args)  # one that cannot travel is answered by _unsendable, as an error
         except asyncio.CancelledError:
             raise
         except BaseException as exc:

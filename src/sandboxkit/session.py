@@ -90,8 +90,8 @@ class Session(RunsPrograms):
 
     @property
     def backend_name(self) -> str:
-        """Name of the backend serving this session, for messages and logs."""
-        return self._core.backend.name
+        """Name of the backend serving this session: its sandbox's (a spillover pool's tier), else the pool's."""
+        return self._entry.sandbox.backend_name if self._entry else self._core.backend.name
 
     @property
     def capabilities(self) -> Capabilities:

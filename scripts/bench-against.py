@@ -13,7 +13,8 @@ Figure of merit per row: throughput where the row has one (higher is better), el
 (lower is better). ``ratio`` is head's figure over base's, oriented so that > 1 means head is faster.
 Rows present in only one tree (a renamed or new case) are listed, not compared. The load average is printed
 before each run: a ratio measured at load 20 is weaker evidence than one at load 1.
-Exit status: 0, or 1 when any compared row's ratio is below ``--floor`` (default 0.97).
+Exit status: 0, or 1 when a benchmark failed in either tree or any compared row's ratio is below ``--floor``
+(default 0.97).
 """
 
 from __future__ import annotations
@@ -79,17 +80,16 @@ def compare(base_runs: list[list[dict[str, Any]]], head_runs: list[list[dict[str
     }
 
 
-def run_tree(tree: Path, names: list[str], quick: bool, out: Path) -> list[dict[str, Any]]:
-    """One ``sandboxkit bench`` run of ``tree``'s source and benchmarks; its rows."""
+def run_tree(tree: Path, name: str, quick: bool, out: Path) -> list[dict[str, Any]] | str:
+    """One ``sandboxkit bench NAME`` run of ``tree``'s source and benchmarks: its rows, or why it failed."""
     env = {**os.environ, "PYTHONPATH": str(tree / "src"), "SANDBOXKIT_BENCHMARKS": str(tree / "benchmarks")}
     env.pop("SANDBOXKIT_BASE_SRC", None)
-    cmd = [sys.executable, "-m", "sandboxkit.cli", "bench", *names, "--json", str(out), *(["--quick"] if quick else [])]
-    print(f"  load {os.getloadavg()[0]:.1f}: {tree.name}", flush=True)
+    cmd = [sys.executable, "-m", "sandboxkit.cli", "bench", name, "--json", str(out), *(["--quick"] if quick else [])]
+    print(f"  load {os.getloadavg()[0]:.1f}: {name} on {tree.name}", flush=True)
     proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise SystemExit(
-            f"bench failed in {tree} (exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-4000:]}"
-        )
+        lines = (proc.stdout + proc.stderr).strip().splitlines()
+        return f"{name} on {tree.name}: exit {proc.returncode}: {lines[-1] if lines else ''}"
     rows: list[dict[str, Any]] = json.loads(out.read_text())
     return rows
 
@@ -112,11 +112,18 @@ def main(argv: list[str] | None = None) -> int:
                 for p in (base / "benchmarks").glob("bench_*.py")
                 if (ROOT / "benchmarks" / p.name).exists()
             )
+            # One process per benchmark and tree: a benchmark that fails (no Docker engine) loses only its rows.
             runs: dict[Path, list[list[dict[str, Any]]]] = {base: [], ROOT: []}
+            failures: list[str] = []
             for i in range(args.rounds):
                 order = (base, ROOT) if i % 2 == 0 else (ROOT, base)
-                for tree in order:
-                    runs[tree].append(run_tree(tree, names, not args.full, Path(tmp) / f"{len(runs[tree])}.json"))
+                for name in names:
+                    for tree in order:
+                        got = run_tree(tree, name, not args.full, Path(tmp) / "rows.json")
+                        if isinstance(got, str):
+                            failures.append(got)
+                        else:
+                            runs[tree].append(got)
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)], check=False)
     result = compare(runs[base], runs[ROOT])
@@ -130,9 +137,13 @@ def main(argv: list[str] | None = None) -> int:
     for side in ("only_base", "only_head"):
         for name in result[side]:
             print(f"{side.replace('_', ' in ')}: {name}")
+    for failure in failures:
+        print(f"failed: {failure}")
     if args.json:
-        args.json.write_text(json.dumps({"rev": args.rev, "rounds": args.rounds, **result}, indent=2))
-    return 1 if any(p["ratio"] < args.floor for p in result["pairs"]) else 0
+        args.json.write_text(
+            json.dumps({"rev": args.rev, "rounds": args.rounds, "failed": failures, **result}, indent=2)
+        )
+    return 1 if failures or any(p["ratio"] < args.floor for p in result["pairs"]) else 0
 
 
 if __name__ == "__main__":

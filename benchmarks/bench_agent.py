@@ -50,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import _agent_meters as meters
 from sandboxkit import SandboxPool
 from sandboxkit.benchmarking import Row, row_from_samples
+from sandboxkit.errors import SandboxkitError
 from sandboxkit.session import Session
 
 BENCH = "agent"
@@ -136,6 +137,7 @@ class Group:
     resume_s: list[float] = field(default_factory=list)
     suspended_turns: int = 0
     cpu_source: str = ""
+    errors: list[str] = field(default_factory=list)
 
 
 def _sandbox(session: Session) -> Any:
@@ -196,15 +198,20 @@ async def _verify(session: Session, shape: Shape) -> bool:
 
 
 async def _rollout(session: Session, shape: Shape, variant: Variant, out: Group) -> None:
+    """One trajectory; an error ends it unverified, with its text in the row (a benchmark reports, never hides)."""
     started = time.perf_counter()
-    await session.python(_KERNEL.format(busy_s=shape.idle_load * 0.01))
-    for turn in range(1, shape.turns + 1):
-        suspended = await _think(session, shape, variant, out.resume_s)
-        out.suspended_turns += suspended  # after the await: rollouts run concurrently
-        line = "wrong" if turn == shape.broken_turn else str(turn)
-        await session.exec(f"echo {line} >> log.txt")
-        await session.python(f"calls.append({turn})")
-    verified = await _verify(session, shape)
+    try:
+        await session.python(_KERNEL.format(busy_s=shape.idle_load * 0.01))
+        for turn in range(1, shape.turns + 1):
+            suspended = await _think(session, shape, variant, out.resume_s)
+            out.suspended_turns += suspended  # after the await: rollouts run concurrently
+            line = "wrong" if turn == shape.broken_turn else str(turn)
+            await session.exec(f"echo {line} >> log.txt")
+            await session.python(f"calls.append({turn})")
+        verified = await _verify(session, shape)
+    except SandboxkitError as exc:
+        out.errors.append(f"{type(exc).__name__}: {exc}")
+        verified = False
     out.verified += verified
     out.rollout_s.append(time.perf_counter() - started)
 
@@ -286,6 +293,8 @@ def _details(extra: dict[str, Any]) -> str:
         text += f", resume p50 {extra['resume_p50_ms']:.2f} ms"
     if extra.get("suspended_turns"):
         text += f", suspended {extra['suspended_turns']}/{extra['turns']} thinks"
+    if extra.get("errors"):
+        text += f", {len(extra['errors'])} rollout(s) failed, first: {extra['errors'][0][:200]}"
     return text
 
 
@@ -305,6 +314,7 @@ def group_row(backend: str, shape: Shape, variant: Variant, group: Group) -> Row
         "suspended_turns": group.suspended_turns,
         "resume_p50_ms": statistics.median(group.resume_s) * 1000 if group.resume_s else None,
         "cpu_source": group.cpu_source or "not measurable on this host",
+        "errors": group.errors,
         "load1": os.getloadavg()[0],
     }
     extra["details"] = _details(extra)

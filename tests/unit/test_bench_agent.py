@@ -92,3 +92,19 @@ async def test_a_broken_turn_fails_the_rollouts_verification(fork: bool) -> None
     assert sound.verified == 2 and bench.group_row("subprocess", shape, variant, sound).met is True
     assert broken.verified == 0
     assert bench.group_row("subprocess", shape, variant, broken).met is False
+
+
+def test_the_table_shows_a_rows_details_column_only_where_a_row_has_them() -> None:
+    from rich.console import Console
+
+    from sandboxkit.benchmarking import Row, render
+
+    plain = Row("agent", "baseline", 1, 1.0, 1.0)
+    detailed = Row("agent", "fork", 1, 1.0, 1.0, extra={"details": "sandbox CPU 0.5 s/traj, [backend=docker] refused"})
+    console = Console(width=300, record=True)
+    console.print(render([plain, detailed]))
+    text = console.export_text()
+    assert "details" in text and "sandbox CPU 0.5 s/traj, [backend=docker] refused" in text
+    console = Console(width=300, record=True)
+    console.print(render([plain]))
+    assert "details" not in console.export_text()

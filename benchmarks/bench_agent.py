@@ -166,10 +166,14 @@ class _Usage:
             await anyio.sleep(every_s)
 
 
+class SetupFailed(Exception):
+    """The task's setup step did not finish (it ran out of time on a loaded host, say)."""
+
+
 async def _prepare(session: Session, shape: Shape) -> None:
-    done = await session.exec(["python3", "-c", _SETUP.format(hashes=shape.setup_hashes)])
+    done = await session.exec(["python3", "-c", _SETUP.format(hashes=shape.setup_hashes)], timeout_s=300)
     if done.exit_code != 0:
-        raise RuntimeError(f"the setup step failed: {done.stderr[-500:]}")
+        raise SetupFailed(f"the setup step failed: {done.status}, exit {done.exit_code}, {done.stderr[-300:]!r}")
 
 
 async def _think(session: Session, shape: Shape, variant: Variant, resumes: list[float]) -> bool:
@@ -224,9 +228,21 @@ async def _open_group(pool: SandboxPool, shape: Shape, variant: Variant, usage: 
             usage.before_close(prepared)
         return sessions
     sessions = [pool.session() for _ in range(shape.group)]
+    errors: list[Exception] = []
+
+    async def prepare(session: Session) -> None:
+        try:
+            await _prepare(session, shape)
+        except (SandboxkitError, SetupFailed) as exc:  # the first is raised once all have ended
+            errors.append(exc)
+
     async with anyio.create_task_group() as tg:
         for s in sessions:
-            tg.start_soon(_prepare, s, shape)
+            tg.start_soon(prepare, s)
+    if errors:
+        for s in sessions:
+            await s.close()
+        raise errors[0]
     return sessions
 
 
@@ -249,7 +265,11 @@ async def run_group(
             backend_options=backend_options,
             handle_signals=False,
         ) as pool:
-            sessions = await _open_group(pool, shape, variant, usage)
+            try:
+                sessions = await _open_group(pool, shape, variant, usage)
+            except (SandboxkitError, SetupFailed) as exc:  # reported in the row, as a rollout's error is
+                out.errors.append(f"preparing the group: {type(exc).__name__}: {exc}")
+                sessions = []
             try:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(usage.sample, sessions)
@@ -470,6 +490,13 @@ def settings(quick: bool) -> tuple[Shape, int, int, float, list[str]]:
     return shape, int(_knob("FLEET", 64)), int(_knob("DOCKER_FLEET", 8)), _knob("WINDOW_S", 1.0 * scale), backends
 
 
+def _variants(backend: str) -> list[Variant]:
+    """Every variant on subprocess; on the slower Docker, the full one and the baseline unless ``VARIANTS=all``."""
+    if backend == "subprocess" or os.environ.get("SANDBOXKIT_BENCH_AGENT_VARIANTS") == "all":
+        return list(VARIANTS)
+    return [VARIANTS[0], BASELINE]
+
+
 def run(quick: bool = False) -> list[Row]:
     shape, fleet, docker_fleet, window_s, backends = settings(quick)
     if "docker" in backends and (why := _docker_missing()) is not None:
@@ -479,9 +506,7 @@ def run(quick: bool = False) -> list[Row]:
     async def main() -> list[Row]:
         rows: list[Row] = []
         for backend in backends:
-            # The idle-suspend row is the same freezer as the explicit one; on Docker it would only add time.
-            variants = [v for v in VARIANTS if backend == "subprocess" or v.suspend != "idle"]
-            rows += await trajectory_rows(backend, shape, variants)
+            rows += await trajectory_rows(backend, shape, _variants(backend))
             size, target_ms = (fleet, 20) if backend == "subprocess" else (docker_fleet, 300)
             rows += await fleet_rows(backend, size, window_s, resume_target_ms=target_ms)
         return rows

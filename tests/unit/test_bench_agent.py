@@ -17,6 +17,9 @@ from typing import Any
 
 import pytest
 
+from support.integrations import docker_engine_up
+from support.marks import missing
+
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 TINY = {
     "SANDBOXKIT_BENCH_AGENT_TURNS": "2",
@@ -108,3 +111,26 @@ def test_the_table_shows_a_rows_details_column_only_where_a_row_has_them() -> No
     console = Console(width=300, record=True)
     console.print(render([plain]))
     assert "details" not in console.export_text()
+
+
+async def test_on_docker_the_containers_cgroups_give_cpu_memory_and_the_suspended_fleets_zero() -> None:
+    if not docker_engine_up():
+        missing("no Docker engine answers")
+    bench = _bench_agent()
+    variant = bench.Variant(fork=True, suspend="explicit")
+    # No busy watcher: a busy container's ``docker pause`` can fail under load (docs/benchmarks.md), not this test's subject.
+    shape = bench.Shape(turns=1, group=2, think_s=0.01, setup_hashes=2000, idle_load=0.0)
+
+    row = bench.group_row("docker", shape, variant, await bench.run_group("docker", shape, variant))
+    assert row.met is True, row.extra["details"]
+    assert row.extra["cpu_source"] == "the sandboxes' cgroups"
+    assert row.extra["sandbox_cpu_s_per_traj"] > 0 and row.extra["memory_mib_per_traj"] > 0
+
+    rows = await bench.fleet_rows("docker", 2, 0.2, resume_target_ms=300)
+    assert [r.case for r in rows] == [
+        "docker: 2 sessions running (control), CPU over 0.2 s",
+        "docker: 2 sessions suspended, CPU over 0.2 s",
+        "docker: resume of 2 suspended sessions",
+    ]
+    assert rows[1].extra["ticks_total"] == 0 and rows[1].extra["suspended_ok"] == 2
+    assert rows[2].extra["state_kept"] == 2

@@ -80,7 +80,9 @@ def test_bench_agent_reports_every_variant_and_the_suspended_fleet(tmp_path: Pat
     assert by_case["subprocess: fork, no suspend"]["extra"]["suspended_turns"] == 0
     frozen = by_case["subprocess: 3 sessions suspended, CPU over 0.2 s"]
     assert frozen["extra"]["suspended_ok"] == 3 and frozen["extra"]["ticks_total"] == 0 and frozen["met"] is True
-    assert by_case["subprocess: resume of 3 suspended sessions"]["extra"]["state_kept"] == 3
+    resumed = by_case["subprocess: resume of 3 suspended sessions"]["extra"]
+    assert resumed["state_kept"] == 3
+    assert resumed["first_cell_after_resume_p50_ms"] > 0 and resumed["same_cell_running_p50_ms"] > 0
 
 
 @pytest.mark.parametrize("fork", [True, False], ids=["forked", "prepared each"])

@@ -108,10 +108,8 @@ class Variant:
 
     @property
     def label(self) -> str:
-        how = {"explicit": "+ suspend", "idle": "+ idle suspend", "none": "no suspend"}[self.suspend]
-        if self.fork:
-            return f"fork {how}" if self.suspend != "none" else "fork, no suspend"
-        return f"no fork {how}" if self.suspend != "none" else "no fork, no suspend"
+        how = {"explicit": " + suspend", "idle": " + idle suspend", "none": ", no suspend"}[self.suspend]
+        return ("fork" if self.fork else "no fork") + how
 
 
 VARIANTS = (

@@ -6,6 +6,7 @@ can say no: a rollout whose turn went wrong must not count as verified.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -92,7 +93,7 @@ async def test_a_broken_turn_fails_the_rollouts_verification(fork: bool) -> None
     shape = bench.Shape(turns=2, group=2, think_s=0.01, setup_hashes=2000)
 
     sound = await bench.run_group("subprocess", shape, variant)
-    broken = await bench.run_group("subprocess", bench.Shape(**{**shape.__dict__, "broken_turn": 2}), variant)
+    broken = await bench.run_group("subprocess", dataclasses.replace(shape, broken_turn=2), variant)
 
     assert sound.verified == 2 and bench.group_row("subprocess", shape, variant, sound).met is True
     assert broken.verified == 0

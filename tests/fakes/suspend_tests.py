@@ -13,13 +13,18 @@ import pytest
 from sandboxkit import SandboxPool
 from sandboxkit.errors import SandboxCrashed
 
-from ._common import Box, FakeService
+from ._common import Box, FakeService, wait_until
 from .cloud_tests import SHORT, MakeBackend
 
 
 def start_in_box(box: Box, command: str = "sleep 300") -> subprocess.Popen[bytes]:
-    """A process running in the sandbox between commands (a server, a kernel), as the fake sees it: marked as the box's."""
-    return subprocess.Popen(["bash", "-c", command], cwd=box.home, env=box.env(), start_new_session=True)
+    """A process running in the sandbox between commands (a server, a kernel), as the fake sees it: marked as the box's.
+
+    Returned once the box sees it (until its ``exec`` the child still has this process's environment).
+    """
+    process = subprocess.Popen(["bash", "-c", command], cwd=box.home, env=box.env(), start_new_session=True)
+    assert wait_until(lambda: process.pid in box.running()), "the process never showed as the box's"
+    return process
 
 
 class SuspendBehaviour:

@@ -27,6 +27,8 @@ import os
 import shutil
 import stat
 
+from sandboxkit.backends.subprocess import _libc
+
 __all__ = ["DIR_FLAGS", "RACED", "make_dirs", "open_beneath", "open_dir", "remove_entry", "split_rel"]
 
 #: Flags of a directory opened to walk from or list (never a link, never a FIFO's block).
@@ -56,9 +58,7 @@ class _Openat2:
         self.usable = True
         self._syscall = None
         try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            self._syscall = libc.syscall
-            self._syscall.restype = ctypes.c_long
+            self._syscall = _libc.libc().syscall
         except (OSError, AttributeError):
             self.usable = False
 

@@ -683,10 +683,7 @@ class SubprocessSandbox(CallbackSandbox):
     async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
         """Read files from the workspace (with a root filesystem: its view); missing ones are absent.
 
-        Raises:
-            InvalidRequest: a path contains ``..``, is absolute without a root filesystem, or is on
-                the sandbox's private ``/tmp``, ``/dev``, ``/proc`` or ``/sys``.
-            SandboxCrashed: the sandbox is closed.
+        It raises what :meth:`write_files` documents, for the same paths.
         """
         self._check_open()
         with frozen(self._freezer):

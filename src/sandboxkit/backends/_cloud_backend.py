@@ -315,7 +315,8 @@ class CloudBackend(Backend):
         """A fresh name for a checkpoint; ``cleanup`` finds leftovers by its prefix."""
         return f"{SNAPSHOT_PREFIX}{self.instance_id}-{uuid.uuid4().hex[:10]}"
 
-    def _adopt_snapshot(self, snapshot_id: str) -> CloudSnapshot:
+    def adopt_snapshot(self, snapshot_id: str) -> CloudSnapshot:
+        """The handle of a checkpoint just taken at the service, tracked so the backend can release it."""
         snap = CloudSnapshot(self, snapshot_id)
         self._snapshots.add(snap)
         return snap

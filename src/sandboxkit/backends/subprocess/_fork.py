@@ -42,8 +42,8 @@ from sandboxkit.backends.subprocess import _beneath as beneath
 from sandboxkit.backends.subprocess import _isolation as isolation
 from sandboxkit.backends.subprocess import _libc
 from sandboxkit.backends.subprocess._idmap import idmapped_bind
-from sandboxkit.base import Snapshot
-from sandboxkit.errors import BackendUnavailable, InvalidRequest
+from sandboxkit.base import Snapshot, own_snapshot
+from sandboxkit.errors import BackendUnavailable
 
 __all__ = ["DirectorySnapshot", "check_snapshot", "fork_into", "take_snapshot"]
 
@@ -349,13 +349,4 @@ def check_snapshot(registry: set[DirectorySnapshot], snapshot: Snapshot) -> Dire
     Raises:
         InvalidRequest: ``snapshot`` is not this backend's, or was released.
     """
-    if not isinstance(snapshot, DirectorySnapshot) or snapshot._registry is not registry:
-        raise InvalidRequest(
-            f"cannot open a subprocess sandbox from {snapshot!r}: it was taken by another backend object",
-            backend=NAME,
-        )
-    if snapshot.released:
-        raise InvalidRequest(
-            f"checkpoint {snapshot.id} was released; fork before releasing it, or take a new one", backend=NAME
-        )
-    return snapshot
+    return own_snapshot(snapshot, DirectorySnapshot, lambda mine: mine._registry is registry, NAME)

@@ -467,15 +467,17 @@ class WorkerSet:
     async def exec(
         self,
         command: str | Sequence[str],
+        cwd: str | None,
         env: Mapping[str, str] | None,
         stdin: str | None,
-        timeout: float | None,
+        timeout_s: float | None,
         deadline_s: float | None,
     ) -> ExecResult:
         """``pool.exec`` on a worker, under the pool's guarded call."""
         argv = command if isinstance(command, str) else list(command)  # plain types travel whatever was passed
         environment = dict(env) if env is not None else None
-        return cast("ExecResult", await self._guarded("exec", (argv, environment, stdin, timeout), deadline_s))
+        payload = (argv, cwd, environment, stdin, timeout_s)
+        return cast("ExecResult", await self._guarded("exec", payload, deadline_s))
 
     async def _guarded(self, kind: str, payload: Any, deadline_s: float | None) -> Any:
         async def on_worker(target: Sandbox) -> Any:

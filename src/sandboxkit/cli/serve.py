@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from sandboxkit.cli._common import EXIT_USAGE, backend_options, err_console, fail
+from sandboxkit.cli._common import EXIT_USAGE, BackendOptionArg, backend_options, err_console, fail
 from sandboxkit.errors import SandboxkitError
 
 #: Environment variable read for ``--token``.
@@ -111,12 +111,7 @@ def serve(
             f"(default: no token; prefer ${TOKEN_ENV} to keep it out of the process list).",
         ),
     ] = None,
-    backend_option: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--backend-option", "-o", help="KEY=VALUE passed to the backend (VALUE parsed as JSON if it can)."
-        ),
-    ] = None,
+    backend_option: BackendOptionArg = None,
     loop: Annotated[str, typer.Option(help="Event loop: auto (uvloop when installed), asyncio or uvloop.")] = "auto",
     http: Annotated[str, typer.Option(help="HTTP parser: auto (httptools when installed), h11 or httptools.")] = "auto",
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",

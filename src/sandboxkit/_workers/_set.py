@@ -1,6 +1,6 @@
 """The parent's side of the multi-process pool: its worker processes, and how calls reach them.
 
-A :class:`WorkerSet` belongs to one :class:`~sandboxkit.pool.PoolView` created with
+A :class:`WorkerSet` belongs to one :class:`~sandboxkit.pool.SandboxPool` created with
 ``processes > 1``. Each worker is a Python process (``python -m sandboxkit._workers._main``)
 with its own event loop, its own backend and its own lease core; the parent keeps the one
 limiter (:class:`~sandboxkit._workers._shared.SharedLimiter`) and the pool's guarded-call path.
@@ -64,7 +64,7 @@ START_TIMEOUT_S = 120.0
 
 
 class PoolView(LeaseSettings, Protocol):
-    """What the workers use of their :class:`~sandboxkit.pool.PoolView` (a protocol: the pool imports us)."""
+    """What the workers use of their :class:`~sandboxkit.pool.SandboxPool` (a protocol: the pool imports us)."""
 
     backend: Backend
     metrics_data: PoolMetrics
@@ -435,7 +435,7 @@ class WorkerSet:
     async def _pick(self) -> WorkerLink:
         while True:
             if self.closing:
-                raise PoolClosed("the pool is closed; create a new PoolView", backend=self.pool.backend.name)
+                raise self.pool._core.closed_error()
             best: WorkerLink | None = None
             for link in self.links:
                 if link.alive and link.ready.done() and (best is None or len(link.calls) < len(best.calls)):

@@ -27,6 +27,7 @@ import anyio
 
 from sandboxkit._capacity import LearnedCapacity
 from sandboxkit._slots import CallSlot, Entry
+from sandboxkit._started import Started
 from sandboxkit.base import Backend, Sandbox, Snapshot
 from sandboxkit.errors import (
     CapacityExceeded,
@@ -510,8 +511,12 @@ async def _close_quietly(sandbox: Sandbox) -> None:
 
 async def _reset_quietly(sandbox: Sandbox) -> bool:
     try:
+        # The timeout only for a reset that waits: the subprocess backend's never does (``_started``).
+        reset = Started(sandbox.reset())
+        if reset.done:
+            return bool(reset.result)
         with anyio.move_on_after(CLOSE_TIMEOUT_S):
-            return await sandbox.reset()
+            return await reset
         return False
     except Exception:
         log.warning("resetting sandbox %s failed; closing it", getattr(sandbox, "id", "?"), exc_info=True)

@@ -183,3 +183,34 @@ async def test_a_run_result_is_built_without_validating_what_the_host_typed_itse
         assert again == result
         assert again.model_fields_set == result.model_fields_set
     assert results[1].status is Status.FAILED and results[2].files == {"out.txt": b"y"}
+
+
+async def test_a_warm_pooled_run_schedules_one_timer(pool: SandboxPool) -> None:
+    """The host's backstop on the server's reply is the run's only timer.
+
+    A timer is a handle pushed on the loop's heap (Python comparisons) and cancelled later. The
+    server's state report on the last tenant's command, when it comes after this command was
+    sent, is waited for under the same timer as the exit; the program's pipes are at EOF when the
+    server reports its exit (every writer is dead by then), so they are read to the end at once
+    rather than under a timer of their own; a reset that finishes without waiting needs no
+    timeout scope either.
+    """
+    await pool.run("print(1)")
+    loop = asyncio.get_running_loop()
+    timers = 0
+    real = loop.call_at
+
+    def counting(*args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+        nonlocal timers
+        timers += 1
+        return real(*args, **kwargs)
+
+    setattr(loop, "call_at", counting)  # noqa: B010 (an instance attribute over the method, removed below)
+    try:
+        runs = 6
+        for i in range(runs):
+            result = await pool.run(f"import sys; print({i}); print('e' * 70000, file=sys.stderr)")
+            assert (result.stdout, len(result.stderr)) == (f"{i}\n", 70001), result
+    finally:
+        delattr(loop, "call_at")
+    assert timers <= runs, f"{timers / runs:.1f} timers per run"

@@ -272,11 +272,24 @@ class ForkServer:
                     pid = struct.unpack("3i", data[:12])[0]
             return msg, pid
 
-    async def _reply(self, sock: socket.socket, timeout_s: float, watcher: Watcher | None = None) -> bytes | None:
+    async def _reply(
+        self,
+        sock: socket.socket,
+        timeout_s: float,
+        watcher: Watcher | None = None,
+        *,
+        report: list[bytes] | None = None,
+        fresh: bool = False,
+    ) -> bytes | None:
         """The server's next message; ``b""`` if it died, ``None`` if ``timeout_s`` passed first.
 
         One reader callback and one timer rather than ``wait_for``: this runs once per
         command, and the warm path's budget is about a millisecond.
+
+        ``report``: the server's state report on the last command is due first. A first message
+        that is a report goes into the list and the wait goes on, under the same timer, for the
+        command's own reply (one timer per command, not two); a ``fresh`` command's wait ends at
+        a dirty report (the server refuses the command).
         """
         if watcher is None:
             watcher = self._watcher_now(asyncio.get_running_loop())
@@ -291,8 +304,13 @@ class ForkServer:
                 return
             except OSError:
                 msg = b""
-            if not done.done():
-                done.set_result(msg)
+            if done.done():
+                return
+            if report is not None and not report and msg.startswith(b"dirty "):
+                report.append(msg)
+                if not (fresh and msg == b"dirty 1"):
+                    return
+            done.set_result(msg)
 
         def expired() -> None:
             if not done.done():
@@ -493,18 +511,17 @@ class ForkServer:
         status: int | None = None
         timed_out = crashed = False
         try:
-            end = time.monotonic() + timeout_s + GRACE_S
-            reply = await self._reply(sock, timeout_s + GRACE_S, watcher)
-            if report_first and reply == b"":  # died before this command began: not the command's doing
-                self.died = True
-                raise lost("fork server is gone")
-            if fresh and report_first and reply is None:  # no report, so it never took this command
-                raise ServerLost("fork server did not report in time")
-            if report_first and reply is not None and reply.startswith(b"dirty "):
-                self.dirty = self.dirty or reply == b"dirty 1"
+            report: list[bytes] | None = [] if report_first else None
+            reply = await self._reply(sock, timeout_s + GRACE_S, watcher, report=report, fresh=fresh)
+            if report:  # the state report came first, then (unless refused) this command's reply
+                self.dirty = self.dirty or report[0] == b"dirty 1"
                 if fresh and self.dirty:  # the server refuses this command (b"stale"): not run
                     raise ServerStale("the last command left state")
-                reply = await self._reply(sock, max(end - time.monotonic(), 0.0), watcher)
+            elif report_first and reply == b"":  # died before this command began: not the command's doing
+                self.died = True
+                raise lost("fork server is gone")
+            elif fresh and report_first and reply is None:  # no report, so it never took this command
+                raise ServerLost("fork server did not report in time")
             elif report_first and reply is not None:  # not the report: nonsense
                 reply = b""
             if reply == b"stale":
@@ -524,7 +541,9 @@ class ForkServer:
         if crashed:
             self.kill()  # also ends every writer of the pipes
         try:
-            if not await drain.wait_eof(EOF_GRACE_S if not crashed else 1.0):
+            # Every writer of the pipes is dead once the server reports (or is killed): their last
+            # bytes and EOF are there already, read without a timer in the common case.
+            if not drain.read_now() and not await drain.wait_eof(EOF_GRACE_S if not crashed else 1.0):
                 drain.close()
         finally:
             drain.close()

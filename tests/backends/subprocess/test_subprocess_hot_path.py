@@ -214,3 +214,29 @@ async def test_a_warm_pooled_run_schedules_one_timer(pool: SandboxPool) -> None:
     finally:
         delattr(loop, "call_at")
     assert timers <= runs, f"{timers / runs:.1f} timers per run"
+
+
+async def test_the_reset_removes_a_run_s_file_with_one_system_call(
+    pool: SandboxPool, backend: RecordingBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``unlink`` first: it removes a file, link, FIFO or socket itself (never what a link names), and
+    refuses a directory, which only then is looked at (and removed by fd, ``rmtree(dir_fd=)``)."""
+    await pool.run("print(1)")
+    (sandbox,) = backend.opened
+    stats = 0
+    real = os.stat
+
+    def counting(*args: Any, **kwargs: Any) -> os.stat_result:
+        nonlocal stats
+        stats += "dir_fd" in kwargs  # a look inside the workspace (the lease's liveness check is not)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", counting)
+    code = "import os; os.mkdir('d'); open('d/f', 'w').close(); os.symlink('/etc/passwd', 'l'); print(1)"
+    result = await pool.run(code)
+    assert result.stdout == "1\n", result
+    assert os.listdir(sandbox.workspace.path) == [], "the reset left files"
+    assert os.path.exists("/etc/passwd")
+    for _ in range(3):
+        assert (await pool.run("print(1)")).stdout == "1\n"
+    assert stats == 0, f"{stats} stat calls inside the workspace for 4 resets"

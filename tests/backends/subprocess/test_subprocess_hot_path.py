@@ -240,3 +240,33 @@ async def test_the_reset_removes_a_run_s_file_with_one_system_call(
     for _ in range(3):
         assert (await pool.run("print(1)")).stdout == "1\n"
     assert stats == 0, f"{stats} stat calls inside the workspace for 4 resets"
+
+
+async def test_a_run_result_with_every_field_given_skips_model_construct_s_per_field_lookups(
+    pool: SandboxPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``model_construct`` looks up aliases and defaults field by field (some 40 calls for a ``RunResult``);
+    the backend gives every field, in order, so the result's ``__dict__`` is set in one step. Same
+    object as a validated one, fields set, equality and ``repr`` included."""
+    await pool.run("print(1)")
+    constructed = 0
+    real = RunResult.model_construct.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type[RunResult], *args: Any, **values: Any) -> RunResult:
+        nonlocal constructed
+        constructed += 1
+        built: RunResult = real(cls, *args, **values)
+        return built
+
+    monkeypatch.setattr(RunResult, "model_construct", classmethod(counting))
+    results = [await pool.run("print(1)"), await pool.run("import sys; sys.exit(3)")]
+    execs = [await pool.exec("echo hi")]
+    monkeypatch.undo()
+    assert constructed == 0, f"{constructed} model_construct calls for 2 runs"
+    for result in [*results, *execs]:
+        again = type(result).model_validate(result.model_dump())
+        assert again == result and repr(again) == repr(result)
+        assert again.model_fields_set == result.model_fields_set
+        assert result.model_dump() == again.model_dump()
+    assert results[0].files == {} and results[0].files is not results[1].files
+    assert (results[1].status, execs[0].stdout) == (Status.FAILED, "hi\n")

@@ -42,6 +42,8 @@ START_TIMEOUT_S = 15.0
 #: Largest command message (argv + env): far above any real command, a bound on what a child reads.
 MAX_MESSAGE = 1 << 20
 _PIPE_FLAGS = os.O_NONBLOCK | os.O_CLOEXEC
+#: ``socket``'s flags are ``IntFlag`` members, whose ``|`` runs in Python: combined once, here.
+_PEEK_NOW = int(socket.MSG_DONTWAIT | socket.MSG_PEEK)
 SERVER_SOURCE = standalone_source(Path(__file__).with_name("_server_main.py"))
 
 
@@ -369,7 +371,7 @@ class ForkServer:
     def _closed_or_talking(self, sock: socket.socket) -> bool:
         """``gone`` for a server already seen alive: its socket closed, or it sent unasked (killed)."""
         try:
-            peek = sock.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK)
+            peek = sock.recv(1, _PEEK_NOW)
         except BlockingIOError:
             return False
         except OSError:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import math
 from pathlib import Path
 from types import ModuleType
 from typing import Any

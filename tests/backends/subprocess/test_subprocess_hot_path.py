@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import statistics
 import subprocess
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -270,3 +272,32 @@ async def test_a_run_result_with_every_field_given_skips_model_construct_s_per_f
         assert result.model_dump() == again.model_dump()
     assert results[0].files == {} and results[0].files is not results[1].files
     assert (results[1].status, execs[0].stdout) == (Status.FAILED, "hi\n")
+
+
+#: Python and C function calls in the host's thread per warm pooled ``print(1)``, the loop's own included
+#: (median of 15 runs). 528-655 (median 537) before the third cut of issue 30, 386-467 (median 436) after.
+MAX_CALLS_PER_RUN = 480
+
+
+async def test_a_warm_pooled_run_stays_within_its_budget_of_calls(pool: SandboxPool) -> None:
+    """The host's CPU per run is mostly the interpreter's calls, each cheap, none dominant: the count is
+    the budget that a profile cannot show growing one call at a time. Counted, not timed: the count does
+    not depend on the machine's load (only on whether output and exit wake the loop once or twice)."""
+    for _ in range(3):
+        await pool.run("print(1)")
+    counts = []
+    for _ in range(15):
+        calls = 0
+
+        def count(frame: object, event: str, arg: object) -> None:
+            nonlocal calls
+            calls += event in ("call", "c_call")
+
+        sys.setprofile(count)
+        try:
+            result = await pool.run("print(1)")
+        finally:
+            sys.setprofile(None)
+        assert result.stdout == "1\n", result
+        counts.append(calls)
+    assert statistics.median(counts) <= MAX_CALLS_PER_RUN, sorted(counts)

@@ -511,12 +511,18 @@ async def _close_quietly(sandbox: Sandbox) -> None:
 
 async def _reset_quietly(sandbox: Sandbox) -> bool:
     try:
-        # The timeout only for a reset that waits: the subprocess backend's never does (``_started``).
-        reset = Started(sandbox.reset())
-        if reset.done:
-            return bool(reset.result)
+        if getattr(sandbox, "reset_steps_inline", False):
+            # The timeout only for a reset that waits; the subprocess backend's never does. Only for a
+            # sandbox that says so: a reset holding a cancel scope across its first wait (Docker's)
+            # would then sit outside the pool's timeout scope, which anyio refuses (``_started``).
+            reset = Started(sandbox.reset())
+            if reset.done:
+                return bool(reset.result)
+            with anyio.move_on_after(CLOSE_TIMEOUT_S):
+                return await reset
+            return False
         with anyio.move_on_after(CLOSE_TIMEOUT_S):
-            return await reset
+            return await sandbox.reset()
         return False
     except Exception:
         log.warning("resetting sandbox %s failed; closing it", getattr(sandbox, "id", "?"), exc_info=True)

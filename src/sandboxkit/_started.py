@@ -6,7 +6,12 @@ the workspace synchronously. The timeout scope around it (anyio's ``move_on_afte
 a timer pushed on the loop's heap and cancelled) was several microseconds of the host's CPU per run for
 a timeout that cannot fire. :class:`Started` steps the coroutine once by hand: if it returned, that is
 its result; if it waits, awaiting the :class:`Started` runs the rest exactly as ``await`` would have,
-under whatever timeout the caller sets up first.
+under whatever timeout the caller sets up then.
+
+Only for a coroutine that holds no anyio cancel scope open across its first wait: such a scope would
+have been entered before the caller's timeout scope and left after it, the wrong way round (anyio
+raises ``RuntimeError``). Docker's reset enters one at once, so the pool steps only sandboxes that say
+their reset is safe (``reset_steps_inline``).
 """
 
 from __future__ import annotations

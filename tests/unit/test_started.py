@@ -75,3 +75,22 @@ async def test_a_reset_that_hangs_still_gives_up_the_sandbox(monkeypatch: pytest
         assert (await pool.run("print(1)")).status is Status.OK
         assert (await pool.run("print(1)")).status is Status.OK
         assert pool.metrics()["sandboxes_closed"] == 2, "a sandbox whose reset timed out was kept"
+
+
+async def test_a_reset_that_holds_a_cancel_scope_across_its_wait_still_works(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Docker's reset enters a timeout scope before its first wait: stepping it before the pool's own
+    timeout scope would nest the two the wrong way round (anyio refuses to exit them). Only a sandbox
+    that says its reset holds no scope across a wait is stepped first."""
+
+    async def scoped_reset(self: FakeSandbox) -> bool:
+        with anyio.fail_after(5):
+            await anyio.sleep(0.001)
+        self.files.clear()
+        return True
+
+    monkeypatch.setattr(FakeSandbox, "reset", scoped_reset)
+    backend = FakeBackend()
+    async with SandboxPool(backend, max_concurrency=1) as pool:
+        for _ in range(3):
+            assert (await pool.run("print(1)")).status is Status.OK
+        assert pool.metrics()["sandboxes_created"] == 1, "the sandbox was not kept after its reset"

@@ -15,7 +15,7 @@ import pickle
 import signal
 import socket
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from sandboxkit._workers._remote import Dispatched, ForwardingMetrics, RemoteLimiter, dispatched
@@ -158,40 +158,45 @@ class _Worker:
             run.finished = True
             return result
 
-        await self._guarded(rid, run, on_sandbox)
+        assert self.pool is not None
+        await self._answer(rid, self.pool._core.call(on_sandbox, deadline_s=math.inf))  # the parent holds the deadline
 
-    async def _exec(self, rid: int, command: Any, env: Any, stdin: str | None, timeout: float | None) -> None:
+    async def _exec(
+        self, rid: int, command: Any, cwd: str | None, env: Any, stdin: str | None, timeout_s: float | None
+    ) -> None:
         run = Dispatched(rid)
         dispatched.set(run)
 
         async def on_sandbox(sandbox: Sandbox) -> Any:
-            result = await sandbox.exec(command, env=env, stdin=stdin, timeout=timeout)
+            result = await sandbox.exec(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout_s)
             run.finished = True
             return result
 
-        await self._guarded(rid, run, on_sandbox)
-
-    async def _guarded(self, rid: int, run: Dispatched, on_sandbox: Any) -> None:
         assert self.pool is not None
-        try:
-            # The parent holds the deadline of the whole call (and cancels this task when it passes).
-            result = await self.pool._core.call(on_sandbox, deadline_s=math.inf)
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:
-            self._reply(rid, False, exc)
-        else:
-            self._reply(rid, True, result)
+        await self._answer(rid, self.pool._core.call(on_sandbox, deadline_s=math.inf))
 
     async def _job(self, rid: int, fn: Any, args: tuple[Any, ...]) -> None:
+        await self._answer(rid, _awaited(fn, self.pool, *args))  # a result that cannot travel: _unsendable answers
+
+    async def _answer(self, rid: int, work: Awaitable[Any]) -> None:
+        """Reply to call ``rid`` with what ``work`` returns or raises (a cancellation is the parent's: no answer).
+
+        The one reply path of runs, execs and jobs; for a run it replaces a frame rather than adding
+        one (the pool's guarded call is created by the caller and awaited here).
+        """
         try:
-            result = await fn(self.pool, *args)  # one that cannot travel is answered by _unsendable, as an error
+            result = await work
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
             self._reply(rid, False, exc)
         else:
             self._reply(rid, True, result)
+
+
+async def _awaited(fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+    """``await fn(*args)``, so that ``fn`` raising before it returns an awaitable is an answer too."""
+    return await fn(*args)
 
 
 def _picklable(exc: BaseException) -> BaseException:

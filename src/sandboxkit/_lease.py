@@ -27,6 +27,7 @@ import anyio
 
 from sandboxkit._capacity import LearnedCapacity
 from sandboxkit._slots import CallSlot, Entry
+from sandboxkit._started import Started
 from sandboxkit.base import Backend, Sandbox, Snapshot
 from sandboxkit.errors import (
     CapacityExceeded,
@@ -565,6 +566,16 @@ async def _close_quietly(sandbox: Sandbox) -> None:
 
 async def _reset_quietly(sandbox: Sandbox) -> bool:
     try:
+        if getattr(sandbox, "reset_steps_inline", False):
+            # The timeout only for a reset that waits; the subprocess backend's never does. Only for a
+            # sandbox that says so: a reset holding a cancel scope across its first wait (Docker's)
+            # would then sit outside the pool's timeout scope, which anyio refuses (``_started``).
+            reset = Started(sandbox.reset())
+            if reset.done:
+                return bool(reset.result)
+            with anyio.move_on_after(CLOSE_TIMEOUT_S):
+                return await reset
+            return False
         with anyio.move_on_after(CLOSE_TIMEOUT_S):
             return await sandbox.reset()
         return False

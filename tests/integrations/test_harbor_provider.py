@@ -111,6 +111,17 @@ def test_the_shared_verifier_is_what_the_forging_agent_beats(harbor: Path, tmp_p
     assert rewards(results) == {"answer": 1.0}
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_agent_past_its_timeout_is_graded_on_what_it_left(harbor: Path, tmp_path: Path, backend: list[str]) -> None:
+    """It solves, then a command runs past Harbor's agent timeout (6 s here): Harbor records AgentTimeoutError
+    and grades the state, as its own providers do. Cancelling the command used to discard the sandbox, so
+    the verifier saw an untouched image and this scored 0.0."""
+    options = [*backend, "--agent-timeout-multiplier", "0.05", "-i", "answer"]
+    results = harbor_run(harbor, tmp_path, "sandboxkit_test_agents:SolvesThenHangsAgent", *options)
+    assert rewards(results) == {"answer": 1.0}
+    assert exceptions(results) == {"answer": "AgentTimeoutError"}
+
+
 def test_a_sandbox_killed_from_outside_is_harbors_error_not_a_reward(harbor: Path, tmp_path: Path) -> None:
     """``docker kill`` during the agent's command: the trial has Harbor's exception and no reward (not 0, not 1)."""
     options = ["--ek", "backend=docker", "-i", "answer"]

@@ -32,7 +32,9 @@ This module imports ``harbor``; sandboxkit itself never imports it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -66,6 +68,14 @@ BACKENDS = ("docker", "subprocess")
 VERIFIER_MODES = ("fresh", "shared")
 #: A command's limit when Harbor gives none (Harbor bounds the agent and verifier phases itself).
 DEFAULT_COMMAND_TIMEOUT_S = 3600.0
+#: Where a command's stop file goes (see :meth:`SandboxkitEnvironment._stop`), and how long stopping may take.
+STOP_PREFIX, STOP_GRACE_S = "/.sandboxkit-harbor-stop-", 30.0
+#: Runs Harbor's command ($1) in a process group of its own, killed when the stop file ($2) appears.
+_STOPPABLE = (
+    'set -m; bash -c "$1" & pid=$!; set +m; '
+    'while kill -0 "$pid" 2>/dev/null; do [ -e "$2" ] && { kill -9 -- "-$pid" 2>/dev/null; break; }; sleep 0.2; done; '
+    'wait "$pid" 2>/dev/null; rc=$?; rm -f "$2" 2>/dev/null; exit $rc'
+)
 #: Exit codes the agent sees for what sandboxkit stopped (those of ``timeout(1)`` and of SIGKILL).
 TIMEOUT_EXIT, KILLED_EXIT = 124, 137
 #: Users a command may ask for: the sandbox's own (root in its image, where Harbor's setup commands ask for it).
@@ -257,10 +267,16 @@ class SandboxkitEnvironment(BaseEnvironment):
             )
         merged = self._merge_env(env)
         timeout_s = float(timeout_sec) if timeout_sec else DEFAULT_COMMAND_TIMEOUT_S
-        result = await self._call(
-            "exec",
-            lambda s: s.exec(["bash", "-c", command], cwd=cwd or self._task.workdir, env=merged, timeout_s=timeout_s),
+        stop = f"{STOP_PREFIX}{uuid.uuid4().hex}"
+        argv = ["bash", "-c", _STOPPABLE, "harbor-exec", command, stop]
+        call = asyncio.ensure_future(
+            self._call("exec", lambda s: s.exec(argv, cwd=cwd or self._task.workdir, env=merged, timeout_s=timeout_s))
         )
+        try:
+            result = await asyncio.shield(call)
+        except asyncio.CancelledError:
+            await self._stop(call, stop)
+            raise
         self._returned += 1
         stderr = result.stderr
         if result.exit_code is not None:
@@ -271,6 +287,30 @@ class SandboxkitEnvironment(BaseEnvironment):
             code = 128 + result.signal if result.signal else KILLED_EXIT
             stderr += f"\nsandboxkit: the command was stopped ({result.status.value})\n"
         return ExecResult(stdout=result.stdout, stderr=stderr, return_code=code)
+
+    async def _stop(self, call: asyncio.Future[Any], stop: str) -> None:
+        """Harbor cancelled a command (its agent timeout): stop that command, keep the sandbox and its files.
+
+        Cancelling a sandboxkit call discards its sandbox (its state is unknown), which would
+        leave Harbor's verifier an untouched image: an agent that solved the task and then ran
+        past its timeout would score 0 where Harbor's own providers grade what it left. So
+        the command runs under a small wrapper (:data:`_STOPPABLE`) that kills its process group
+        when a stop file appears, and the file is written with the sandbox's file API, which
+        does not wait for the running command (the session's own calls do). Only when that
+        fails is the call cancelled, and the sandbox discarded.
+        """
+        session = self._session
+        entry = getattr(session, "_entry", None)  # the sandbox itself: the session serializes calls behind this one
+        try:
+            if entry is None:
+                raise SandboxkitEnvironmentError("the session has no sandbox")
+            await asyncio.wait_for(entry.sandbox.write_files({stop: b""}), STOP_GRACE_S)
+            await asyncio.wait_for(asyncio.shield(call), STOP_GRACE_S)
+        except Exception as exc:  # any failure: fall back to sandboxkit's cancellation, which discards the sandbox
+            log.warning("could not stop a cancelled command in place (%s); its sandbox is discarded", exc)
+            call.cancel()
+            with contextlib.suppress(BaseException):
+                await call
 
     async def upload_file(self, source_path: Path | str, target_path: str) -> None:
         """Write one host file into the sandbox (parent folders are created)."""

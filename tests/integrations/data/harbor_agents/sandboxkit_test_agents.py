@@ -58,3 +58,11 @@ class KilledFromOutsideAgent(_ScriptedAgent):
         await asyncio.sleep(2)
         subprocess.run(["docker", "kill", str(environment.sandbox_id)], check=True, capture_output=True)
         await command
+
+
+class SolvesThenHangsAgent(_ScriptedAgent):
+    """Solves the answer task, then runs a command past Harbor's agent timeout (which cancels it)."""
+
+    async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
+        await environment.exec("echo 42 > answer.txt")
+        await environment.exec("sleep 600")

@@ -83,13 +83,18 @@ async def closed_loop(call: Callable[[int], Awaitable[Any]], workers: int, n: in
 
 def render(rows: Sequence[Row]) -> Any:
     """A rich Table of the rows."""
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="sandboxkit bench")
-    for col in ("benchmark", "case", "n", "median ms", "p99 ms", "ops/s", "ratio", "target", "met"):
+    # A row whose figures do not fit the columns (CPU-seconds, memory...) says them in extra["details"].
+    details = any("details" in r.extra for r in rows)
+    columns = ("benchmark", "case", "n", "median ms", "p99 ms", "ops/s", "ratio", "target", "met")
+    for col in columns + (("details",) if details else ()):
         table.add_column(col, justify="right" if col in {"n", "median ms", "p99 ms", "ops/s", "ratio"} else "left")
     for r in rows:
         met = "" if r.met is None else ("[green]yes[/]" if r.met else "[red]no[/]")
+        more = (escape(str(r.extra.get("details", ""))),) if details else ()
         table.add_row(
             r.benchmark,
             r.case,
@@ -100,6 +105,7 @@ def render(rows: Sequence[Row]) -> Any:
             "" if r.ratio is None else f"{r.ratio:.2f}x vs {r.baseline}",
             r.target,
             met,
+            *more,
         )
     return table
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 import requests
-from verl.utils.reward_score.sandbox_fusion import compute_score
 
 from sandboxkit.server.app import create_app
 from sandboxkit.testing import FakeBackend
+from support.marks import verl_reward_score
 from support.serve import ServeProcess, uvicorn_thread
 
 
@@ -88,7 +88,9 @@ def test_a_full_server_answers_504_with_retry_after_which_verl_retries() -> None
         refused = requests.post(f"{url}/run_code", json={"code": "ok", "language": "python"}, timeout=10)
         program = "sleep:0.1"  # the fake backend echoes the program text
         cases = {"inputs": [""], "outputs": [program]}
-        score, metadata = compute_score(f"{url}/run_code", threading.Semaphore(1), 256, f"```python{program}```", cases)
+        score, metadata = verl_reward_score().sandbox_fusion.compute_score(
+            f"{url}/run_code", threading.Semaphore(1), 256, f"```python{program}```", cases
+        )
         holder.join()
         stats = requests.get(f"{url}/v1/stats", timeout=10).json()
     assert refused.status_code == 504 and refused.headers["retry-after"] == "1"
@@ -116,7 +118,9 @@ def test_verl_max_concurrent_256_against_two_slots_loses_no_reward() -> None:
     def score(sample: tuple[str, int]) -> tuple[float, list[dict[str, Any]]]:
         code, i = sample
         cases = {"inputs": [f"{i} {i + 1}\n"], "outputs": [f"{2 * i + 1}\n"]}
-        result, metadata = compute_score(run_code_url, semaphore, 512, f"```python\n{code}\n```", cases, timeout=1)
+        result, metadata = verl_reward_score().sandbox_fusion.compute_score(
+            run_code_url, semaphore, 512, f"```python\n{code}\n```", cases, timeout=1
+        )
         return result, metadata
 
     with ServeProcess("--backend", "subprocess", "-j", "2") as server:

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 import requests
-from verl.utils.reward_score.sandbox_fusion import compute_score
 
 from sandboxkit.server.app import create_app
 from sandboxkit.testing import FakeBackend
+from support.marks import verl_reward_score
 from support.serve import ServeProcess, uvicorn_thread
 
 JSON = {"content-type": "application/json"}
@@ -62,7 +62,7 @@ def test_verl_retries_the_504_of_a_saturated_server_and_scores_correctly(saturat
     # the other cases wait 0.3 s, get 504, and verl sends them again 1 s (then 2 s) later.
     program = "sleep:0.6"
     cases = {"inputs": ["", "", ""], "outputs": [program] * 3}
-    score, metadata = compute_score(
+    score, metadata = verl_reward_score().sandbox_fusion.compute_score(
         f"{saturated_server}/run_code", threading.Semaphore(8), 256, f"```python{program}```", cases, timeout=2
     )
     stats = requests.get(f"{saturated_server}/v1/stats", timeout=10).json()["gate"]

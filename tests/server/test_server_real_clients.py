@@ -18,9 +18,8 @@ from collections.abc import Iterator
 import pytest
 import sandbox_fusion
 from sandbox_fusion import RunCodeRequest, RunStatus, SummaryMapping, summary_run_code_result
-from verl.utils.reward_score import default_compute_score
-from verl.utils.reward_score.sandbox_fusion import compute_score
 
+from support.marks import verl_reward_score
 from support.serve import ServeProcess
 
 
@@ -121,7 +120,7 @@ STDIO_CASES = {"inputs": ["1 2\n", "10 -3\n", "0 0\n"], "outputs": ["3\n", "7\n"
     ids=["correct", "wrong", "runtime_error", "timeout"],
 )
 def test_verl_compute_score_stdio(sk_serve: ServeProcess, code: str, score: float, statuses: set[str]) -> None:
-    result, metadata = compute_score(
+    result, metadata = verl_reward_score().sandbox_fusion.compute_score(
         sk_serve.run_code_url, threading.Semaphore(8), 256, fenced(code), json.dumps(STDIO_CASES), timeout=2
     )
     assert result == score
@@ -143,14 +142,16 @@ FN_CASES = {"fn_name": "add_all", "inputs": ["[1, 2, 3]", "[]", "[5]\n10"], "out
     ids=["correct", "wrong", "solution_class"],
 )
 def test_verl_compute_score_fn_name(sk_serve: ServeProcess, code: str, score: float) -> None:
-    result, metadata = compute_score(sk_serve.run_code_url, threading.Semaphore(8), 256, fenced(code), FN_CASES)
+    result, metadata = verl_reward_score().sandbox_fusion.compute_score(
+        sk_serve.run_code_url, threading.Semaphore(8), 256, fenced(code), FN_CASES
+    )
     assert result == score, metadata
     assert all(m["api_request_error"] is None for m in metadata), metadata
 
 
 def test_verl_default_compute_score_reward_path(sk_serve: ServeProcess) -> None:
     """What ``reward.sandbox_fusion.url=http://.../run_code`` runs for a codecontests sample."""
-    right = default_compute_score(
+    right = verl_reward_score().default_compute_score(
         "codecontests",
         fenced("print(sum(map(int, input().split())))"),
         json.dumps(STDIO_CASES),
@@ -158,7 +159,7 @@ def test_verl_default_compute_score_reward_path(sk_serve: ServeProcess) -> None:
         concurrent_semaphore=threading.Semaphore(4),
         memory_limit_mb=512,
     )
-    wrong = default_compute_score(
+    wrong = verl_reward_score().default_compute_score(
         "codecontests",
         fenced("print(42)"),
         json.dumps(STDIO_CASES),

@@ -43,6 +43,8 @@ def _load(directory: Path, name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(f"sandboxkit_benchmarks.bench_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    # Registered before it runs, as ``import`` does: dataclasses and pickling look a module up by name.
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 

@@ -557,11 +557,27 @@ class DockerSandbox(Sandbox):
     async def suspend(self) -> bool:
         """``docker pause``: every process of the container frozen (no CPU); memory stays resident.
 
+        Under load the runtime can fail to freeze a busy container ("unable to freeze"), possibly half way.
+        That is the engine's trouble, not the program's, so it is not a crashed sandbox: the container is
+        thawed and False says nothing is suspended, as on a backend that cannot suspend.
+
         Raises:
-            SandboxCrashed: the container is gone or the engine refused.
+            SandboxCrashed: the container is gone.
         """
-        await self._sdk(lambda client, cid: client.api.pause(cid))
-        return True
+        import docker.errors
+
+        def pause(client: Any, cid: str) -> bool:
+            try:
+                client.api.pause(cid)
+            except docker.errors.NotFound:
+                raise
+            except docker.errors.APIError:
+                with contextlib.suppress(docker.errors.APIError):  # "not paused": it never froze
+                    client.api.unpause(cid)
+                return False
+            return True
+
+        return await self._sdk(pause)
 
     async def resume(self) -> None:
         """``docker unpause``."""

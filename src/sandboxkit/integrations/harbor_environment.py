@@ -117,6 +117,7 @@ class SandboxkitEnvironment(BaseEnvironment):
         self._broken: str | None = None
         #: Commands that came back in the current sandbox: a crash after one may be the agent's doing.
         self._returned = 0
+        #: Times the trial went on in a fresh sandbox after its sandbox was found dead between calls.
         self.state_lost = 0
         super().__init__(*args, **kwargs)
 
@@ -354,7 +355,8 @@ class SandboxkitEnvironment(BaseEnvironment):
             self._broken = f"the verifier's {self._backend_name} sandbox did not start: {exc}"
             raise SandboxkitEnvironmentError(self._broken) from exc
         await self._call("restoring the workspace", lambda s: restore_workspace(s, copy))
-        await self.exec(f"mkdir -p {VERIFIER_DIR}")
+        # An empty verifier directory, whatever the image holds there (as Harbor's verifier expects after its rm).
+        await self.exec(f"mkdir -p {VERIFIER_DIR} && rm -f {VERIFIER_DIR}/reward.txt {VERIFIER_DIR}/reward.json")
 
     async def download_file(self, source_path: str, target_path: Path | str) -> None:
         """Read one sandbox file back to the host (never through a link in the sandbox).

@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from sandboxkit.errors import InvalidRequest
 from sandboxkit.models import ExecRequest, ExecResult, Limits, RunRequest, RunResult
@@ -24,7 +24,16 @@ if TYPE_CHECKING:
     from sandboxkit.configs import BaseBackendConfig
     from sandboxkit.kernel import Kernel
 
-__all__ = ["FORK_LEVELS", "Availability", "Backend", "Capabilities", "OutputCallback", "Sandbox", "Snapshot"]
+__all__ = [
+    "FORK_LEVELS",
+    "Availability",
+    "Backend",
+    "Capabilities",
+    "OutputCallback",
+    "Sandbox",
+    "Snapshot",
+    "own_snapshot",
+]
 
 
 #: An ``on_stdout`` / ``on_stderr`` callback: called with each chunk of the program's raw output
@@ -104,10 +113,12 @@ class Snapshot(abc.ABC):
     Attributes:
         id: identifier (a directory, an image id, a cloud snapshot id).
         backend_name: name of the backend that took it.
+        released: :meth:`release` ran; nothing can be opened from it any more.
     """
 
     id: str
     backend_name: str
+    released: bool = False
 
     @abc.abstractmethod
     async def release(self) -> None:
@@ -115,6 +126,29 @@ class Snapshot(abc.ABC):
 
     def release_sync(self) -> None:  # noqa: B027 - optional hook with a no-op default
         """Synchronous best-effort :meth:`release` for interpreter exit (no event loop needed)."""
+
+
+S = TypeVar("S", bound=Snapshot)
+
+
+def own_snapshot(snapshot: Snapshot, kind: type[S], mine: Callable[[S], bool], backend: str) -> S:
+    """``snapshot`` as a checkpoint this backend object may open or restore: its ``kind``, ``mine``, not released.
+
+    What every forking backend's ``open_from`` and ``restore`` check first, with the same words.
+
+    Raises:
+        InvalidRequest: ``snapshot`` was taken by another backend object (or kind of backend), or released.
+    """
+    if not isinstance(snapshot, kind) or not mine(snapshot):
+        raise InvalidRequest(
+            f"cannot open a {backend} sandbox from {snapshot!r}: it was taken by another backend object",
+            backend=backend,
+        )
+    if snapshot.released:
+        raise InvalidRequest(
+            f"checkpoint {snapshot.id} was released; fork before releasing it, or take a new one", backend=backend
+        )
+    return snapshot
 
 
 class Sandbox(abc.ABC):

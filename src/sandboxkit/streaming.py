@@ -35,8 +35,10 @@ from sandboxkit.models import ExecRequest, ExecResult, RunRequest, RunResult
 
 __all__ = [
     "BufferedSandbox",
+    "CallbackSandbox",
     "OutputCallback",
     "Sink",
+    "Sinks",
     "check_callbacks",
     "exec_streaming",
     "replay",
@@ -166,19 +168,23 @@ async def run_streaming(
 
 
 def _takes_callbacks(sandbox: Sandbox, streams: bool) -> bool:
-    """Whether ``sandbox``'s run and exec take the callbacks: a streaming backend's do, and so does a
-    :class:`BufferedSandbox`, which replays them itself (replaying here too would be a second, empty
-    pass). Only a plugin written before streaming existed does not."""
-    return streams or isinstance(sandbox, BufferedSandbox)
+    """Whether ``sandbox``'s run and exec take the callbacks: a streaming backend's do, and so does any
+    :class:`CallbackSandbox` (a :class:`BufferedSandbox` replays them itself: replaying here too would
+    be a second, empty pass). Only a plugin written before streaming existed does not."""
+    return streams or isinstance(sandbox, CallbackSandbox)
 
 
-class BufferedSandbox(Sandbox):
-    """A sandbox whose backend cannot stream: ``run``/``exec`` replay the final output to the callbacks.
+#: The two callbacks made safe: stdout's and stderr's, ``None`` where the caller gave none.
+Sinks = tuple[Sink | None, Sink | None]
 
-    Written once here so every non-streaming backend (the cloud wrapper, Sandbox Fusion, Ray
-    placement, the testing fake) keeps the same contract: implement :meth:`_run_buffered` and
-    :meth:`_exec_buffered` (the :class:`~sandboxkit.base.Sandbox` semantics without callbacks),
-    and each callback is called once, after the command ends, with the final (cut) output.
+
+class CallbackSandbox(Sandbox):
+    """A sandbox whose ``run`` and ``exec`` take the callbacks: the contract's signatures, written once.
+
+    Every built-in backend derives from it. The callbacks are checked and wrapped (:class:`Sink`)
+    here, before anything runs, so a backend implements :meth:`_run_to` and :meth:`_exec_to` with
+    the two sinks and never repeats the keyword list or the check. A streaming backend hands the
+    sinks to its read loop; :class:`BufferedSandbox` replays the final output to them.
     """
 
     async def run(
@@ -188,8 +194,8 @@ class BufferedSandbox(Sandbox):
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
     ) -> RunResult:
-        """See :meth:`Sandbox.run`; the callbacks get the final output once (no streaming)."""
-        return replay(await self._run_buffered(request), on_stdout, on_stderr)
+        """See :meth:`Sandbox.run`; the callbacks are refused before anything runs if not callable."""
+        return await self._run_to(request, self._sinks(on_stdout, on_stderr))
 
     async def exec_request(
         self,
@@ -198,8 +204,36 @@ class BufferedSandbox(Sandbox):
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
     ) -> ExecResult:
-        """See :meth:`Sandbox.exec`; the callbacks get the final output once (no streaming)."""
-        return replay(await self._exec_buffered(request), on_stdout, on_stderr)
+        """See :meth:`Sandbox.exec`; the callbacks are refused before anything runs if not callable."""
+        return await self._exec_to(request, self._sinks(on_stdout, on_stderr))
+
+    def _sinks(self, on_stdout: OutputCallback | None, on_stderr: OutputCallback | None) -> Sinks:
+        backend = self.backend_name
+        return sink(on_stdout, "on_stdout", backend=backend), sink(on_stderr, "on_stderr", backend=backend)
+
+    @abc.abstractmethod
+    async def _run_to(self, request: RunRequest, sinks: Sinks) -> RunResult:
+        """:meth:`Sandbox.run`, with the program's output also going to ``sinks`` (it raises what that documents)."""
+
+    @abc.abstractmethod
+    async def _exec_to(self, request: ExecRequest, sinks: Sinks) -> ExecResult:
+        """:meth:`Sandbox.exec_request`, with the output also going to ``sinks`` (it raises what that documents)."""
+
+
+class BufferedSandbox(CallbackSandbox):
+    """A sandbox whose backend cannot stream: ``run``/``exec`` replay the final output to the callbacks.
+
+    Written once here so every non-streaming backend (the cloud wrapper, Sandbox Fusion, Ray
+    placement, the testing fake) keeps the same contract: implement :meth:`_run_buffered` and
+    :meth:`_exec_buffered` (the :class:`~sandboxkit.base.Sandbox` semantics without callbacks),
+    and each callback is called once, after the command ends, with the final (cut) output.
+    """
+
+    async def _run_to(self, request: RunRequest, sinks: Sinks) -> RunResult:
+        return replay(await self._run_buffered(request), *sinks)
+
+    async def _exec_to(self, request: ExecRequest, sinks: Sinks) -> ExecResult:
+        return replay(await self._exec_buffered(request), *sinks)
 
     @abc.abstractmethod
     async def _run_buffered(self, request: RunRequest) -> RunResult:

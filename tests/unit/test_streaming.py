@@ -203,3 +203,28 @@ def test_sync_pool_callbacks_run_on_the_pool_loop_thread() -> None:
     assert result.stdout == "a\nb\n"
     assert b"".join(out) == b"a\nb\nc\n"
     assert threads and threading.get_ident() not in threads, "callbacks run on the pool's private loop thread"
+
+
+async def test_a_buffered_sandbox_refuses_a_non_callable_callback_before_the_program_runs() -> None:
+    """The callbacks are checked where every backend takes them (``CallbackSandbox``), not after the run."""
+    backend = FakeBackend()
+    sandbox = await backend.open()
+    with pytest.raises(InvalidRequest, match="on_stdout must be a callable"):
+        await sandbox.run(RunRequest(code="ran-anyway"), on_stdout=42)  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequest, match="on_stderr must be a callable"):
+        await sandbox.exec("ran-anyway", on_stderr="not a function")  # type: ignore[arg-type]
+    assert backend.attempts == {}, "nothing ran"
+
+
+def test_every_built_in_sandbox_takes_the_callbacks_through_one_class() -> None:
+    """``run``/``exec_request`` and their keyword list are written once (``CallbackSandbox``), not per backend."""
+    from sandboxkit.backends._cloud_sandbox import CloudSandbox
+    from sandboxkit.backends.docker import DockerSandbox
+    from sandboxkit.backends.sandbox_fusion import SandboxFusionSandbox
+    from sandboxkit.backends.subprocess import SubprocessSandbox
+    from sandboxkit.streaming import CallbackSandbox
+    from sandboxkit.testing.fake import FakeSandbox
+
+    for cls in (DockerSandbox, SubprocessSandbox, CloudSandbox, SandboxFusionSandbox, FakeSandbox):
+        assert issubclass(cls, CallbackSandbox), cls
+        assert [name for name in ("run", "exec_request") if name in vars(cls)] == [], cls

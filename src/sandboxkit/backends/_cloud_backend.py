@@ -47,9 +47,9 @@ from sandboxkit.backends._cloud_sandbox import (
     redact,
     resolve_secret,
 )
-from sandboxkit.base import Availability, Backend, Capabilities, Snapshot
+from sandboxkit.base import Availability, Backend, Capabilities, Snapshot, own_snapshot
 from sandboxkit.configs import CloudConfig
-from sandboxkit.errors import BackendUnavailable, InvalidRequest, SandboxkitError, Transient
+from sandboxkit.errors import BackendUnavailable, SandboxkitError, Transient
 from sandboxkit.languages import LANGUAGES, resolve_language
 from sandboxkit.models import Limits
 
@@ -253,17 +253,8 @@ class CloudBackend(Backend):
         """
         if self.fork_level == "none":
             return await super().open_from(snapshot, limits)  # type: ignore[return-value]
-        if not isinstance(snapshot, CloudSnapshot) or snapshot.backend is not self:
-            raise InvalidRequest(
-                f"cannot open a {self.name} sandbox from {snapshot!r}: it was taken by another backend object",
-                backend=self.name,
-            )
-        if snapshot.released:
-            raise InvalidRequest(
-                f"checkpoint {snapshot.id} was released; fork before releasing it, or take a new one",
-                backend=self.name,
-            )
-        return await self._open(limits, snapshot.id)
+        taken = own_snapshot(snapshot, CloudSnapshot, lambda mine: mine.backend is self, self.name)
+        return await self._open(limits, taken.id)
 
     async def _open(self, limits: Limits | None, source: str | None) -> CloudSandbox:
         limits = limits or Limits()
@@ -315,7 +306,8 @@ class CloudBackend(Backend):
         """A fresh name for a checkpoint; ``cleanup`` finds leftovers by its prefix."""
         return f"{SNAPSHOT_PREFIX}{self.instance_id}-{uuid.uuid4().hex[:10]}"
 
-    def _adopt_snapshot(self, snapshot_id: str) -> CloudSnapshot:
+    def adopt_snapshot(self, snapshot_id: str) -> CloudSnapshot:
+        """The handle of a checkpoint just taken at the service, tracked so the backend can release it."""
         snap = CloudSnapshot(self, snapshot_id)
         self._snapshots.add(snap)
         return snap

@@ -48,6 +48,7 @@ from sandboxkit.backends._wrapper import (
     parse_result,
     reset_script,
 )
+from sandboxkit.base import Snapshot
 from sandboxkit.errors import InvalidRequest, SandboxCrashed, SandboxkitError, Transient
 from sandboxkit.languages import Language, resolve_language
 from sandboxkit.models import ExecRequest, ExecResult, Limits, RunRequest, RunResult, Status, check_sandbox_path
@@ -143,6 +144,14 @@ class CloudHost(Protocol):
         """``sandbox_id`` was closed: deleted at the service, or (``deleted=False``) cut short, so delete it later."""
         ...
 
+    def snapshot_name(self) -> str:
+        """A fresh name for a checkpoint; ``cleanup`` finds leftovers by its prefix."""
+        ...
+
+    def adopt_snapshot(self, snapshot_id: str) -> Snapshot:
+        """The handle of a checkpoint just taken at the service, which the backend now tracks."""
+        ...
+
 
 class CloudSandbox(BufferedSandbox):
     """A :class:`Sandbox` built on three service primitives: upload, download, shell.
@@ -191,6 +200,10 @@ class CloudSandbox(BufferedSandbox):
     async def _shell(self, command: str, *, deadline_s: float) -> RawResult:
         """Run a shell command line; raise :class:`NoAnswer` after killing it if ``deadline_s`` passes."""
 
+    @abc.abstractmethod
+    async def _take_snapshot(self, name: str) -> str:
+        """Snapshot the sandbox at the service under ``name``; the snapshot's id (SDK errors propagate)."""
+
     async def _control(self, command: str, *, deadline_s: float = 30.0) -> RawResult:
         """Run one of our own short commands (kill, reset); services may use a cheaper path."""
         return await self._shell(command, deadline_s=deadline_s)
@@ -198,6 +211,23 @@ class CloudSandbox(BufferedSandbox):
     @abc.abstractmethod
     async def _destroy(self) -> None:
         """Delete the sandbox at the service (called once, shielded, by :meth:`close`)."""
+
+    async def snapshot(self) -> Snapshot:
+        """Checkpoint the sandbox with the service's snapshot API (:meth:`_take_snapshot`).
+
+        Named ``sandboxkit-...`` so ``cleanup`` finds leftovers.
+
+        Raises:
+            SandboxCrashed: the sandbox is closed or gone.
+            RateLimited, Transient: the service refused or failed for now.
+        """
+        if self.closed:
+            raise SandboxCrashed("the sandbox is closed; open a new one", backend=self.backend_name, sandbox_id=self.id)
+        try:
+            snapshot_id = await self._take_snapshot(self._backend.snapshot_name())
+        except Exception as exc:
+            raise await self._fail(exc, "snapshot the sandbox") from exc
+        return self._backend.adopt_snapshot(snapshot_id)
 
     # ------------------------------------------------------------------ errors and lifetime
 

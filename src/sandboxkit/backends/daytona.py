@@ -36,7 +36,6 @@ import anyio
 
 from sandboxkit.backends._cloud_backend import CloudBackend, named_limit
 from sandboxkit.backends._cloud_sandbox import CloudSandbox, NoAnswer, RawResult, redact
-from sandboxkit.base import Snapshot
 from sandboxkit.configs import DaytonaConfig
 from sandboxkit.errors import (
     BackendUnavailable,
@@ -170,24 +169,11 @@ class DaytonaSandbox(CloudSandbox):
             self._session = None  # sessions are per sandbox, but re-create rather than trust an old id
         return self._sdk
 
-    async def snapshot(self) -> Snapshot:
-        """Checkpoint the sandbox's filesystem with Daytona's snapshot API (``sandbox.create_snapshot``).
-
-        Named ``sandboxkit-...`` so ``cleanup`` finds leftovers.
-
-        Raises:
-            SandboxCrashed: the sandbox is closed or gone.
-            RateLimited, Transient: the service refused or failed for now.
-        """
-        if self.closed:
-            raise SandboxCrashed("the sandbox is closed; open a new one", backend=self.backend_name, sandbox_id=self.id)
-        name = self._backend.snapshot_name()
+    async def _take_snapshot(self, name: str) -> str:
+        """The sandbox's filesystem, with Daytona's snapshot API (``sandbox.create_snapshot``); its id is its name."""
         sdk = await self._bound()
-        try:
-            await sdk.create_snapshot(name, timeout=self._backend.create_timeout_s)
-        except Exception as exc:
-            raise await self._fail(exc, "snapshot the sandbox") from exc
-        return self._backend._adopt_snapshot(name)
+        await sdk.create_snapshot(name, timeout=self._backend.create_timeout_s)
+        return name
 
     async def _upload(self, files: Mapping[str, bytes]) -> None:
         from daytona import FileUpload

@@ -36,7 +36,6 @@ import anyio
 
 from sandboxkit.backends._cloud_backend import CloudBackend, named_limit
 from sandboxkit.backends._cloud_sandbox import CloudSandbox, NoAnswer, RawResult, redact
-from sandboxkit.base import Snapshot
 from sandboxkit.configs import E2BConfig
 from sandboxkit.errors import (
     BackendUnavailable,
@@ -189,24 +188,14 @@ class E2BSandbox(CloudSandbox):
         except Exception as exc:
             raise await self._fail(exc, "run a command") from exc
 
-    async def snapshot(self) -> Snapshot:
-        """Checkpoint the sandbox with E2B's own snapshot API (files, processes and memory).
+    async def _take_snapshot(self, name: str) -> str:
+        """Files, processes and memory, with E2B's own snapshot API.
 
         E2B pauses the sandbox while it snapshots and resumes it; sandboxes created from the
-        snapshot restore its memory. Named ``sandboxkit-...`` so ``cleanup`` finds leftovers.
-
-        Raises:
-            SandboxCrashed: the sandbox is closed or gone.
-            RateLimited, Transient: the service refused or failed for now.
+        snapshot restore its memory.
         """
-        if self.closed:
-            raise SandboxCrashed("the sandbox is closed; open a new one", backend=self.backend_name, sandbox_id=self.id)
-        name = self._backend.snapshot_name()
-        try:
-            info = await self._sdk.create_snapshot(name, request_timeout=self._backend.create_timeout_s)
-        except Exception as exc:
-            raise await self._fail(exc, "snapshot the sandbox") from exc
-        return self._backend._adopt_snapshot(str(info.snapshot_id))
+        info = await self._sdk.create_snapshot(name, request_timeout=self._backend.create_timeout_s)
+        return str(info.snapshot_id)
 
     async def alive(self) -> bool:
         """True while envd in the sandbox answers its health check. Never raises."""

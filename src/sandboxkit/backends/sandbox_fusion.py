@@ -339,16 +339,7 @@ class SandboxFusionSandbox(BufferedSandbox):
         limits = self.limits if timeout is None else self.limits.merged(timeout_s=timeout)
         program = RunRequest(code="\n".join(lines) + "\n", language="bash", stdin=request.stdin, limits=limits)
         result = await self._call(program)
-        return ExecResult(
-            status=result.status,
-            exit_code=result.exit_code,
-            signal=result.signal,
-            stdout=result.stdout,
-            stderr=result.stderr,
-            stdout_truncated=result.stdout_truncated,
-            stderr_truncated=result.stderr_truncated,
-            duration_s=result.duration_s,
-        )
+        return ExecResult(**result.model_dump(include=set(ExecResult.model_fields)))  # the run without its extras
 
     async def write_files(self, files: Mapping[str, bytes | str]) -> None:
         """Stage files; they are uploaded with every later call on this handle.

@@ -24,7 +24,7 @@ import tarfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sandboxkit.backends.docker._engine import SANDBOX_UID
+from sandboxkit.backends.docker._engine import tar_entry
 from sandboxkit.errors import InvalidRequest
 
 __all__ = [
@@ -91,15 +91,6 @@ def stat_path(client: Any, container_id: str, path: str) -> dict[str, Any] | Non
     return dict(json.loads(base64.b64decode(header))) if header else {}
 
 
-def _entry(name: str, kind: bytes, mode: int) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.type = kind
-    info.mode = mode
-    info.uid = info.gid = SANDBOX_UID
-    info.uname = info.gname = "sandbox"
-    return info
-
-
 def _existing_ancestor(client: Any, container_id: str, directory: str, sandbox_id: str | None) -> str:
     """The deepest directory at or above ``directory`` that exists in the container."""
     current = directory
@@ -138,9 +129,9 @@ def put_files(
             prefix = ""
             for part in missing.split("/") if missing else []:
                 prefix = posixpath.join(prefix, part)
-                tar.addfile(_entry(prefix, tarfile.DIRTYPE, 0o755))
+                tar.addfile(tar_entry(prefix, tarfile.DIRTYPE, 0o755))
             for name, data in children.items():
-                info = _entry(posixpath.join(prefix, name), tarfile.REGTYPE, 0o644)
+                info = tar_entry(posixpath.join(prefix, name), tarfile.REGTYPE, 0o644)
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
         try:
@@ -167,5 +158,5 @@ def make_dirs(client: Any, container_id: str, dirs: Sequence[str]) -> None:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for directory in dirs:
-            tar.addfile(_entry(directory.lstrip("/"), tarfile.DIRTYPE, 0o755))
+            tar.addfile(tar_entry(directory.lstrip("/"), tarfile.DIRTYPE, 0o755))
     client.api.put_archive(container_id, "/", buf.getvalue())

@@ -12,13 +12,14 @@ nothing and needs no thread (the docker SDK is synchronous; only its API calls g
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import socket
 import ssl
 import struct
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import anyio
 
@@ -30,6 +31,8 @@ _FRAME = struct.Struct(">II")
 _MUX = struct.Struct(">BxxxI")
 _RECV_CHUNK = 1 << 18
 _PEEK = socket.MSG_PEEK | socket.MSG_DONTWAIT
+_T = TypeVar("_T")
+
 _wait_readable = getattr(anyio, "wait_readable", None) or anyio.wait_socket_readable
 _wait_writable = getattr(anyio, "wait_writable", None) or anyio.wait_socket_writable
 _notify_closing = getattr(anyio, "notify_closing", lambda sock: None)
@@ -120,28 +123,29 @@ class RunnerChannel:
                 log.debug("runner %s stderr: %s", self._name, payload.decode("utf-8", "replace").rstrip())
 
     async def _recv(self) -> bytes:
-        while True:
-            try:
-                return self._sock.recv(_RECV_CHUNK)
-            except (BlockingIOError, ssl.SSLWantReadError):
-                try:
-                    await _wait_readable(self._sock)
-                except (anyio.ClosedResourceError, anyio.BusyResourceError) as exc:
-                    raise ChannelClosed(f"connection to the runner of {self._name} was closed") from exc
-            except OSError as exc:
-                raise ChannelClosed(f"connection to the runner of {self._name} broke: {exc}") from exc
+        return await self._when_ready(lambda: self._sock.recv(_RECV_CHUNK), ssl.SSLWantReadError, _wait_readable)
 
     async def _send(self, data: bytes) -> None:
         if self.closed or self._eof:
             raise ChannelClosed(f"runner of container {self._name} is gone; its stderr: {self.stderr_tail!r}")
         view = memoryview(data)
         while view:
+            sent = await self._when_ready(
+                functools.partial(self._sock.send, view), ssl.SSLWantWriteError, _wait_writable
+            )
+            view = view[sent:]
+
+    async def _when_ready(
+        self, op: Callable[[], _T], want: type[ssl.SSLError], wait: Callable[[socket.socket], Awaitable[None]]
+    ) -> _T:
+        """``op`` on the non-blocking socket, retried after ``wait`` whenever it would block (``want``: TLS's
+        way of saying so). A closed or broken connection is :class:`ChannelClosed`, for reads and writes alike."""
+        while True:
             try:
-                sent = self._sock.send(view)
-                view = view[sent:]
-            except (BlockingIOError, ssl.SSLWantWriteError):
+                return op()
+            except (BlockingIOError, want):
                 try:
-                    await _wait_writable(self._sock)
+                    await wait(self._sock)
                 except (anyio.ClosedResourceError, anyio.BusyResourceError) as exc:
                     raise ChannelClosed(f"connection to the runner of {self._name} was closed") from exc
             except OSError as exc:

@@ -48,6 +48,7 @@ __all__ = [
     "remove_labelled",
     "remove_volume",
     "runner_source",
+    "tar_entry",
     "update_limits",
 ]
 
@@ -280,14 +281,15 @@ def put_files(client: Any, container_id: str, workdir: str, files: Mapping[str, 
                 dirs.add(parent)
                 parent = posixpath.dirname(parent)
             for folder in reversed(chain):
-                tar.addfile(_entry(folder, tarfile.DIRTYPE, 0o755))
-            info = _entry(path, tarfile.REGTYPE, 0o644)
+                tar.addfile(tar_entry(folder, tarfile.DIRTYPE, 0o755))
+            info = tar_entry(path, tarfile.REGTYPE, 0o644)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     client.api.put_archive(container_id, workdir, buf.getvalue())
 
 
-def _entry(name: str, kind: bytes, mode: int) -> tarfile.TarInfo:
+def tar_entry(name: str, kind: bytes, mode: int) -> tarfile.TarInfo:
+    """A tar member owned by the program's user, so what the host puts in a container is the program's to change."""
     info = tarfile.TarInfo(name)
     info.type = kind
     info.mode = mode

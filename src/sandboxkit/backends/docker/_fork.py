@@ -52,7 +52,7 @@ from sandboxkit.backends.docker._archive import (
     link_blob,
     rewrite_checkpoint,
 )
-from sandboxkit.base import Snapshot
+from sandboxkit.base import Snapshot, own_snapshot
 from sandboxkit.errors import InvalidRequest, SandboxCrashed, Transient
 
 __all__ = ["ArchiveSnapshot", "Forkable", "HeldSandbox", "check_snapshot", "fill_new", "restore_into", "take_snapshot"]
@@ -265,15 +265,7 @@ def check_snapshot(registry: set[ArchiveSnapshot], snapshot: Snapshot) -> Archiv
     Raises:
         InvalidRequest: ``snapshot`` is another backend object's, or released.
     """
-    if not isinstance(snapshot, ArchiveSnapshot) or snapshot._registry is not registry:
-        raise InvalidRequest(
-            f"cannot open a docker sandbox from {snapshot!r}: it was taken by another backend object", backend=_NAME
-        )
-    if snapshot.released:
-        raise InvalidRequest(
-            f"checkpoint {snapshot.id} was released; fork before releasing it, or take a new one", backend=_NAME
-        )
-    return snapshot
+    return own_snapshot(snapshot, ArchiveSnapshot, lambda mine: mine._registry is registry, _NAME)
 
 
 async def restore_into(sandbox: Forkable, registry: set[ArchiveSnapshot], snapshot: Snapshot) -> bool:

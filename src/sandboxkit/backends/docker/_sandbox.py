@@ -25,12 +25,12 @@ from sandboxkit.backends.docker._checks import check_env, check_limits, check_pa
 from sandboxkit.backends.docker._fork import ArchiveSnapshot, HeldSandbox, restore_into, take_snapshot
 from sandboxkit.backends.docker._kernel import start_kernel
 from sandboxkit.backends.docker._results import Blobs, base_env, classify, make_step, split_outputs
-from sandboxkit.base import OutputCallback, Sandbox, Snapshot
+from sandboxkit.base import Snapshot
 from sandboxkit.errors import InvalidRequest, SandboxCrashed, SandboxError, ToolchainMissing, Transient
 from sandboxkit.kernel import Kernel, KernelLink
 from sandboxkit.languages import Language
 from sandboxkit.models import ExecRequest, ExecResult, Limits, RunRequest, RunResult, Status, check_sandbox_path
-from sandboxkit.streaming import Sink, sink
+from sandboxkit.streaming import CallbackSandbox, Sinks
 
 __all__ = ["ContainerHost", "DockerSandbox"]
 
@@ -67,7 +67,7 @@ class ContainerHost(Protocol):
         ...
 
 
-class DockerSandbox(Sandbox):
+class DockerSandbox(CallbackSandbox):
     """A container whose workspace and files persist across calls until :meth:`close`.
 
     Created by :meth:`DockerBackend.open`; not constructed directly.
@@ -121,7 +121,7 @@ class DockerSandbox(Sandbox):
         header: dict[str, Any],
         blobs: Sequence[bytes],
         timeout_s: float,
-        sinks: tuple[Sink | None, Sink | None] | None = None,
+        sinks: Sinks | None = None,
     ) -> tuple[dict[str, Any], bytes]:
         """One request to the runner, under the host-side deadline.
 
@@ -136,7 +136,7 @@ class DockerSandbox(Sandbox):
         header: dict[str, Any],
         blobs: Sequence[bytes],
         timeout_s: float,
-        sinks: tuple[Sink | None, Sink | None] | None = None,
+        sinks: Sinks | None = None,
     ) -> tuple[dict[str, Any], bytes]:
         """:meth:`_call` for a caller that holds the lock (and needs the container still between calls)."""
         if self._closed:
@@ -250,16 +250,10 @@ class DockerSandbox(Sandbox):
 
     # ----------------------------------------------------------------- the contract
 
-    async def run(
-        self,
-        request: RunRequest,
-        *,
-        on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
-    ) -> RunResult:
+    async def _run_to(self, request: RunRequest, sinks: Sinks) -> RunResult:
         """Write the source, compile if needed, run with stdin, fetch files (see :class:`Sandbox`).
 
-        ``on_stdout`` / ``on_stderr`` get the program's output as the runner reads it (streaming).
+        ``sinks`` get the program's output as the runner reads it (streaming).
 
         Raises:
             InvalidRequest: the request needs a network setting this container was not opened with,
@@ -273,7 +267,6 @@ class DockerSandbox(Sandbox):
         planned = plan(request, warm_python=self.runner == "python" and self._backend.python_fast)
         lang = planned.language
         limits = request.limits
-        sinks = _sinks(on_stdout, on_stderr)
         source = utf8(planned.source, "the code", self.id)
         stdin = utf8(request.stdin or "", "stdin", self.id)
         check_env(request.env, request.argv, self.id)
@@ -302,7 +295,7 @@ class DockerSandbox(Sandbox):
             )
             for step in planned.steps
         ]
-        if sinks is not None:
+        if sinks != (None, None):
             steps[-1]["live"] = True
         header = {"op": "run", "write": [[src_name, 0, len(source), 0o644]], "steps": steps}
         budget = sum(float(s["timeout"]) for s in steps) + self._grace()
@@ -336,16 +329,10 @@ class DockerSandbox(Sandbox):
                     sandbox_id=self.id,
                 )
 
-    async def exec_request(
-        self,
-        request: ExecRequest,
-        *,
-        on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
-    ) -> ExecResult:
+    async def _exec_to(self, request: ExecRequest, sinks: Sinks) -> ExecResult:
         """Run ``bash -c command`` (``/bin/sh`` without bash) or an argv list in the workspace (see :meth:`Sandbox.exec`).
 
-        ``on_stdout`` / ``on_stderr`` get the output as the runner reads it (streaming).
+        ``sinks`` get the output as the runner reads it (streaming).
 
         ``cwd`` is relative to the workspace, or an absolute directory of the container (``/testbed``).
 
@@ -371,8 +358,7 @@ class DockerSandbox(Sandbox):
             blobs=blobs,
             stdin=data,
         )
-        sinks = _sinks(on_stdout, on_stderr)
-        if sinks is not None:
+        if sinks != (None, None):
             step["live"] = True
         header = {"op": "run", "steps": [step]}
         reply, blob = await self._call(header, blobs.parts, float(step["timeout"]) + self._grace(), sinks)
@@ -380,7 +366,7 @@ class DockerSandbox(Sandbox):
         result = reply["steps"][0]
         if result.get("missing"):  # like a shell: a failed command, not an infrastructure error
             missing = f"{argv[0]}: command not found\n"
-            if sinks is not None and sinks[1] is not None:
+            if sinks[1] is not None:
                 sinks[1](missing.encode())
             return ExecResult(status=Status.FAILED, exit_code=127, stderr=missing)
         return classify(result, *split_outputs(reply["steps"], blob)[0])
@@ -637,12 +623,3 @@ def check_sandbox_path_or_invalid(path: str, sandbox_id: str) -> str:
         return check_sandbox_path(path, absolute_ok=True)
     except ValueError as exc:
         raise InvalidRequest(str(exc), backend=_NAME, sandbox_id=sandbox_id) from exc
-
-
-def _sinks(
-    on_stdout: OutputCallback | None, on_stderr: OutputCallback | None
-) -> tuple[Sink | None, Sink | None] | None:
-    """The callbacks made safe, or ``None`` when there are none (the step is then not ``live``)."""
-    if on_stdout is None and on_stderr is None:
-        return None
-    return sink(on_stdout, "on_stdout", backend=_NAME), sink(on_stderr, "on_stderr", backend=_NAME)

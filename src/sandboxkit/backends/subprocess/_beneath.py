@@ -26,8 +26,11 @@ import errno
 import os
 import shutil
 import stat
+from collections.abc import Callable, Iterable
 
-__all__ = ["DIR_FLAGS", "RACED", "make_dirs", "open_beneath", "open_dir", "remove_entry", "split_rel"]
+from sandboxkit.backends.subprocess import _libc
+
+__all__ = ["DIR_FLAGS", "RACED", "make_dirs", "open_beneath", "open_dir", "remove_entry", "split_rel", "walk"]
 
 #: Flags of a directory opened to walk from or list (never a link, never a FIFO's block).
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -56,9 +59,7 @@ class _Openat2:
         self.usable = True
         self._syscall = None
         try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            self._syscall = libc.syscall
-            self._syscall.restype = ctypes.c_long
+            self._syscall = _libc.libc().syscall
         except (OSError, AttributeError):
             self.usable = False
 
@@ -119,19 +120,28 @@ def open_beneath(dirfd: int, rel: str, flags: int, mode: int = 0o600) -> int:
         fd = _OPENAT2(dirfd, rel, flags, mode)
         if fd is not None:
             return fd
-    parent = _walk(dirfd, parts[:-1])
+    parent = walk(dirfd, parts[:-1])
     try:
         return os.open(parts[-1], flags, mode, dir_fd=parent)
     finally:
         os.close(parent)
 
 
-def _walk(dirfd: int, parts: list[str]) -> int:
-    """A new fd of the directory ``parts`` below ``dirfd``, by an ``O_NOFOLLOW | O_DIRECTORY`` chain."""
+def _enter(dirfd: int, name: str) -> int:
+    return os.open(name, DIR_FLAGS, dir_fd=dirfd)
+
+
+def walk(dirfd: int, parts: Iterable[str], step: Callable[[int, str], int] = _enter) -> int:
+    """A new fd of the directory ``parts`` below ``dirfd``, one component at a time.
+
+    ``step(fd, name)`` opens ``name`` below ``fd`` without following it (by default an ``O_NOFOLLOW |
+    O_DIRECTORY`` open; a caller's may make what is missing). Each fd on the way is closed as soon as
+    the next is open, and on an error too, so no walk leaks a descriptor whatever the program put there.
+    """
     fd = os.dup(dirfd)
     try:
         for name in parts:
-            nxt = os.open(name, DIR_FLAGS, dir_fd=fd)
+            nxt = step(fd, name)
             os.close(fd)
             fd = nxt
     except BaseException:
@@ -164,16 +174,7 @@ def make_dirs(dirfd: int, parts: list[str], owner: tuple[int, int] | None, mode:
     Raises:
         OSError: EBUSY when the program keeps replacing a component faster than the host makes it.
     """
-    fd = os.dup(dirfd)
-    try:
-        for name in parts:
-            fd_next = _enter_or_make(fd, name, owner, mode)
-            os.close(fd)
-            fd = fd_next
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return walk(dirfd, parts, lambda fd, name: _enter_or_make(fd, name, owner, mode))
 
 
 def _enter_or_make(fd: int, name: str, owner: tuple[int, int] | None, mode: int) -> int:

@@ -28,7 +28,6 @@ full copy: slower, same semantics. Every directory is named ``sbx-<hex>-p<pid>..
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import logging
 import os
@@ -41,15 +40,15 @@ import anyio.to_thread
 
 from sandboxkit.backends.subprocess import _beneath as beneath
 from sandboxkit.backends.subprocess import _isolation as isolation
+from sandboxkit.backends.subprocess import _libc
 from sandboxkit.backends.subprocess._idmap import idmapped_bind
-from sandboxkit.base import Snapshot
-from sandboxkit.errors import BackendUnavailable, InvalidRequest
+from sandboxkit.base import Snapshot, own_snapshot
+from sandboxkit.errors import BackendUnavailable
 
 __all__ = ["DirectorySnapshot", "check_snapshot", "fork_into", "take_snapshot"]
 
 log = logging.getLogger(__name__)
 NAME = "subprocess"
-_MS_NOSUID, _MS_NODEV = 2, 4
 #: Whether idmapped checkpoint layers work here (cleared after the first refusal).
 _IDMAP = [True]
 #: Mode bits a copy keeps: setuid/setgid would mean nothing on a nosuid mount, so they are dropped.
@@ -298,11 +297,7 @@ async def take_snapshot(
 
 
 def _mount_overlay(lower: str, upper: str, work: str, target: str) -> None:
-    opts = f"lowerdir={lower},upperdir={upper},workdir={work},metacopy=on,redirect_dir=on".encode()
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.mount(b"overlay", target.encode(), b"overlay", _MS_NOSUID | _MS_NODEV, opts) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"mount overlay on {target!r}: {os.strerror(err)}")
+    _libc.mount(b"overlay", target, f"lowerdir={lower},upperdir={upper},workdir={work},metacopy=on,redirect_dir=on")
 
 
 def fork_into(
@@ -354,13 +349,4 @@ def check_snapshot(registry: set[DirectorySnapshot], snapshot: Snapshot) -> Dire
     Raises:
         InvalidRequest: ``snapshot`` is not this backend's, or was released.
     """
-    if not isinstance(snapshot, DirectorySnapshot) or snapshot._registry is not registry:
-        raise InvalidRequest(
-            f"cannot open a subprocess sandbox from {snapshot!r}: it was taken by another backend object",
-            backend=NAME,
-        )
-    if snapshot.released:
-        raise InvalidRequest(
-            f"checkpoint {snapshot.id} was released; fork before releasing it, or take a new one", backend=NAME
-        )
-    return snapshot
+    return own_snapshot(snapshot, DirectorySnapshot, lambda mine: mine._registry is registry, NAME)

@@ -530,18 +530,7 @@ class ForkServer:
             drain.close()
         code = os.waitstatus_to_exitcode(status) if status is not None else -signal.SIGKILL
         oom = self.cgroup is not None and self.cgroup.oom_kills() > oom_before
-        return Outcome(
-            returncode=code if code >= 0 else None,
-            signal=-code if code < 0 else None,
-            stdout=drain.stdout,
-            stderr=drain.stderr,
-            stdout_truncated=drain.stdout_truncated,
-            stderr_truncated=drain.stderr_truncated,
-            duration_s=time.perf_counter() - started,
-            timed_out=timed_out,
-            output_limit=drain.stopped,
-            oom_killed=oom,
-        )
+        return drain.outcome(code, time.perf_counter() - started, timed_out=timed_out, oom_killed=oom)
 
 
 def _set_done(fut: asyncio.Future[None]) -> None:

@@ -126,15 +126,4 @@ async def run_from_host(cmd: Command) -> Outcome:
         _killpg(pgid)
         drain.close()
         returncode = proc.wait()
-    duration = time.perf_counter() - started
-    return Outcome(
-        returncode=returncode if returncode >= 0 else None,
-        signal=-returncode if returncode < 0 else None,
-        stdout=drain.stdout,
-        stderr=drain.stderr,
-        stdout_truncated=drain.stdout_truncated,
-        stderr_truncated=drain.stderr_truncated,
-        duration_s=duration,
-        timed_out=timed_out,
-        output_limit=drain.stopped,
-    )
+    return drain.outcome(returncode, time.perf_counter() - started, timed_out=timed_out)

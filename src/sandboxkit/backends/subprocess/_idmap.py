@@ -23,6 +23,8 @@ import select
 import signal
 import threading
 
+from sandboxkit.backends.subprocess import _libc
+
 __all__ = ["can_idmap", "idmapped_bind", "reap_helpers"]
 
 _CLONE_NEWUSER = 0x10000000
@@ -51,12 +53,6 @@ class _MountAttr(ctypes.Structure):
     ]
 
 
-def _libc() -> ctypes.CDLL:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    return libc
-
-
 def _userns_mapping(inside: int, uid: int) -> int:
     """A descriptor of a new user namespace whose uid and gid ``inside`` are ``uid`` outside it.
 
@@ -64,7 +60,7 @@ def _userns_mapping(inside: int, uid: int) -> int:
     exit through a pipe: forks run concurrently in threads, and each child inherits the others'
     pipe ends, so an end-of-file would never come (they deadlocked that way).
     """
-    libc = _libc()
+    libc = _libc.libc()
     ready_r, ready_w = os.pipe()
     parent = os.getpid()
     pid = os.fork()
@@ -137,7 +133,7 @@ def _idmapped_tree(source: str, uid: int, owner: int) -> int:
     Raises:
         OSError: the kernel cannot idmap this filesystem.
     """
-    libc = _libc()
+    libc = _libc.libc()
     userns = _userns_mapping(owner, uid)
     try:
         tree = libc.syscall(_SYS_OPEN_TREE, _AT_FDCWD, source.encode(), _OPEN_TREE_CLONE | os.O_CLOEXEC)
@@ -160,7 +156,7 @@ def idmapped_bind(source: str, target: str, uid: int, *, owner: int = 0) -> None
     Raises:
         OSError: the kernel cannot idmap this filesystem (callers fall back to chowning).
     """
-    libc = _libc()
+    libc = _libc.libc()
     tree = _idmapped_tree(source, uid, owner)
     try:
         if libc.syscall(_SYS_MOVE_MOUNT, tree, b"", _AT_FDCWD, target.encode(), _MOVE_MOUNT_F_EMPTY_PATH) < 0:

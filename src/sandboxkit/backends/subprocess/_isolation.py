@@ -18,8 +18,6 @@ what is really active, never a silently weaker set):
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import functools
 import logging
 import os
@@ -30,6 +28,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sandboxkit.backends.subprocess import _libc
 from sandboxkit.backends.subprocess._cgroup import CgroupSupport, probe_cgroup
 
 __all__ = [
@@ -213,27 +212,18 @@ def _binds_below(directory: str, exclude: frozenset[str]) -> list[str]:
     return args
 
 
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-
-
 def mount_tmpfs(path: str, *, size_mb: int, uid: int, gid: int) -> None:
     """Mount a size-capped tmpfs owned by ``uid`` on ``path``.
 
     Raises:
         OSError: the kernel refused (not root, or no CAP_SYS_ADMIN in this container).
     """
-    opts = f"size={size_mb}m,mode=0700,uid={uid},gid={gid},nr_inodes=65536".encode()
-    ms_nosuid, ms_nodev = 2, 4
-    if _libc().mount(b"tmpfs", path.encode(), b"tmpfs", ms_nosuid | ms_nodev, opts) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"mount tmpfs on {path!r}: {os.strerror(err)}")
+    _libc.mount(b"tmpfs", path, f"size={size_mb}m,mode=0700,uid={uid},gid={gid},nr_inodes=65536")
 
 
 def unmount(path: str) -> None:
     """Lazily unmount ``path`` (best effort)."""
-    mnt_detach = 2
-    _libc().umount2(path.encode(), mnt_detach)
+    _libc.unmount(path)
 
 
 def _probe_bwrap(is_root: bool) -> tuple[str | None, str, bool]:

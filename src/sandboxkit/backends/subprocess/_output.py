@@ -22,6 +22,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sandboxkit.backends.subprocess._status import Outcome
 from sandboxkit.backends.subprocess._watch import Watcher
 from sandboxkit.models import Limits
 from sandboxkit.output import HeadTail
@@ -111,21 +112,25 @@ class Drain:
             else:
                 self._close_stdin()
 
-    @property
-    def stdout(self) -> bytes:
-        return self._readers[0].kept.value()
+    def outcome(self, code: int, duration_s: float, *, timed_out: bool, oom_killed: bool = False) -> Outcome:
+        """What the process left: the output kept, and how it ended.
 
-    @property
-    def stderr(self) -> bytes:
-        return self._readers[1].kept.value()
-
-    @property
-    def stdout_truncated(self) -> bool:
-        return self._readers[0].kept.truncated
-
-    @property
-    def stderr_truncated(self) -> bool:
-        return self._readers[1].kept.truncated
+        ``code`` is the exit code, or minus the signal that killed it (``Popen.returncode``'s form);
+        both ways of running a program here (from the host, through a fork server) end with this.
+        """
+        out, err = self._readers[0].kept, self._readers[1].kept
+        return Outcome(
+            returncode=code if code >= 0 else None,
+            signal=-code if code < 0 else None,
+            stdout=out.value(),
+            stderr=err.value(),
+            stdout_truncated=out.truncated,
+            stderr_truncated=err.truncated,
+            duration_s=duration_s,
+            timed_out=timed_out,
+            output_limit=self.stopped,
+            oom_killed=oom_killed,
+        )
 
     def _on_readable(self, reader: _Reader) -> None:
         try:

@@ -34,8 +34,6 @@ swapped in after the resolution makes the open fail; it never reaches the host.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import errno
 import hashlib
 import logging
@@ -49,6 +47,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sandboxkit.backends.subprocess import _beneath as beneath
+from sandboxkit.backends.subprocess import _libc
 from sandboxkit.backends.subprocess._idmap import can_idmap, idmapped_bind
 from sandboxkit.backends.subprocess._untar import unpack_tarball
 from sandboxkit.backends.subprocess._workspace import Workspace
@@ -87,18 +86,12 @@ PRIVATE_MOUNTS = ("/tmp", "/dev", "/proc", "/sys")
 #: Can this image's python3 run the fork server (``_server_main``'s imports, Python >= 3.8)?
 PYTHON_PROBE = "import sys, _socket, atexit, builtins, ctypes, gc, marshal, os, resource, signal\nsys.exit(sys.version_info < (3, 8))"
 _MARKER = ".sandboxkit-image"
-_MS_NOSUID, _MS_NODEV = 2, 4
-_MNT_DETACH = 2
 
 
 def default_cache() -> str:
     """``$XDG_CACHE_HOME/sandboxkit/rootfs`` (``~/.cache/sandboxkit/rootfs``)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "sandboxkit", "rootfs")
-
-
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 
 
 # ---------------------------------------------------------------------- resolution
@@ -402,10 +395,7 @@ class RootView:
             idmapped_bind(self.image.path, self.lower, self.owner[0], owner=ROOTFS_UID)
         lower_root = os.stat(self.image.path)
         os.chmod(self.upper, stat.S_IMODE(lower_root.st_mode))  # the merged "/" takes the upper's mode
-        opts = f"lowerdir={self.lower},upperdir={self.upper},workdir={self.work}".encode()
-        if _libc().mount(b"overlay", self.root.encode(), b"overlay", _MS_NOSUID | _MS_NODEV, opts) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"mount overlay on {self.root!r}: {os.strerror(err)}")
+        _libc.mount(b"overlay", self.root, f"lowerdir={self.lower},upperdir={self.upper},workdir={self.work}")
         self.mounted = True
         for directory in (self.workdir, *AGENT_DIRS):
             self._makedirs(resolve_in_root(self.root, directory, follow_last=True))
@@ -446,7 +436,7 @@ class RootView:
         The idmapped image below it stays for :meth:`reset`; it goes with the sandbox's tmpfs.
         """
         if self.mounted:
-            _libc().umount2(self.root.encode(), _MNT_DETACH)
+            _libc.unmount(self.root)
             self.mounted = False
 
     def reset(self) -> None:

@@ -34,12 +34,12 @@ from sandboxkit.backends.subprocess._kernel import KernelLaunch, start_kernel
 from sandboxkit.backends.subprocess._output import OutputLimits
 from sandboxkit.backends.subprocess._status import Outcome, classify, rlimits_for
 from sandboxkit.backends.subprocess._workspace import Workspace, program_env
-from sandboxkit.base import OutputCallback, Sandbox, Snapshot
+from sandboxkit.base import Snapshot
 from sandboxkit.errors import BackendUnavailable, InvalidRequest, SandboxCrashed, SandboxLost, ToolchainMissing
 from sandboxkit.kernel import Kernel, KernelLink
 from sandboxkit.languages import Language, resolve_language
 from sandboxkit.models import ExecRequest, ExecResult, Limits, RunRequest, RunResult, Status
-from sandboxkit.streaming import Sink, sink
+from sandboxkit.streaming import CallbackSandbox, Sinks
 
 __all__ = ["SandboxHost", "SubprocessSandbox"]
 
@@ -95,7 +95,7 @@ class SandboxHost(Protocol):
         ...
 
 
-class SubprocessSandbox(Sandbox):
+class SubprocessSandbox(CallbackSandbox):
     """One workspace on this machine and the fork server that runs its commands in isolation."""
 
     backend_name = NAME
@@ -471,7 +471,7 @@ class SubprocessSandbox(Sandbox):
         python_file: str | None = None,
         source: tuple[str, bytes] | None = None,
         compiler: bool = False,
-        sinks: tuple[Sink | None, Sink | None] = (None, None),
+        sinks: Sinks = (None, None),
     ) -> Outcome:
         """Run one command through the fork server (or the cold path when there is none).
 
@@ -545,16 +545,10 @@ class SubprocessSandbox(Sandbox):
 
     # ------------------------------------------------------------------ contract
 
-    async def run(
-        self,
-        request: RunRequest,
-        *,
-        on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
-    ) -> RunResult:
+    async def _run_to(self, request: RunRequest, sinks: Sinks) -> RunResult:
         """Write the code and files, compile if needed, run with stdin, fetch files.
 
-        ``on_stdout`` / ``on_stderr`` get the program's output chunks as the pipes are read.
+        ``sinks`` get the program's output chunks as the pipes are read.
 
         Raises:
             ToolchainMissing: the language's compiler or interpreter is not installed here.
@@ -573,7 +567,6 @@ class SubprocessSandbox(Sandbox):
                 sandbox_id=self.id,
             )
         limits = request.limits
-        sinks = (sink(on_stdout, "on_stdout", backend=NAME), sink(on_stderr, "on_stderr", backend=NAME))
         stdin = self._text(request.stdin or "", "stdin")
         self._check_texts(request.env, request.argv)
         async with self._lock:
@@ -638,16 +631,10 @@ class SubprocessSandbox(Sandbox):
             sandbox_id=self.id,
         )
 
-    async def exec_request(
-        self,
-        request: ExecRequest,
-        *,
-        on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
-    ) -> ExecResult:
+    async def _exec_to(self, request: ExecRequest, sinks: Sinks) -> ExecResult:
         """Run a shell command (``bash -c``) or an argv list in the workspace (see :meth:`Sandbox.exec`).
 
-        ``on_stdout`` / ``on_stderr`` get the output chunks as the pipes are read.
+        ``sinks`` get the output chunks as the pipes are read.
 
         Raises:
             InvalidRequest: ``cwd`` escapes the workspace (with a root filesystem: is not a directory
@@ -662,7 +649,6 @@ class SubprocessSandbox(Sandbox):
         stdin_data = self._text(request.stdin or "", "stdin")
         self._check_texts(request.env, argv)
         timeout_s = request.timeout_s or self.limits.timeout_s
-        sinks = (sink(on_stdout, "on_stdout", backend=NAME), sink(on_stderr, "on_stderr", backend=NAME))
         async with self._lock:
             self._check_open()
             if not self._is_dir(workdir):
@@ -697,10 +683,7 @@ class SubprocessSandbox(Sandbox):
     async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
         """Read files from the workspace (with a root filesystem: its view); missing ones are absent.
 
-        Raises:
-            InvalidRequest: a path contains ``..``, is absolute without a root filesystem, or is on
-                the sandbox's private ``/tmp``, ``/dev``, ``/proc`` or ``/sys``.
-            SandboxCrashed: the sandbox is closed.
+        It raises what :meth:`write_files` documents, for the same paths.
         """
         self._check_open()
         with frozen(self._freezer):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import logging
 import os
 import shutil
@@ -34,11 +35,12 @@ import stat
 import tarfile
 from collections.abc import Iterator
 
+from sandboxkit.backends.subprocess import _beneath as beneath
+
 __all__ = ["unpack_tarball"]
 
 log = logging.getLogger(__name__)
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 #: errno values that mean "a component on the way is not a real directory": the member is dropped.
 _NOT_A_DIRECTORY = (errno.ENOTDIR, errno.ELOOP)
@@ -61,7 +63,7 @@ class _Tree:
 
     def __init__(self, dest: str, uid: int) -> None:
         self.uid = uid
-        self.root = os.open(dest, _DIR_FLAGS)
+        self.root = os.open(dest, beneath.DIR_FLAGS)
         self._cached: tuple[tuple[str, ...], int] | None = None  # members come grouped by directory
 
     def close(self) -> None:
@@ -88,15 +90,7 @@ class _Tree:
         if self._cached is not None and self._cached[0] == parts:
             yield self._cached[1]
             return
-        fd = os.dup(self.root)
-        try:
-            for part in parts:
-                child = self._step(fd, part, create=create)
-                os.close(fd)
-                fd = child
-        except BaseException:
-            os.close(fd)
-            raise
+        fd = beneath.walk(self.root, parts, functools.partial(self._step, create=create))
         self._forget()
         self._cached = (parts, fd)
         yield fd
@@ -104,12 +98,12 @@ class _Tree:
     def _step(self, fd: int, part: str, *, create: bool) -> int:
         """Open ``part`` below ``fd`` without following it."""
         try:
-            return os.open(part, _DIR_FLAGS, dir_fd=fd)
+            return os.open(part, beneath.DIR_FLAGS, dir_fd=fd)
         except FileNotFoundError:
             if not create:
                 raise _Refused(f"{part!r} does not exist") from None
             os.mkdir(part, 0o755, dir_fd=fd)
-            child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            child = os.open(part, beneath.DIR_FLAGS, dir_fd=fd)
             os.fchown(child, self.uid, self.uid)
             return child
         except OSError as exc:
@@ -161,7 +155,7 @@ def _directory(tree: _Tree, member: tarfile.TarInfo, parent: int, leaf: str) -> 
         st = None
     if st is None:
         os.mkdir(leaf, 0o700, dir_fd=parent)
-    fd = os.open(leaf, _DIR_FLAGS, dir_fd=parent)
+    fd = os.open(leaf, beneath.DIR_FLAGS, dir_fd=parent)
     try:
         os.fchown(fd, tree.uid, tree.uid)
         os.fchmod(fd, (member.mode & 0o777) | 0o700)  # the owner (root inside the sandbox) can always enter

@@ -153,7 +153,11 @@ class LeaseCore:
     def check_open(self) -> None:
         """Raise ``PoolClosed`` if the pool is closed."""
         if self.closed:
-            raise PoolClosed("the pool is closed; create a new SandboxPool", backend=self.backend.name)
+            raise self.closed_error()
+
+    def closed_error(self) -> PoolClosed:
+        """What a call on the closed pool raises, here and in its host workers' dispatch."""
+        return PoolClosed("the pool is closed; create a new SandboxPool", backend=self.backend.name)
 
     # ------------------------------------------------------------------ leasing
 

@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import ValidationError
 
 from sandboxkit.base import OutputCallback
 from sandboxkit.errors import InvalidRequest
-from sandboxkit.models import Limits, RunRequest, RunResult
-from sandboxkit.streaming import check_callbacks, run_streaming
+from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
+from sandboxkit.streaming import check_callbacks, exec_streaming, run_streaming
 
 if TYPE_CHECKING:
     from sandboxkit._lease import LeaseCore
+    from sandboxkit._workers._set import WorkerSet
     from sandboxkit.base import Sandbox
 
 __all__ = ["RunsPrograms", "make_request", "positive_timeout", "renamed", "validation_message"]
@@ -50,29 +51,30 @@ def renamed(new: T | None, old: T | None, name: str, *, where: str, stacklevel: 
     return old
 
 
-class ServesRuns(Protocol):
-    """Where a multi-process pool sends its runs (:class:`sandboxkit._workers._set.WorkerSet`)."""
-
-    async def run(self, request: RunRequest, deadline_s: float | None) -> RunResult: ...
-
-
 class RunsPrograms:
-    """The ``run`` method shared by :class:`~sandboxkit.pool.SandboxPool` and :class:`~sandboxkit.session.Session`.
+    """The ``run`` and ``exec`` methods shared by :class:`~sandboxkit.pool.SandboxPool` and :class:`~sandboxkit.session.Session`.
 
     Both take the same keywords, validate them the same way and check the language against the
     backend before anything starts; they differ only in which sandbox serves the call (a fresh
-    one from the pool, or the session's own), which is :meth:`_call`. Written once here, the
-    keyword list and its docstring cannot drift between the two (nor from the blocking twins,
-    which are generated from these methods).
+    one from the pool, or the session's own), which is :meth:`_call`, and in a session's
+    ``exec`` defaults, which is :meth:`_exec_defaults`. Written once here, the keyword lists and
+    their docstrings cannot drift between the two (nor from the blocking twins, which are
+    generated from these methods).
     """
 
     limits: Limits
     _core: LeaseCore
     #: The host worker processes that serve pooled runs (a multi-process pool), or ``None``.
-    _workers: ServesRuns | None = None
+    _workers: WorkerSet | None = None
 
     async def _call(self, fn: Callable[[Sandbox], Awaitable[T]], deadline_s: float | None) -> T:
         raise NotImplementedError
+
+    def _exec_defaults(
+        self, cwd: str | None, env: Mapping[str, str] | None
+    ) -> tuple[str | None, Mapping[str, str] | None]:
+        """The ``cwd`` and ``env`` an ``exec`` runs with: the call's own (a session adds its defaults)."""
+        return cwd, env
 
     async def run(
         self,
@@ -134,6 +136,65 @@ class RunsPrograms:
         streams = self._core.backend.capabilities.streaming
         return await self._call(
             lambda sandbox: run_streaming(sandbox, streams, request, on_stdout, on_stderr), deadline_s
+        )
+
+    async def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | None = None,
+        timeout_s: float | None = None,
+        deadline_s: float | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+        timeout: float | None = None,
+    ) -> ExecResult:
+        """Run a command (a ``bash -c`` string or an argv list): in a fresh-state sandbox from a pool, or in a session's.
+
+        Args:
+            command: a shell command line (run by ``bash -c``) or an argv list.
+            cwd: working directory, relative to the workspace or, where the backend has
+                ``capabilities.absolute_paths``, an absolute one (default: the workspace, or the
+                session's ``cwd``).
+            env: environment variables added for this command (over a session's ``env``).
+            stdin: text fed to the command.
+            timeout_s: this command's wall-clock limit (default: the sandbox's ``limits.timeout_s``).
+            deadline_s: deadline of the whole call, as for :meth:`run`.
+            on_stdout / on_stderr: as for :meth:`run` (see :mod:`sandboxkit.streaming`).
+            timeout: the deprecated old name of ``timeout_s`` (a :class:`DeprecationWarning`).
+
+        Returns:
+            The result; ``result.status`` says how the command ended.
+
+        Raises:
+            Same as :meth:`run`; a ``cwd`` that escapes the workspace or is not a directory, or a
+            ``timeout_s`` that is not positive, is an ``InvalidRequest``.
+        """
+        timeout_s = renamed(timeout_s, timeout, "timeout", where="exec")
+        if timeout_s is not None:
+            positive_timeout(timeout_s)
+        cwd, env = self._exec_defaults(cwd, env)
+        backend = self._core.backend
+        if on_stdout is not None or on_stderr is not None:
+            check_callbacks(on_stdout, on_stderr, backend.name)
+        elif self._workers is not None:
+            return await self._workers.exec(command, cwd, env, stdin, timeout_s, deadline_s)
+        streams = backend.capabilities.streaming
+        return await self._call(
+            lambda sandbox: exec_streaming(
+                sandbox,
+                streams,
+                command,
+                cwd=cwd,
+                env=env,
+                stdin=stdin,
+                timeout=timeout_s,
+                on_stdout=on_stdout,
+                on_stderr=on_stderr,
+            ),
+            deadline_s,
         )
 
 

@@ -259,6 +259,15 @@ class ExecRequest(BaseModel):
                 str(first.get("ctx", {}).get("error", first["msg"])), backend=backend, sandbox_id=sandbox_id
             ) from None
 
+    def exec_keywords(self) -> dict[str, Any]:
+        """The keywords of ``Sandbox.exec`` besides the command that this request stands for.
+
+        For a wrapper that hands the request to an inner sandbox through ``exec`` (the one method a
+        plugin written before ``exec_request`` implements): the field-to-keyword mapping
+        (``timeout_s`` is ``timeout=``) is then written once, here beside the fields.
+        """
+        return {"cwd": self.cwd, "env": self.env, "stdin": self.stdin, "timeout": self.timeout_s}
+
     def argv(self, shell: str = "bash") -> list[str]:
         """The argv to start: ``[shell, "-c", command]`` for a command line, else the list itself."""
         return [shell, "-c", self.command] if isinstance(self.command, str) else list(self.command)

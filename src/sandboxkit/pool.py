@@ -17,27 +17,25 @@ from __future__ import annotations
 import atexit
 import logging
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
 from sandboxkit._lease import CLOSE_TIMEOUT_S, LeaseCore
-from sandboxkit._request import RunsPrograms, positive_timeout, renamed
+from sandboxkit._request import RunsPrograms, renamed
 from sandboxkit._signals import install_sigterm_to_exit
 from sandboxkit._watchdog import ttl_for
 from sandboxkit._workers._plan import plan_workers
-from sandboxkit.base import Backend, OutputCallback, Sandbox
+from sandboxkit.base import Backend, Sandbox
 from sandboxkit.checkpoint import Checkpoint, check_forkable
 from sandboxkit.errors import InvalidRequest, PoolClosed, SandboxCrashed, SandboxkitError
 from sandboxkit.limiter import Limiter, LocalLimiter
 from sandboxkit.metrics import PoolMetrics
-from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
+from sandboxkit.models import Limits, RunRequest, RunResult
 from sandboxkit.session import Session
-from sandboxkit.streaming import check_callbacks, exec_streaming
 
 if TYPE_CHECKING:
-    from sandboxkit._workers._set import WorkerSet
     from sandboxkit.configs import BaseBackendConfig
 
 __all__ = ["SandboxPool"]
@@ -99,8 +97,6 @@ class SandboxPool(RunsPrograms):
         BackendUnavailable: the backend's SDK is missing.
         InvalidRequest: a parameter is out of range.
     """
-
-    _workers: WorkerSet | None
 
     def __init__(
         self,
@@ -210,8 +206,7 @@ class SandboxPool(RunsPrograms):
         Raises:
             BackendUnavailable: the backend cannot create sandboxes here.
         """
-        if self.closed:
-            raise PoolClosed("the pool is closed; create a new SandboxPool", backend=self.backend.name)
+        self._core.check_open()
         if self._core.started:
             return
         self._core.started = True
@@ -248,48 +243,6 @@ class SandboxPool(RunsPrograms):
 
     async def _call(self, fn: Callable[[Sandbox], Awaitable[T]], deadline_s: float | None) -> T:
         return await self._core.call(fn, deadline_s=deadline_s)
-
-    async def exec(
-        self,
-        command: str | Sequence[str],
-        *,
-        env: Mapping[str, str] | None = None,
-        stdin: str | None = None,
-        timeout_s: float | None = None,
-        deadline_s: float | None = None,
-        on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
-        timeout: float | None = None,
-    ) -> ExecResult:
-        """Run a command (``bash -c`` string or argv list) in a fresh-state sandbox.
-
-        ``on_stdout`` / ``on_stderr``: as in :meth:`run` (see :mod:`sandboxkit.streaming`);
-        ``timeout``: the deprecated old name of ``timeout_s``.
-
-        Raises:
-            Same as :meth:`run` (a ``timeout_s`` that is not positive is an ``InvalidRequest``).
-        """
-        timeout_s = renamed(timeout_s, timeout, "timeout", where="exec")
-        if timeout_s is not None:
-            positive_timeout(timeout_s)
-        if on_stdout is not None or on_stderr is not None:
-            check_callbacks(on_stdout, on_stderr, self.backend.name)
-        elif self._workers is not None:
-            return await self._workers.exec(command, env, stdin, timeout_s, deadline_s)
-        streams = self.backend.capabilities.streaming
-        return await self._call(
-            lambda sandbox: exec_streaming(
-                sandbox,
-                streams,
-                command,
-                env=env,
-                stdin=stdin,
-                timeout=timeout_s,
-                on_stdout=on_stdout,
-                on_stderr=on_stderr,
-            ),
-            deadline_s,
-        )
 
     async def run_many(
         self,

@@ -19,11 +19,10 @@ import anyio
 from sandboxkit._lease import LeaseCore, keeps_sandbox
 from sandboxkit._request import RunsPrograms, positive_timeout, renamed
 from sandboxkit._slots import CallSlot, Entry
-from sandboxkit.base import Capabilities, OutputCallback, Sandbox, Snapshot
+from sandboxkit.base import Capabilities, Sandbox, Snapshot
 from sandboxkit.checkpoint import Checkpoint, check_forkable
 from sandboxkit.errors import InvalidRequest, PoolClosed, SandboxkitError
-from sandboxkit.models import ExecResult, Limits
-from sandboxkit.streaming import check_callbacks, exec_streaming
+from sandboxkit.models import Limits
 
 if TYPE_CHECKING:
     from sandboxkit.kernel import CellResult  # imported by the backends that run kernels, not by `import sandboxkit`
@@ -243,47 +242,11 @@ class Session(RunsPrograms):
             finally:
                 self._arm_idle()
 
-    async def exec(
-        self,
-        command: str | Sequence[str],
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        stdin: str | None = None,
-        timeout_s: float | None = None,
-        deadline_s: float | None = None,
-        on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
-        timeout: float | None = None,
-    ) -> ExecResult:
-        """Run a command in this session's sandbox (cwd relative to the workspace).
-
-        ``on_stdout`` / ``on_stderr``: as in :meth:`run` (see :mod:`sandboxkit.streaming`);
-        ``timeout``: the deprecated old name of ``timeout_s``.
-        """
-        timeout_s = renamed(timeout_s, timeout, "timeout", where="exec")
-        if timeout_s is not None:
-            positive_timeout(timeout_s)
-        if on_stdout is not None or on_stderr is not None:
-            check_callbacks(on_stdout, on_stderr, self._core.backend.name)
-        streams = self._core.backend.capabilities.streaming
-        cwd = self.cwd if cwd is None else cwd
-        if self.env:
-            env = {**self.env, **(env or {})}
-        return await self._call(
-            lambda s: exec_streaming(
-                s,
-                streams,
-                command,
-                cwd=cwd,
-                env=env,
-                stdin=stdin,
-                timeout=timeout_s,
-                on_stdout=on_stdout,
-                on_stderr=on_stderr,
-            ),
-            deadline_s,
-        )
+    def _exec_defaults(
+        self, cwd: str | None, env: Mapping[str, str] | None
+    ) -> tuple[str | None, Mapping[str, str] | None]:
+        """The session's ``cwd`` unless the call names one, and its ``env`` under the call's own."""
+        return (self.cwd if cwd is None else cwd), ({**self.env, **(env or {})} if self.env else env)
 
     async def python(
         self,

@@ -79,15 +79,8 @@ class _Placed(Sandbox):
         self, request: ExecRequest, *, on_stdout: OutputCallback | None = None, on_stderr: OutputCallback | None = None
     ) -> ExecResult:
         # Through ``exec``, not ``exec_request``: the tier's backend may be a plugin that implements only ``exec``.
-        r = request
         return await self._inner.exec(
-            r.command,
-            cwd=r.cwd,
-            env=r.env,
-            stdin=r.stdin,
-            timeout=r.timeout_s,
-            on_stdout=on_stdout,
-            on_stderr=on_stderr,
+            request.command, **request.exec_keywords(), on_stdout=on_stdout, on_stderr=on_stderr
         )
 
     async def write_files(self, files: Mapping[str, bytes | str]) -> None:

@@ -194,9 +194,13 @@ class SyncSandboxPool(_Twin):
     def _async_twin(self) -> SandboxPool:
         return self.pool
 
+    def _closed(self) -> PoolClosed:
+        """What a call raises once :meth:`close` has stopped the loop thread."""
+        return PoolClosed("the pool is closed; create a new SyncSandboxPool", backend=self.pool.backend.name)
+
     def _call(self, coro: Awaitable[T]) -> T:
         if self._thread.loop.is_closed():
-            raise PoolClosed("the pool is closed; create a new SyncSandboxPool", backend=self.pool.backend.name)
+            raise self._closed()
         return self._thread.call(coro)
 
     def submit(self, fn: Callable[[SandboxPool], Awaitable[T]]) -> concurrent.futures.Future[T]:
@@ -205,7 +209,7 @@ class SyncSandboxPool(_Twin):
         From a coroutine on another loop: ``await asyncio.wrap_future(pool.submit(lambda p: p.run(code)))``.
         """
         if self._thread.loop.is_closed():
-            raise PoolClosed("the pool is closed; create a new SyncSandboxPool", backend=self.pool.backend.name)
+            raise self._closed()
         return self._thread.submit(_apply(fn, self.pool))
 
     run = _blocking(SandboxPool.run)

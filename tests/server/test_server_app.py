@@ -41,6 +41,9 @@ async def test_ping_docs_and_openapi_use_sandbox_fusion_names(app_client: AppCli
         }
         response_fields = set(schema["components"]["schemas"]["RunCodeResponse"]["properties"])
         assert {"status", "message", "compile_result", "run_result", "executor_pod_name", "files"} <= response_fields
+        # Every endpoint with a body passes the same admission, so each documents its refusals.
+        for path in ("/run_code", "/run_jupyter"):
+            assert {"408", "413", "504"} <= set(schema["paths"][path]["post"]["responses"]), path
 
 
 async def test_hello_world_matches_sandbox_fusion_sample(app_client: AppClient) -> None:

@@ -42,3 +42,15 @@ def test_serve_usage_errors_exit_2(args: list[str], needle: str) -> None:
     result = CliRunner().invoke(app, ["serve", "--port", "0", *args])
     assert result.exit_code == 2, result.output
     assert needle in result.output
+
+
+def test_serve_with_workers_on_a_taken_port_exits_1_naming_the_address() -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(app, ["serve", "--workers", "2", "--host", "127.0.0.1", "--port", str(port)])
+    assert result.exit_code == 1, result.output
+    assert f"cannot listen on 127.0.0.1:{port}" in result.output

@@ -35,6 +35,13 @@ def test_the_request_round_trips_through_json() -> None:
     assert ExecRequest.model_validate_json(request.model_dump_json()) == request
 
 
+def test_a_request_hands_back_the_exec_keywords_it_was_made_of() -> None:
+    # What a wrapper (spillover's tier, Ray placement) passes to an inner sandbox that implements only exec.
+    request = ExecRequest.of(["cat"], cwd="sub", env={"A": "1"}, stdin="x", timeout=2)
+    assert request.exec_keywords() == {"cwd": "sub", "env": {"A": "1"}, "stdin": "x", "timeout": 2}
+    assert ExecRequest.of(request.command, **request.exec_keywords()) == request
+
+
 class _Recorder(Sandbox):
     """A sandbox that implements only ``exec_request``: what every built-in backend does."""
 
@@ -97,3 +104,16 @@ def test_no_built_in_sandbox_redeclares_the_exec_keywords() -> None:
     ]
     redeclared = [cls.__name__ for cls in classes if cls.exec is not Sandbox.exec]
     assert not redeclared, f"these override Sandbox.exec instead of implementing exec_request: {redeclared}"
+
+
+async def test_a_spillover_tier_hands_exec_on_with_its_keywords_and_callbacks() -> None:
+    from sandboxkit import SandboxPool
+    from sandboxkit.spillover import SpilloverBackend, Tier
+    from sandboxkit.testing import FakeBackend
+
+    async with SandboxPool(SpilloverBackend([Tier(FakeBackend(), cap=1)])) as pool:
+        seen: list[bytes] = []
+        result = await pool.exec("ok", cwd="sub", on_stdout=seen.append)
+        assert result.status is Status.OK and b"".join(seen).decode() == result.stdout
+        with pytest.raises(InvalidRequest, match=r"contains '\.\.'"):  # the cwd reached the tier's sandbox
+            await pool.exec("ok", cwd="../outside")

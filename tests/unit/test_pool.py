@@ -202,3 +202,14 @@ async def test_the_judge_scores_a_pool_deadline_as_no_reward_not_as_a_timeout(la
     assert verdict.status == "infra_error", verdict
     assert verdict.reward is None
     assert "deadline_exceeded" in (verdict.error or "")
+
+
+async def test_exec_takes_a_cwd_checked_by_the_sandbox_as_a_session_s_does() -> None:
+    # One keyword list for pool.exec and session.exec: a cwd reaches the sandbox from either.
+    async with SandboxPool(FakeBackend(), **FAST) as pool:
+        assert (await pool.exec("ok", cwd="sub")).status is Status.OK
+        with pytest.raises(InvalidRequest, match=r"contains '\.\.'"):
+            await pool.exec("ok", cwd="../outside")
+        async with pool.session() as session:
+            with pytest.raises(InvalidRequest, match=r"contains '\.\.'"):
+                await session.exec("ok", cwd="../outside")

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from sandboxkit import InvalidRequest, SandboxPool, backend
+from sandboxkit import InvalidRequest, PoolClosed, SandboxPool, backend
 from sandboxkit._workers._spec import ENV, Recipe, recipe_of, resolve_processes
 from sandboxkit._workers._wire import Link, Message
 from sandboxkit.testing import FakeBackend
@@ -105,3 +105,12 @@ async def test_a_message_that_cannot_be_pickled_does_not_take_its_batch_along() 
     assert [m[:2] for m in refused] == [("exec", 1)]
     sender.close()
     receiver.close()
+
+
+async def test_a_closing_worker_set_names_the_public_class_to_make_anew() -> None:
+    pool = SandboxPool("subprocess", processes=2)  # not started: no worker process is spawned
+    assert pool._workers is not None
+    pool._workers.closing = True
+    with pytest.raises(PoolClosed, match="create a new SandboxPool"):
+        await pool._workers._pick()
+    await pool.aclose()

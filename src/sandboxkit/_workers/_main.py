@@ -15,7 +15,7 @@ import pickle
 import signal
 import socket
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from sandboxkit._workers._remote import Dispatched, ForwardingMetrics, RemoteLimiter, dispatched
@@ -158,34 +158,33 @@ class _Worker:
             run.finished = True
             return result
 
-        await self._guarded(rid, run, on_sandbox)
+        await self._answer(rid, self._guarded, on_sandbox)
 
-    async def _exec(self, rid: int, command: Any, env: Any, stdin: str | None, timeout: float | None) -> None:
+    async def _exec(
+        self, rid: int, command: Any, cwd: str | None, env: Any, stdin: str | None, timeout_s: float | None
+    ) -> None:
         run = Dispatched(rid)
         dispatched.set(run)
 
         async def on_sandbox(sandbox: Sandbox) -> Any:
-            result = await sandbox.exec(command, env=env, stdin=stdin, timeout=timeout)
+            result = await sandbox.exec(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout_s)
             run.finished = True
             return result
 
-        await self._guarded(rid, run, on_sandbox)
+        await self._answer(rid, self._guarded, on_sandbox)
 
-    async def _guarded(self, rid: int, run: Dispatched, on_sandbox: Any) -> None:
+    def _guarded(self, on_sandbox: Callable[[Sandbox], Awaitable[Any]]) -> Awaitable[Any]:
+        """The worker pool's guarded call; the parent holds the deadline of the whole call (and cancels this task)."""
         assert self.pool is not None
-        try:
-            # The parent holds the deadline of the whole call (and cancels this task when it passes).
-            result = await self.pool._core.call(on_sandbox, deadline_s=math.inf)
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:
-            self._reply(rid, False, exc)
-        else:
-            self._reply(rid, True, result)
+        return self.pool._core.call(on_sandbox, deadline_s=math.inf)
 
     async def _job(self, rid: int, fn: Any, args: tuple[Any, ...]) -> None:
+        await self._answer(rid, fn, self.pool, *args)  # a result that cannot travel is answered by _unsendable
+
+    async def _answer(self, rid: int, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Reply to call ``rid`` with what ``fn(*args)`` returns or raises (a cancellation is the parent's, no answer)."""
         try:
-            result = await fn(self.pool, *args)  # one that cannot travel is answered by _unsendable, as an error
+            result = await fn(*args)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:

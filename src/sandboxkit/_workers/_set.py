@@ -1,6 +1,6 @@
 """The parent's side of the multi-process pool: its worker processes, and how calls reach them.
 
-A :class:`WorkerSet` belongs to one :class:`~sandboxkit.pool.PoolView` created with
+A :class:`WorkerSet` belongs to one :class:`~sandboxkit.pool.SandboxPool` created with
 ``processes > 1``. Each worker is a Python process (``python -m sandboxkit._workers._main``)
 with its own event loop, its own backend and its own lease core; the parent keeps the one
 limiter (:class:`~sandboxkit._workers._shared.SharedLimiter`) and the pool's guarded-call path.
@@ -64,7 +64,7 @@ START_TIMEOUT_S = 120.0
 
 
 class PoolView(LeaseSettings, Protocol):
-    """What the workers use of their :class:`~sandboxkit.pool.PoolView` (a protocol: the pool imports us)."""
+    """What the workers use of their :class:`~sandboxkit.pool.SandboxPool` (a protocol: the pool imports us)."""
 
     backend: Backend
     metrics_data: PoolMetrics
@@ -435,7 +435,7 @@ class WorkerSet:
     async def _pick(self) -> WorkerLink:
         while True:
             if self.closing:
-                raise PoolClosed("the pool is closed; create a new PoolView", backend=self.pool.backend.name)
+                raise self.pool._core.closed_error()
             best: WorkerLink | None = None
             for link in self.links:
                 if link.alive and link.ready.done() and (best is None or len(link.calls) < len(best.calls)):
@@ -467,15 +467,17 @@ class WorkerSet:
     async def exec(
         self,
         command: str | Sequence[str],
+        cwd: str | None,
         env: Mapping[str, str] | None,
         stdin: str | None,
-        timeout: float | None,
+        timeout_s: float | None,
         deadline_s: float | None,
     ) -> ExecResult:
         """``pool.exec`` on a worker, under the pool's guarded call."""
         argv = command if isinstance(command, str) else list(command)  # plain types travel whatever was passed
         environment = dict(env) if env is not None else None
-        return cast("ExecResult", await self._guarded("exec", (argv, environment, stdin, timeout), deadline_s))
+        payload = (argv, cwd, environment, stdin, timeout_s)
+        return cast("ExecResult", await self._guarded("exec", payload, deadline_s))
 
     async def _guarded(self, kind: str, payload: Any, deadline_s: float | None) -> Any:
         async def on_worker(target: Sandbox) -> Any:

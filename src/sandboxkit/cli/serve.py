@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Annotated, Any
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from sandboxkit.cli._common import EXIT_USAGE, backend_options, err_console, fail
+from sandboxkit.cli._common import EXIT_USAGE, BackendOptionArg, backend_options, err_console, fail
 from sandboxkit.errors import SandboxkitError
+
+if TYPE_CHECKING:
+    from sandboxkit.server.supervisor import WorkersConfig
 
 #: Environment variable read for ``--token``.
 TOKEN_ENV = "SANDBOXKIT_SERVE_TOKEN"
@@ -111,12 +115,7 @@ def serve(
             f"(default: no token; prefer ${TOKEN_ENV} to keep it out of the process list).",
         ),
     ] = None,
-    backend_option: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--backend-option", "-o", help="KEY=VALUE passed to the backend (VALUE parsed as JSON if it can)."
-        ),
-    ] = None,
+    backend_option: BackendOptionArg = None,
     loop: Annotated[str, typer.Option(help="Event loop: auto (uvloop when installed), asyncio or uvloop.")] = "auto",
     http: Annotated[str, typer.Option(help="HTTP parser: auto (httptools when installed), h11 or httptools.")] = "auto",
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
@@ -143,7 +142,7 @@ def serve(
             host,
             TOKEN_ENV,
         )
-    from sandboxkit.server.supervisor import default_workers
+    from sandboxkit.server.supervisor import WorkersConfig, default_workers
 
     count = default_workers() if workers is None else workers
     if count < 1:
@@ -177,21 +176,26 @@ def serve(
         raise typer.Exit(EXIT_USAGE) from exc
     if count > 1:
         _serve_workers(
-            count,
-            host,
-            port,
-            backend,
-            max_concurrency,
-            max_queue,
-            app_kwargs,
-            limits=limits,
-            ceilings=ceilings,
-            options=options,
-            loop=loop,
-            http=http,
-            head_timeout_s=head_timeout_s,
-            log_level=log_level,
-            access_log=access_log,
+            WorkersConfig(
+                workers=count,
+                host=host,
+                port=port,
+                backend=backend,
+                app={
+                    **app_kwargs,
+                    "limits": limits.model_dump(mode="json"),
+                    "ceilings": asdict(ceilings),
+                    "backend_options": options,
+                },
+                max_concurrency=max_concurrency,
+                max_requests=max_concurrency + max_queue,
+                max_bytes=app_kwargs["max_queue_bytes"],
+                loop=loop,
+                http=http,
+                head_timeout_s=head_timeout_s,
+                log_level=log_level,
+                access_log=access_log,
+            )
         )
         return
     config = uvicorn.Config(
@@ -210,53 +214,14 @@ def serve(
     server.run()
 
 
-def _serve_workers(
-    count: int,
-    host: str,
-    port: int,
-    backend: str,
-    max_concurrency: int,
-    max_queue: int,
-    app_kwargs: dict[str, Any],
-    *,
-    limits: Any,
-    ceilings: Any,
-    options: dict[str, Any],
-    loop: str,
-    http: str,
-    head_timeout_s: float,
-    log_level: str,
-    access_log: bool,
-) -> None:
-    """Run ``count`` worker processes under one supervisor (:mod:`sandboxkit.server.supervisor`)."""
-    from dataclasses import asdict
+def _serve_workers(config: WorkersConfig) -> None:
+    """Run ``config.workers`` worker processes under one supervisor (:mod:`sandboxkit.server.supervisor`)."""
+    from sandboxkit.server.supervisor import serve_workers
 
-    from sandboxkit.server.supervisor import WorkersConfig, serve_workers
-
-    config = WorkersConfig(
-        workers=count,
-        host=host,
-        port=port,
-        backend=backend,
-        app={
-            **app_kwargs,
-            "limits": limits.model_dump(mode="json"),
-            "ceilings": asdict(ceilings),
-            "backend_options": options,
-        },
-        max_concurrency=max_concurrency,
-        max_requests=max_concurrency + max_queue,
-        max_bytes=app_kwargs["max_queue_bytes"],
-        loop=loop,
-        http=http,
-        head_timeout_s=head_timeout_s,
-        log_level=log_level,
-        access_log=access_log,
-    )
     try:
         status = serve_workers(config, _announce)
     except OSError as exc:
-        err_console.print(f"error: cannot listen on {host}:{port}: {exc}", markup=False)
+        err_console.print(f"error: cannot listen on {config.host}:{config.port}: {exc}", markup=False)
         raise typer.Exit(1) from exc
     if status:
         raise typer.Exit(status)

@@ -75,8 +75,7 @@ class SandboxHost:
 
     async def exec(self, request: ExecRequest) -> ExecResult:
         # Through ``exec``, not ``exec_request``: the inner backend may be a plugin that implements only ``exec``.
-        r = request
-        return await self._sb().exec(r.command, cwd=r.cwd, env=r.env, stdin=r.stdin, timeout=r.timeout_s)
+        return await self._sb().exec(request.command, **request.exec_keywords())
 
     async def write_files(self, files: Mapping[str, bytes | str]) -> None:
         await self._sb().write_files(files)

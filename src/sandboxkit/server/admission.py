@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -32,6 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 __all__ = [
     "DRAIN_BYTES",
     "DRAIN_SECONDS",
+    "REFUSALS",
     "Admission",
     "AdmissionMiddleware",
     "AdmissionStatistics",
@@ -42,6 +44,13 @@ __all__ = [
 DRAIN_BYTES = 64 << 20
 DRAIN_SECONDS = 5.0
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+#: What :class:`AdmissionMiddleware` may answer to any request with a body, for an endpoint's OpenAPI ``responses``.
+REFUSALS: dict[int | str, dict[str, Any]] = {
+    408: {"description": "the request body did not arrive within the server's body timeout"},
+    413: {"description": "request body larger than the server's limit"},
+    504: {"description": "the server holds as many requests (or body bytes) as it may; retry"},
+}
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,10 @@ class AdmissionStatistics:
     refused_busy: int
     refused_too_large: int
     body_timeouts: int
+
+
+#: The counters and bounds an :class:`Admission` reports, each an attribute of the same name.
+_STATISTICS = tuple(AdmissionStatistics.__dataclass_fields__)
 
 
 class Admission:
@@ -112,17 +125,8 @@ class Admission:
         return f"{self.requests} requests ({self.bytes} body bytes)"
 
     def statistics(self) -> AdmissionStatistics:
-        """A snapshot."""
-        return AdmissionStatistics(
-            requests=self.requests,
-            bytes=self.bytes,
-            max_requests=self.max_requests,
-            max_bytes=self.max_bytes,
-            admitted=self.admitted,
-            refused_busy=self.refused_busy,
-            refused_too_large=self.refused_too_large,
-            body_timeouts=self.body_timeouts,
-        )
+        """A snapshot: each of :class:`AdmissionStatistics`'s fields is the attribute of that name."""
+        return AdmissionStatistics(**{name: getattr(self, name) for name in _STATISTICS})
 
 
 def fits(requests: int, held: int, size: int, max_requests: int, max_bytes: int, *, new_request: bool) -> bool:

@@ -10,7 +10,7 @@ it gets 504 (or a ``SandboxError`` body once its answer has started).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -62,33 +62,50 @@ class Gate:
 
         Raises:
             QueueTimeout: ``queue_timeout_s`` is set and no slot freed up within it.
+            Transient: behind a broker, the supervisor is gone (:class:`~.shared.SharedGate`).
         """
-        token = object()
         started = anyio.current_time()
-        try:
-            self._limiter.acquire_on_behalf_of_nowait(token)
-        except anyio.WouldBlock:
-            self._waiting += 1
-            try:
-                with anyio.fail_after(self.queue_timeout_s):
-                    await self._limiter.acquire_on_behalf_of(token)
-            except TimeoutError:
-                self._timed_out += 1
-                raise QueueTimeout from None
-            finally:
-                self._waiting -= 1
+        token = await self._acquire()
         self._admitted += 1
         if self.observe_wait is not None:
             self.observe_wait(anyio.current_time() - started)
         try:
             yield
         finally:
-            self._limiter.release_on_behalf_of(token)
+            self._release(token)
+
+    async def _acquire(self) -> object:
+        """Take a slot (waiting for it if none is free); returns what :meth:`_release` gives back."""
+        token = object()
+        try:
+            self._limiter.acquire_on_behalf_of_nowait(token)
+        except anyio.WouldBlock:
+            await self._wait(lambda: self._limiter.acquire_on_behalf_of(token))
+        return token
+
+    def _release(self, token: object) -> None:
+        self._limiter.release_on_behalf_of(token)
+
+    async def _wait(self, acquire: Callable[[], Awaitable[None]]) -> None:
+        """Await ``acquire()`` as a waiter, for at most ``queue_timeout_s`` (the waiting and timeout counters)."""
+        self._waiting += 1
+        try:
+            with anyio.fail_after(self.queue_timeout_s):
+                await acquire()
+        except TimeoutError:
+            self._timed_out += 1
+            raise QueueTimeout from None
+        finally:
+            self._waiting -= 1
+
+    def _in_flight(self) -> int:
+        """Slots held now (by this process)."""
+        return self._limiter.borrowed_tokens
 
     def statistics(self) -> GateStatistics:
-        """Counters since start and the current occupancy."""
+        """Counters since start and the current occupancy (of this process's share, behind a broker)."""
         return GateStatistics(
-            in_flight=self._limiter.borrowed_tokens,
+            in_flight=self._in_flight(),
             waiting=self._waiting,
             max_concurrency=self.max_concurrency,
             queue_timeout_s=self.queue_timeout_s,

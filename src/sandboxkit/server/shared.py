@@ -9,15 +9,10 @@ these objects are this worker's share, which is what ``/metrics`` sums across wo
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-
-import anyio
-
 from sandboxkit.errors import Transient
 from sandboxkit.server.admission import Admission
 from sandboxkit.server.broker import BrokerGone, BrokerLink
-from sandboxkit.server.gate import Gate, GateStatistics, QueueTimeout
+from sandboxkit.server.gate import Gate
 
 __all__ = ["SharedAdmission", "SharedGate"]
 
@@ -32,48 +27,28 @@ class SharedGate(Gate):
     def __init__(self, link: BrokerLink, max_concurrency: int, queue_timeout_s: float | None = None) -> None:
         super().__init__(max_concurrency, queue_timeout_s)
         self.link = link
-        self._in_flight = 0
+        self._held = 0
 
-    @asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """Hold one of the server's slots for the body of the ``async with``.
+    async def _acquire(self) -> object:
+        """One of the server's slots, FIFO across workers.
 
         Raises:
             QueueTimeout: ``queue_timeout_s`` is set and no slot freed up within it.
             Transient: the supervisor is gone (the server is stopping); answered as an infra error.
         """
-        started = anyio.current_time()
-        self._waiting += 1
         try:
-            with anyio.fail_after(self.queue_timeout_s):
-                await self.link.acquire_slot()
-        except TimeoutError:
-            self._timed_out += 1
-            raise QueueTimeout from None
+            await self._wait(self.link.acquire_slot)
         except BrokerGone as exc:
             raise Transient(str(exc)) from exc
-        finally:
-            self._waiting -= 1
-        self._admitted += 1
-        self._in_flight += 1
-        if self.observe_wait is not None:
-            self.observe_wait(anyio.current_time() - started)
-        try:
-            yield
-        finally:
-            self._in_flight -= 1
-            self.link.release_slot()
+        self._held += 1
+        return None
 
-    def statistics(self) -> GateStatistics:
-        """This worker's share (in flight, waiting, counters) and the server's cap."""
-        return GateStatistics(
-            in_flight=self._in_flight,
-            waiting=self._waiting,
-            max_concurrency=self.max_concurrency,
-            queue_timeout_s=self.queue_timeout_s,
-            admitted=self._admitted,
-            rejected_queue_timeout=self._timed_out,
-        )
+    def _release(self, token: object) -> None:
+        self._held -= 1
+        self.link.release_slot()
+
+    def _in_flight(self) -> int:
+        return self._held
 
 
 class SharedAdmission(Admission):

@@ -117,6 +117,8 @@ async def test_both_workers_serve_and_a_program_failure_is_a_result(pool: Sandbo
     # Arguments of any mapping or sequence type travel (an unpicklable view is copied first).
     executed = await pool.exec(("bash", "-c", "echo $X"), env=types.MappingProxyType({"X": "from env"}))
     assert executed.stdout == "from env\n"
+    with pytest.raises(InvalidRequest, match="'nowhere' is not a directory"):  # the cwd travels to the worker
+        await pool.exec("pwd", cwd="nowhere")
     assert pool.metrics()["sandboxes_open"] >= 2  # four sleepers at once did not fit in one worker's one sandbox
 
 

@@ -15,6 +15,7 @@ from fastapi.responses import Response
 
 from sandboxkit.errors import InvalidRequest, SandboxError
 from sandboxkit.protocols.sandbox_fusion import RunStatus
+from sandboxkit.server.admission import REFUSALS
 from sandboxkit.server.answers import JSON, Answer, respond, saturated, unprocessable
 from sandboxkit.server.context import ServerContext
 from sandboxkit.server.gate import QueueTimeout
@@ -35,7 +36,7 @@ def router(ctx: ServerContext) -> APIRouter:
         responses={
             404: {"description": "session_id was not issued by this server"},
             429: {"description": "the session must be made anew and max_sessions are live (with Retry-After)"},
-            504: {"description": "the server holds as many requests as it may; retry"},
+            **REFUSALS,
         },
     )
     async def run_jupyter(body: RunJupyterRequest, request: Request) -> Response:

@@ -20,6 +20,7 @@ from sandboxkit.protocols.sandbox_fusion import (
     request_from_sandbox_fusion,
     result_to_sandbox_fusion,
 )
+from sandboxkit.server.admission import REFUSALS
 from sandboxkit.server.answers import Answer, respond, sandbox_error, saturated, unprocessable
 from sandboxkit.server.context import ServerContext
 from sandboxkit.server.gate import QueueTimeout
@@ -36,11 +37,7 @@ def router(ctx: ServerContext) -> APIRouter:
     @routes.post(
         "/run_code",
         response_model=RunCodeResponse,
-        responses={
-            408: {"description": "the request body did not arrive within the server's body timeout"},
-            413: {"description": "request body larger than the server's limit"},
-            504: {"description": "the server holds as many requests (or body bytes) as it may; retry"},
-        },
+        responses=REFUSALS,
     )
     async def run_code(body: RunCodeRequest) -> Response:
         """Run code once: compile if needed, run with stdin, fetch files.

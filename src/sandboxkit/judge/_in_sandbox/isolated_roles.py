@@ -257,10 +257,7 @@ def _rpc(op, hid, arg):
     _send(4, _dumps([op, hid, node]))
     raised = None
     try:
-        raw = _recv(5)
-        if raw is None:
-            _died("the solution's process ended before the case finished")
-        reply = _loads(raw)
+        reply = _solution_reply("finished")
         if reply[0] == "x":
             raised = _remote_exception(reply[1])
         elif reply[0] == "r":
@@ -309,6 +306,14 @@ class _Remote:
 
     def __setattr__(self, name, value):
         _rpc("setattr", self._h, (name, value))
+
+
+def _solution_reply(before):
+    # The solution's next message (fd 5), decoded; its process ending first fails the case.
+    raw = _recv(5)
+    if raw is None:
+        _died("the solution's process ended before the case " + before)
+    return _loads(raw)
 
 
 def _forward(op, with_argument):
@@ -367,10 +372,7 @@ def _checked(case):
     code = case["code"]
     result = None
     try:
-        raw = _recv(5)
-        if raw is None:
-            _died("the solution's process ended before the case started")
-        first = _loads(raw)
+        first = _solution_reply("started")
         if first[0] == "F":
             raise _remote_exception(first[1])
         ns = dict(_BASE)

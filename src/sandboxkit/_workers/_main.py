@@ -158,7 +158,8 @@ class _Worker:
             run.finished = True
             return result
 
-        await self._answer(rid, self._guarded, on_sandbox)
+        assert self.pool is not None
+        await self._answer(rid, self.pool._core.call(on_sandbox, deadline_s=math.inf))  # the parent holds the deadline
 
     async def _exec(
         self, rid: int, command: Any, cwd: str | None, env: Any, stdin: str | None, timeout_s: float | None
@@ -171,26 +172,31 @@ class _Worker:
             run.finished = True
             return result
 
-        await self._answer(rid, self._guarded, on_sandbox)
-
-    def _guarded(self, on_sandbox: Callable[[Sandbox], Awaitable[Any]]) -> Awaitable[Any]:
-        """The worker pool's guarded call; the parent holds the deadline of the whole call (and cancels this task)."""
         assert self.pool is not None
-        return self.pool._core.call(on_sandbox, deadline_s=math.inf)
+        await self._answer(rid, self.pool._core.call(on_sandbox, deadline_s=math.inf))
 
     async def _job(self, rid: int, fn: Any, args: tuple[Any, ...]) -> None:
-        await self._answer(rid, fn, self.pool, *args)  # a result that cannot travel is answered by _unsendable
+        await self._answer(rid, _awaited(fn, self.pool, *args))  # a result that cannot travel: _unsendable answers
 
-    async def _answer(self, rid: int, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
-        """Reply to call ``rid`` with what ``fn(*args)`` returns or raises (a cancellation is the parent's, no answer)."""
+    async def _answer(self, rid: int, work: Awaitable[Any]) -> None:
+        """Reply to call ``rid`` with what ``work`` returns or raises (a cancellation is the parent's: no answer).
+
+        The one reply path of runs, execs and jobs; for a run it replaces a frame rather than adding
+        one (the pool's guarded call is created by the caller and awaited here).
+        """
         try:
-            result = await fn(*args)
+            result = await work
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
             self._reply(rid, False, exc)
         else:
             self._reply(rid, True, result)
+
+
+async def _awaited(fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+    """``await fn(*args)``, so that ``fn`` raising before it returns an awaitable is an answer too."""
+    return await fn(*args)
 
 
 def _picklable(exc: BaseException) -> BaseException:

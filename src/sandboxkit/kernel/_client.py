@@ -378,6 +378,11 @@ class Kernel:
         """Kill the kernel now (synchronous; the sandbox's reset and teardown call it)."""
         self._drop(replaced=True)
 
+    def discard(self) -> None:
+        """Kill the kernel now and refuse further cells (a sandbox's reset and teardown: its tenant is gone)."""
+        self.kill()
+        self.closed = True
+
     async def close(self) -> None:
         """Kill the kernel and refuse further cells. Idempotent."""
         self.closed = True

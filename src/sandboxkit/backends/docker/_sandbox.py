@@ -513,10 +513,9 @@ class DockerSandbox(CallbackSandbox):
         return self._kernel_python
 
     def _stop_kernel(self) -> None:
-        if self._kernel is not None:
-            kernel, self._kernel = self._kernel, None
-            kernel.kill()
-            kernel.closed = True
+        kernel, self._kernel = self._kernel, None
+        if kernel is not None:
+            kernel.discard()
 
     async def reset(self) -> bool:
         """Give the next run what a fresh container gives, or say False (the pool then discards it).

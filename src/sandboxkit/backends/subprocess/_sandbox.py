@@ -756,10 +756,9 @@ class SubprocessSandbox(CallbackSandbox):
             self._freezer = None
 
     def _stop_kernel(self) -> None:
-        if self._kernel is not None:
-            kernel, self._kernel = self._kernel, None
-            kernel.kill()
-            kernel.closed = True
+        kernel, self._kernel = self._kernel, None
+        if kernel is not None:
+            kernel.discard()
 
     async def snapshot(self) -> Snapshot:
         """Copy the workspace into a checkpoint that sandboxes open copy-on-write (see ``_fork``).

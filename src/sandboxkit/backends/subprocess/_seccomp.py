@@ -52,39 +52,29 @@ DENIED = (
     "query_module",
 )  # fmt: skip
 
+#: The architectures a filter is built for: (name as ``platform.machine()`` says it, AUDIT_ARCH value).
+_AUDIT_ARCH = (("x86_64", 0xC000003E), ("aarch64", 0xC00000B7))
+#: (syscall, number on x86_64, number on aarch64): one row per call, so a call added is added for every
+#: architecture at once; None where the call does not exist on that architecture.
+_NUMBERS: tuple[tuple[str, int | None, int | None], ...] = (
+    ("add_key", 248, 217), ("keyctl", 250, 219), ("request_key", 249, 218), ("io_uring_setup", 425, 425),
+    ("io_uring_enter", 426, 426), ("io_uring_register", 427, 427), ("bpf", 321, 280), ("perf_event_open", 298, 241),
+    ("userfaultfd", 323, 282), ("kexec_load", 246, 104), ("kexec_file_load", 320, 294), ("init_module", 175, 105),
+    ("finit_module", 313, 273), ("delete_module", 176, 106), ("mount", 165, 40), ("umount2", 166, 39),
+    ("pivot_root", 155, 41), ("move_mount", 429, 429), ("open_tree", 428, 428), ("fsopen", 430, 430),
+    ("fsconfig", 431, 431), ("fsmount", 432, 432), ("fspick", 433, 433), ("mount_setattr", 442, 442),
+    ("unshare", 272, 97), ("setns", 308, 268), ("swapon", 167, 224), ("swapoff", 168, 225), ("reboot", 169, 142),
+    ("acct", 163, 89), ("quotactl", 179, 60), ("syslog", 103, 116), ("vhangup", 153, 58), ("lookup_dcookie", 212, 18),
+    ("open_by_handle_at", 304, 265), ("fanotify_init", 300, 262), ("settimeofday", 164, 170),
+    ("clock_settime", 227, 112), ("clock_adjtime", 305, 266), ("adjtimex", 159, 171), ("nfsservctl", 180, 42),
+    ("uselib", 134, None), ("sysfs", 139, None), ("_sysctl", 156, None), ("iopl", 172, None), ("ioperm", 173, None),
+    ("create_module", 174, None), ("get_kernel_syms", 177, None), ("query_module", 178, None), ("socket", 41, 198),
+)  # fmt: skip
 #: (AUDIT_ARCH value, syscall numbers) per machine; a name missing on an architecture does not exist there.
 _ARCHES: dict[str, tuple[int, dict[str, int]]] = {
-    "x86_64": (
-        0xC000003E,
-        {
-            "add_key": 248, "keyctl": 250, "request_key": 249, "io_uring_setup": 425, "io_uring_enter": 426,
-            "io_uring_register": 427, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323,
-            "kexec_load": 246, "kexec_file_load": 320, "init_module": 175, "finit_module": 313,
-            "delete_module": 176, "mount": 165, "umount2": 166, "pivot_root": 155, "move_mount": 429,
-            "open_tree": 428, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
-            "mount_setattr": 442, "unshare": 272, "setns": 308, "swapon": 167, "swapoff": 168, "reboot": 169,
-            "acct": 163, "quotactl": 179, "syslog": 103, "vhangup": 153, "lookup_dcookie": 212,
-            "open_by_handle_at": 304, "fanotify_init": 300, "settimeofday": 164, "clock_settime": 227,
-            "clock_adjtime": 305, "adjtimex": 159, "nfsservctl": 180, "uselib": 134, "sysfs": 139,
-            "_sysctl": 156, "iopl": 172, "ioperm": 173, "create_module": 174, "get_kernel_syms": 177,
-            "query_module": 178, "socket": 41,
-        },
-    ),
-    "aarch64": (
-        0xC00000B7,
-        {
-            "add_key": 217, "keyctl": 219, "request_key": 218, "io_uring_setup": 425, "io_uring_enter": 426,
-            "io_uring_register": 427, "bpf": 280, "perf_event_open": 241, "userfaultfd": 282,
-            "kexec_load": 104, "kexec_file_load": 294, "init_module": 105, "finit_module": 273,
-            "delete_module": 106, "mount": 40, "umount2": 39, "pivot_root": 41, "move_mount": 429,
-            "open_tree": 428, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
-            "mount_setattr": 442, "unshare": 97, "setns": 268, "swapon": 224, "swapoff": 225, "reboot": 142,
-            "acct": 89, "quotactl": 60, "syslog": 116, "vhangup": 58, "lookup_dcookie": 18,
-            "open_by_handle_at": 265, "fanotify_init": 262, "settimeofday": 170, "clock_settime": 112,
-            "clock_adjtime": 266, "adjtimex": 171, "nfsservctl": 42, "socket": 198,
-        },
-    ),
-}  # fmt: skip
+    machine: (audit, {name: number for name, *numbers in _NUMBERS if (number := numbers[i]) is not None})
+    for i, (machine, audit) in enumerate(_AUDIT_ARCH)
+}
 
 
 def supported(machine: str | None = None) -> bool:

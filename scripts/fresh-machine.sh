@@ -19,11 +19,15 @@
 #     (local wheel mirrors, read-only) are copied in.
 # Not part of .ci/run: a full run takes longer than CI's budget. Exit code: the first command that failed.
 #
-# Environment: FRESH_ROOT (default /var/tmp/sandboxkit-fresh; removed first), FRESH_KEEP=1 keeps it.
+# Environment: FRESH_ROOT (default /var/tmp/sandboxkit-fresh; removed first), FRESH_KEEP=1 keeps it,
+# FRESH_SLOT=1..9 for a second fresh machine beside the first (its own root, namespace, veth and subnet).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=$PWD
-ROOT=${FRESH_ROOT:-/var/tmp/sandboxkit-fresh}
+SLOT=${FRESH_SLOT:-0}
+[[ "$SLOT" =~ ^[0-9]$ ]] || { echo "FRESH_SLOT must be one digit, got '$SLOT'" >&2; exit 2; }
+SUFFIX=${SLOT#0}  # slot 0 keeps the original names
+ROOT=${FRESH_ROOT:-/var/tmp/sandboxkit-fresh${SUFFIX:+-$SUFFIX}}
 log() { echo "[fresh-machine $(date -u +%H:%M:%S)] $*" >&2; }
 [ "$(id -u)" = 0 ] || { log "needs root (debootstrap, chroot, and the README's commands use apt)"; exit 2; }
 command -v debootstrap >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null; }
@@ -41,8 +45,8 @@ unmount_all() {  # every mount at or below $ROOT, deepest first (debootstrap lea
     while read -r target; do umount -l "$target" 2>/dev/null || true; done
 }
 # The fresh machine's network: a namespace whose eth0 is one end of a veth pair, NATed out through this
-# machine's default route. Names and subnet are fixed (one fresh machine at a time; the root is fixed too).
-NETNS=sandboxkit-fresh HOST_IF=skfresh0 NET=10.213.77
+# machine's default route. Names and subnet are fixed per FRESH_SLOT, so two slots can run side by side.
+NETNS=sandboxkit-fresh${SUFFIX:+-$SUFFIX} HOST_IF=skfresh${SLOT}h PEER_IF=skfresh${SLOT}p NET=10.213.$((77 + SLOT))
 nat_rules() {  # nat_rules -A|-D: the host's three rules for the namespace's traffic
   iptables -t nat "$1" POSTROUTING -s "$NET.0/30" ! -o "$HOST_IF" -m comment --comment "$NETNS" -j MASQUERADE
   iptables "$1" FORWARD -i "$HOST_IF" -m comment --comment "$NETNS" -j ACCEPT
@@ -52,9 +56,9 @@ net_up() {
   local mtu
   mtu=$(cat "/sys/class/net/$(ip route show default | awk '{print $5; exit}')/mtu")
   ip netns add "$NETNS"
-  ip link add "$HOST_IF" mtu "$mtu" type veth peer name skfresh1 mtu "$mtu"
-  ip link set skfresh1 netns "$NETNS"
-  ip -n "$NETNS" link set skfresh1 name eth0
+  ip link add "$HOST_IF" mtu "$mtu" type veth peer name "$PEER_IF" mtu "$mtu"
+  ip link set "$PEER_IF" netns "$NETNS"
+  ip -n "$NETNS" link set "$PEER_IF" name eth0
   ip -n "$NETNS" addr add "$NET.2/30" dev eth0
   ip -n "$NETNS" link set lo up
   ip -n "$NETNS" link set eth0 up

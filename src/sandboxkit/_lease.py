@@ -27,6 +27,7 @@ import anyio
 
 from sandboxkit._capacity import LearnedCapacity
 from sandboxkit._slots import CallSlot, Entry
+from sandboxkit._started import Started
 from sandboxkit.base import Backend, Sandbox, Snapshot
 from sandboxkit.errors import (
     CapacityExceeded,
@@ -77,6 +78,7 @@ class LeaseSettings(Protocol):
     Attributes:
         limits: limits of the sandboxes opened for pooled calls.
         max_sandboxes: the pool's own sandbox cap (the learned cap never exceeds it).
+        max_suspended: suspended session sandboxes held at once, beside the running ones.
         max_uses: pooled runs before a sandbox is recycled.
         retries: retries of a call after a ``Transient`` error.
         backoff_base_s: first backoff in seconds; doubles per retry, full jitter.
@@ -87,6 +89,7 @@ class LeaseSettings(Protocol):
 
     limits: Limits
     max_sandboxes: int
+    max_suspended: int
     max_uses: int
     retries: int
     backoff_base_s: float
@@ -123,6 +126,8 @@ class LeaseCore:
         self.capacity = LearnedCapacity(settings.max_sandboxes)
         self.entries: set[Entry] = set()
         self.idle: deque[Entry] = deque()
+        #: Session sandboxes suspended (see :meth:`park`): in ``entries``, but holding no running slot.
+        self.suspended: set[Entry] = set()
         #: Checkpoints taken through this pool and not released (released when the pool closes).
         self.checkpoints: set[Releasable] = set()
         self.closed = False
@@ -149,6 +154,18 @@ class LeaseCore:
         if self._changed is None:
             self._changed = anyio.Event()
         await self._changed.wait()
+
+    async def _wait_for_room(self, seen: int, slot: CallSlot | None) -> None:
+        """Wait for a change as a caller that needs a sandbox, its call slot given back meanwhile."""
+        if slot is not None:
+            slot.release()
+        self._waiting += 1
+        try:
+            await self._wait_for_change(seen)
+        finally:
+            self._waiting -= 1
+        if slot is not None:
+            await slot.acquire()
 
     def check_open(self) -> None:
         """Raise ``PoolClosed`` if the pool is closed."""
@@ -213,15 +230,7 @@ class LeaseCore:
                 # used to make room (nothing else would ever free a slot for us).
                 await self.discard(self.idle[0])
                 continue
-            if slot is not None:
-                slot.release()
-            self._waiting += 1
-            try:
-                await self._wait_for_change(seen)
-            finally:
-                self._waiting -= 1
-            if slot is not None:
-                await slot.acquire()
+            await self._wait_for_room(seen, slot)
 
     async def _restore(self, entry: Entry, snapshot: Snapshot) -> bool:
         """Load a checkpoint into a warm idle sandbox (a fork); on failure the sandbox is discarded."""
@@ -248,7 +257,7 @@ class LeaseCore:
 
     async def _open(self, limits: Limits | None, snapshot: Snapshot | None = None) -> Entry | None:
         """Open a sandbox if the caps allow; None if a cap (ours, the limiter's, the service's) is reached."""
-        if len(self.entries) + self._opening >= self.capacity.cap:
+        if self.running + self._opening >= self.capacity.cap:
             return None
         token = object()
         if not await self.limiter.try_acquire_sandbox(token):
@@ -267,7 +276,7 @@ class LeaseCore:
             self.limiter.release_sandbox(token)
             self.notify()
             if isinstance(exc, CapacityExceeded):
-                held = len(self.entries) + self._opening
+                held = self.running + self._opening
                 self.capacity.refused(held)
                 log.info(
                     "%s refused a sandbox at %d held: sandbox cap now %d", self.backend.name, held, self.capacity.cap
@@ -298,7 +307,7 @@ class LeaseCore:
         """Return a sandbox after use: reset and keep it warm, or close it (used up, over the cap, closed)."""
         entry.uses += 1
         entry.last_used = time.monotonic()
-        keep = not self.closed and entry.uses < self.settings.max_uses and len(self.entries) <= self.capacity.cap
+        keep = not self.closed and entry.uses < self.settings.max_uses and self.running <= self.capacity.cap
         if keep and dirty:
             keep = self.backend.capabilities.resettable and await _reset_quietly(entry.sandbox)
         if keep and not self.closed:
@@ -321,9 +330,52 @@ class LeaseCore:
                     self.idle.remove(entry)
                 except ValueError:
                     pass
-                self.limiter.release_sandbox(entry.slot)
+                if entry in self.suspended:
+                    self.suspended.discard(entry)  # its running slot was given back when it was parked
+                else:
+                    self.limiter.release_sandbox(entry.slot)
                 self.metrics.sandbox_closed()
                 self.notify()
+
+    # ------------------------------------------------------------------ suspended sandboxes
+
+    @property
+    def running(self) -> int:
+        """Sandboxes that count against ``max_sandboxes``: all but the suspended ones."""
+        return len(self.entries) - len(self.suspended)
+
+    def may_park(self) -> bool:
+        """Whether one more session sandbox may be suspended (``max_suspended`` not reached)."""
+        return len(self.suspended) < self.settings.max_suspended
+
+    def park(self, entry: Entry) -> None:
+        """A session's sandbox was suspended: it gives its running slot back and counts as suspended.
+
+        So suspended sessions never block running calls; ``max_suspended`` bounds them instead.
+        """
+        if entry not in self.suspended:
+            self.suspended.add(entry)
+            self.limiter.release_sandbox(entry.slot)
+            self.notify()
+
+    async def unpark(self, entry: Entry, slot: CallSlot | None = None) -> None:
+        """Take a running slot back for a parked sandbox about to resume; waits for room as a lease does.
+
+        An idle sandbox is closed to make room (a resumed session is a caller like any other).
+
+        Raises:
+            PoolClosed: the pool closed while it waited.
+        """
+        while entry in self.suspended:
+            self.check_open()
+            seen = self._generation
+            if self.running + self._opening < self.capacity.cap and await self.limiter.try_acquire_sandbox(entry.slot):
+                self.suspended.discard(entry)
+                return
+            if self.idle:
+                await self.discard(self.idle[0])
+                continue
+            await self._wait_for_room(seen, slot)
 
     async def reclaim_idle(self) -> bool:
         """Close the least recently used idle sandbox (a shared limiter needs its slot elsewhere)."""
@@ -514,6 +566,16 @@ async def _close_quietly(sandbox: Sandbox) -> None:
 
 async def _reset_quietly(sandbox: Sandbox) -> bool:
     try:
+        if getattr(sandbox, "reset_steps_inline", False):
+            # The timeout only for a reset that waits; the subprocess backend's never does. Only for a
+            # sandbox that says so: a reset holding a cancel scope across its first wait (Docker's)
+            # would then sit outside the pool's timeout scope, which anyio refuses (``_started``).
+            reset = Started(sandbox.reset())
+            if reset.done:
+                return bool(reset.result)
+            with anyio.move_on_after(CLOSE_TIMEOUT_S):
+                return await reset
+            return False
         with anyio.move_on_after(CLOSE_TIMEOUT_S):
             return await sandbox.reset()
         return False

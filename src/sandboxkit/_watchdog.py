@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import subprocess
 import sys
@@ -59,7 +60,9 @@ def describe(deadline_s: float | None = None, limits: Limits | None = None) -> s
     source = "the pool's deadline_s" if deadline_s is not None else "timeout_s + compile_timeout_s of the limits"
     return (
         f"a watchdog process per host process removes a SIGKILLed owner's subprocess and Docker sandboxes {ttl:g} s after "
-        f"its last renewal (TTL = {source}; a pool with deadline_s uses that)"
+        f"its last renewal (TTL = {source}; a pool with deadline_s uses that); Daytona and E2B sandboxes are "
+        f"removed by the service itself one TTL after the owner's last renewal (E2B timeout {ttl:g} s, Daytona "
+        f"auto-stop {max(1, math.ceil(ttl / 60))} min)"
     )
 
 

@@ -364,8 +364,10 @@ class DaytonaConfig(CloudConfig):
     """Memory per sandbox in GiB (image-based sandboxes only)."""
     disk_gb: int | None = Field(None, gt=0)
     """Disk per sandbox in GiB (image-based sandboxes only)."""
-    auto_stop_minutes: int = Field(15, ge=0)
-    """An idle sandbox stops (and is deleted) after this long; the backstop against leaks."""
+    auto_stop_minutes: int | None = Field(None, ge=0)
+    """A sandbox whose owner stopped renewing it stops (and is deleted) after this long; the backstop
+    against leaks. None: the pool's dead-man TTL rounded up to whole minutes (Daytona's unit);
+    0: never (only ``cleanup`` then removes a crashed trainer's sandboxes)."""
     ttl_minutes: int | None = Field(None, gt=0)
     """Hard wall-clock lifetime of a sandbox (None = no limit)."""
     labels: dict[str, str] | None = None
@@ -393,9 +395,10 @@ class E2BConfig(CloudConfig):
     """envd URL override for every sandbox (default: ``$E2B_SANDBOX_URL``)."""
     template: str | None = None
     """Template to create sandboxes from (default: E2B's ``base``)."""
-    sandbox_timeout_s: int = Field(600, gt=0, le=86_400)
-    """Sandbox lifetime, renewed while in use; bounds how long a leaked sandbox bills (E2B caps it at
-    1 h on Hobby, 24 h on Pro)."""
+    sandbox_timeout_s: int | None = Field(None, gt=0, le=86_400)
+    """E2B's timeout of each sandbox, renewed while its owner lives; bounds how long a crashed trainer's
+    sandboxes bill (E2B caps it at 1 h on Hobby, 24 h on Pro). None: the pool's dead-man TTL (its
+    ``deadline_s``, else ``timeout_s + compile_timeout_s``), as for the local backends."""
     request_timeout_s: float = Field(30.0, gt=0)
     """Timeout of one control-plane or envd request."""
     metadata: dict[str, str] | None = None

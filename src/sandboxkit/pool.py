@@ -69,7 +69,8 @@ class SandboxPool(RunsPrograms):
         backend: a registered backend name, a :class:`~sandboxkit.base.Backend` instance, or a
             backend config such as ``DockerConfig(image=...)`` (:mod:`sandboxkit.configs`).
         max_concurrency: calls (runs, execs) in flight at once.
-        max_sandboxes: sandboxes open at once (default: ``max_concurrency``; sessions hold one each).
+        max_sandboxes: sandboxes open and running at once (default: ``max_concurrency``; sessions hold
+            one each, suspended ones count against ``max_suspended`` instead).
         creation_rate: sandbox creations per second (token bucket); ``None`` = unlimited.
         creation_burst: creations allowed at once before the rate applies.
         warm: sandboxes opened at start so the first calls do not pay creation.
@@ -91,6 +92,9 @@ class SandboxPool(RunsPrograms):
         backoff_base, backoff_max: the deprecated old names of ``backoff_base_s`` / ``backoff_max_s``.
         suspend_idle_s: a session no call used for this long is suspended (no CPU while the model
             thinks) and resumed by its next call (``None``: never; see docs/fleet.md).
+        max_suspended: suspended sessions held at once (default: ``max_sandboxes``). They count
+            against this cap instead of ``max_sandboxes``, so they never block running calls; a
+            suspend past it leaves the session running (``Session.suspend`` returns False).
 
     Raises:
         BackendNotFound: the backend name is unknown.
@@ -121,6 +125,7 @@ class SandboxPool(RunsPrograms):
         backoff_base: float | None = None,
         backoff_max: float | None = None,
         suspend_idle_s: float | None = None,
+        max_suspended: int | None = None,
     ) -> None:
         from sandboxkit.registry import backend as make_backend
 
@@ -156,6 +161,11 @@ class SandboxPool(RunsPrograms):
                 f"suspend_idle_s must be positive or None, got {suspend_idle_s!r}", backend=self.backend.name
             )
         self.suspend_idle_s = suspend_idle_s
+        if max_suspended is not None and (not isinstance(max_suspended, int) or max_suspended < 0):
+            raise InvalidRequest(
+                f"max_suspended must be an integer >= 0 or None, got {max_suspended!r}", backend=self.backend.name
+            )
+        self.max_suspended = self.max_sandboxes if max_suspended is None else max_suspended
         ttl_s = ttl_for(deadline_s, self.limits)  # the dead-man switch: a backend shared by pools takes the longest
         self.backend.owner_ttl_s = max(ttl_s, self.backend.owner_ttl_s or 0.0)
         self.health_check_after_s = health_check_after_s

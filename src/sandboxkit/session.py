@@ -89,8 +89,8 @@ class Session(RunsPrograms):
 
     @property
     def backend_name(self) -> str:
-        """Name of the backend serving this session, for messages and logs."""
-        return self._core.backend.name
+        """Name of the backend serving this session: its sandbox's (a spillover pool's tier), else the pool's."""
+        return self._entry.sandbox.backend_name if self._entry else self._core.backend.name
 
     @property
     def capabilities(self) -> Capabilities:
@@ -137,7 +137,9 @@ class Session(RunsPrograms):
 
         Returns:
             True when the sandbox is suspended; False when the backend cannot suspend it
-            (``capabilities.suspend == "none"``, or its freezer did not stop it): nothing changed.
+            (``capabilities.suspend == "none"``, or its freezer did not stop it) or the pool's
+            ``max_suspended`` is reached: nothing changed. A suspended sandbox counts against
+            ``max_suspended``, not ``max_sandboxes``; its resume waits for a running slot.
 
         Raises:
             PoolClosed: the session is closed.
@@ -146,8 +148,16 @@ class Session(RunsPrograms):
             self._check_open()
             if self._entry is None or self.suspended:
                 return self.suspended
-            self.suspended = await self._entry.sandbox.suspend()
-            return self.suspended
+            return await self._suspend_now(self._entry)
+
+    async def _suspend_now(self, entry: Entry) -> bool:
+        """Suspend the sandbox unless ``max_suspended`` is reached; a suspended one leaves the running cap."""
+        if not self._core.may_park():
+            return False
+        self.suspended = await entry.sandbox.suspend()
+        if self.suspended:
+            self._core.park(entry)
+        return self.suspended
 
     async def resume(self) -> None:
         """Let a suspended sandbox run again (every call does this first). Idempotent."""
@@ -181,19 +191,36 @@ class Session(RunsPrograms):
             if self.closed or self.suspended or self._entry is None or not idle:
                 return
             try:
-                self.suspended = await self._entry.sandbox.suspend()
+                await self._suspend_now(self._entry)
             except SandboxkitError:
                 log.warning("idle suspend of session sandbox %s failed", self.sandbox_id, exc_info=True)
 
-    async def _wake(self) -> None:
+    async def _wake(self, slot: CallSlot | None = None, *, closing: bool = False) -> None:
+        """Resume the sandbox if suspended; one that cannot come back (gone while stopped) is discarded.
+
+        It first takes a running slot back (waiting for one, its call ``slot`` given back meanwhile),
+        except when ``closing``: then it is resumed only to be closed, and stays off the running cap.
+
+        Raises:
+            SandboxCrashed, Transient...: the resume failed; the next call opens a fresh sandbox.
+            PoolClosed: the pool closed while it waited for a running slot.
+        """
         if self.suspended and self._entry is not None:
+            if not closing:
+                await self._core.unpark(self._entry, slot)
             with anyio.CancelScope(shield=True):  # never leave it frozen and marked running, or the reverse
-                await self._entry.sandbox.resume()
+                try:
+                    await self._entry.sandbox.resume()
+                except BaseException:
+                    entry, self._entry, self.suspended = self._entry, None, False
+                    self.restarts += 1
+                    await self._core.discard(entry)
+                    raise
         self.suspended = False
 
     async def _acquire(self, slot: CallSlot) -> Entry:
         self._check_open()
-        await self._wake()
+        await self._wake(slot)
         if self._entry is None:
             # A warm idle sandbox (reset when it was given back) is as clean as a new one and far cheaper.
             self._entry = await self._core.lease(self.limits, slot=slot, snapshot=self._snapshot())
@@ -356,7 +383,15 @@ class Session(RunsPrograms):
         if self._idle_timer is not None:
             self._idle_timer.cancel()
         with anyio.CancelScope(shield=True):
-            await self._wake()  # a reset or kill needs the processes thawed (v1 delivers SIGKILL to thawed tasks only)
+            parked = self.suspended
+            try:
+                # A reset or kill needs the processes thawed (v1 delivers SIGKILL to thawed tasks only).
+                await self._wake(closing=True)
+            except SandboxkitError:
+                log.warning("session sandbox could not be resumed at close; it was discarded", exc_info=True)
+            if self._entry is not None and parked:
+                entry, self._entry = self._entry, None
+                await self._core.discard(entry)  # it holds no running slot to give back to the warm ones
             if self._entry is not None:
                 entry, self._entry = self._entry, None
                 if self.origin is not None and not self._core.backend.capabilities.fork_warm:

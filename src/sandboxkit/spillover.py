@@ -98,6 +98,12 @@ class _Placed(Sandbox):
     async def snapshot(self) -> Snapshot:
         return await self._inner.snapshot()
 
+    async def suspend(self) -> bool:
+        return await self._inner.suspend()
+
+    async def resume(self) -> None:
+        await self._inner.resume()
+
     async def restore(self, snapshot: Snapshot) -> bool:
         return await self._inner.restore(snapshot)
 
@@ -128,6 +134,7 @@ class SpilloverBackend(Backend):
         if not self.tiers or any(t.cap is not None and t.cap < 1 for t in self.tiers):
             raise InvalidRequest("a spillover backend needs at least one tier, each with a cap of 1 or more")
         self.relearn_s = relearn_s
+        self._owner_ttl_s: float | None = None
 
     @property
     def capabilities(self) -> Capabilities:
@@ -145,7 +152,19 @@ class SpilloverBackend(Backend):
             absolute_paths=all(c.absolute_paths for c in caps),
             kernels=False,
             fork="none" if any(c.fork != first.fork for c in caps) else first.fork,
+            suspend="none" if any(c.suspend != first.suspend for c in caps) else first.suspend,
         )
+
+    @property  # type: ignore[override]
+    def owner_ttl_s(self) -> float | None:
+        """The dead-man TTL the pool set; every tier gets it, since each one's sandboxes outlive a dead owner."""
+        return self._owner_ttl_s
+
+    @owner_ttl_s.setter
+    def owner_ttl_s(self, value: float | None) -> None:
+        self._owner_ttl_s = value
+        for tier in self.tiers:
+            tier.backend.owner_ttl_s = value
 
     def counts(self) -> dict[str, int]:
         """Sandboxes each tier opened so far, by backend name (the per-backend metric)."""

@@ -116,10 +116,19 @@ def _marked_pids(key: str, value: str) -> list[int]:
     return pids
 
 
-def _kill_marked(key: str, value: str) -> None:
+def _state(pid: int) -> str:
+    """The one-letter state of a process (``/proc/PID/stat``), "" once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        return ""
+
+
+def _kill_marked(key: str, value: str, sig: int = signal.SIGKILL) -> None:
     for pid in _marked_pids(key, value):
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, sig)
         except OSError:
             pass
 
@@ -182,13 +191,35 @@ class Box:
         """Pids of this box's live processes (descendants included)."""
         return _marked_pids(MARKER, self.id)
 
-    def destroy(self) -> None:
-        """Kill everything started in the box and remove its directory."""
+    def kill_all(self) -> None:
+        """Kill everything started in the box; its files stay (a stopped VM's disk)."""
         for _ in range(3):
             _kill_marked(MARKER, self.id)
             if not self.running():
                 break
             time.sleep(0.05)
+
+    def freeze(self) -> None:
+        """Stop every process of the box where it is (SIGSTOP): a paused VM's memory, kept but not running.
+
+        Returns once each shows as stopped, as a pause answers once the VM is paused (a signal is
+        acted on when its target is next scheduled).
+        """
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            _kill_marked(MARKER, self.id, signal.SIGSTOP)  # again: a child forked meanwhile is stopped too
+            if all(_state(pid) in ("T", "t", "") for pid in self.running()):
+                return
+            time.sleep(0.01)
+
+    def thaw(self) -> None:
+        """Let the processes :meth:`freeze` stopped run on (SIGCONT), as a VM resumed from its memory."""
+        _kill_marked(MARKER, self.id, signal.SIGCONT)
+
+    def destroy(self) -> None:
+        """Kill everything started in the box and remove its directory."""
+        self.thaw()  # a stopped process dies of SIGKILL too, but its pipes would hold its readers
+        self.kill_all()
         shutil.rmtree(self.home, ignore_errors=True)
 
 
@@ -241,6 +272,8 @@ class Ledger:
     created: int = 0
     deleted: int = 0
     vanished: list[str] = field(default_factory=list)
+    #: Sandboxes the service removed on its own when their lifetime ran out (timeout, auto-stop/delete).
+    expired: list[str] = field(default_factory=list)
     rejected: dict[int, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -259,6 +292,7 @@ class FakeService:
         self.server: ThreadedServer | None = None
         #: Every command line the fake ran, in order (to prove what was and was not sent).
         self.commands: list[str] = []
+        self._reaping = threading.Event()
 
     # ---- for tests
 
@@ -270,9 +304,11 @@ class FakeService:
     def start(self) -> FakeService:
         self.server = ThreadedServer(self.app())
         self.server.start()
+        threading.Thread(target=self._reap_expired, name="fake-expiry", daemon=True).start()
         return self
 
     def stop(self) -> None:
+        self._reaping.set()
         if self.server is not None:
             self.server.stop()
         with self.ledger.lock:
@@ -342,6 +378,13 @@ class FakeService:
     def app(self) -> Any:
         raise NotImplementedError
 
+    def expire(self, now: float) -> None:
+        """Apply the service's own lifetimes at wall time ``now`` (timeouts, auto-stop); called every 0.1 s."""
+
+    def _reap_expired(self) -> None:
+        while not self._reaping.wait(0.1):
+            self.expire(time.time())
+
     def new_box(self, labels: dict[str, str]) -> Box:
         box = Box(f"{self.id_prefix}-{uuid.uuid4().hex[:12]}", self._tmp, max_runtime_s=self.max_runtime_s)
         box.labels = dict(labels)
@@ -365,6 +408,16 @@ class FakeService:
             return False
         box.destroy()
         return True
+
+    def expire_box(self, box_id: str) -> None:
+        """Remove a sandbox whose lifetime ran out, as the service's own reaper does."""
+        with self.ledger.lock:
+            box = self.ledger.live.pop(box_id, None)
+            if box is None:
+                return
+            self.ledger.deleted += 1
+            self.ledger.expired.append(box_id)  # with the pop: a test never sees one gone but not recorded
+        box.destroy()
 
     def count_rejection(self, status: int) -> None:
         with self.ledger.lock:

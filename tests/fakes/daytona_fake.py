@@ -13,6 +13,16 @@ arrive as ``/toolbox/<sandbox id>/...``. Implemented (daytona 0.226 wire format)
 * ``POST /files/bulk-upload`` (multipart), ``POST /files/bulk-download`` (multipart answer,
   a per-file ``error`` part for a missing file); ``GET /user-home-dir``.
 
+* ``POST /api/sandbox/{id}/stop`` and ``/start`` (a stop kills every process of the sandbox,
+  its files stay; an ephemeral sandbox, ``autoDeleteInterval`` 0, is deleted as it stops),
+  ``/autostop/{minutes}``, ``/autodelete/{minutes}`` and ``/last-activity``.
+
+Lifetimes, as Daytona applies them: a started sandbox with no activity (a toolbox call or
+``refresh_activity``) for ``autoStopInterval`` minutes is stopped (0: never); a stopped one is
+deleted once ``autoDeleteInterval`` minutes passed since it stopped and since its last
+activity (negative: never). A minute is 60 s here too. A stopped sandbox answers toolbox
+calls with 400 "sandbox is not started" and uses none of the vCPU quota.
+
 A vanished sandbox answers 404 everywhere, like the real proxy. Faults come from
 :meth:`FakeService.inject`. Limits of the service, each answered as the real API does:
 
@@ -133,6 +143,9 @@ class FakeDaytona(FakeService):
         self.concurrency: int | None = None
         self.start_state = "started"
         self.session_deletes: list[tuple[str, str]] = []
+        #: Ids of the sandboxes stopped through the API, and of every ``refresh_activity`` received.
+        self.stops: list[str] = []
+        self.activities: list[str] = []
         self.server_rate: tuple[float, float] | None = None
         self._tokens = 0.0
         self._last = 0.0
@@ -153,6 +166,11 @@ class FakeDaytona(FakeService):
                 Route("/api/sandbox/{sid}", self._get, methods=["GET"]),
                 Route("/api/sandbox/{sid}", self._delete, methods=["DELETE"]),
                 Route("/api/sandbox/{sid}/snapshot", self._snapshot, methods=["POST"]),
+                Route("/api/sandbox/{sid}/stop", self._stop, methods=["POST"]),
+                Route("/api/sandbox/{sid}/start", self._start, methods=["POST"]),
+                Route("/api/sandbox/{sid}/autostop/{minutes}", self._set_interval, methods=["POST"]),
+                Route("/api/sandbox/{sid}/autodelete/{minutes}", self._set_interval, methods=["POST"]),
+                Route("/api/sandbox/{sid}/last-activity", self._last_activity, methods=["POST"]),
                 Route("/api/snapshots", self._list_snapshots, methods=["GET"]),
                 Route("/api/snapshots/{ref}", self._get_snapshot, methods=["GET"]),
                 Route("/api/snapshots/{ref}", self._delete_snapshot, methods=["DELETE"]),
@@ -217,11 +235,15 @@ class FakeDaytona(FakeService):
         box = self.find(request.path_params["sid"])
         if box is None:
             return _error(404, f"Sandbox with ID or name {request.path_params['sid']} not found")
+        if request.url.path.startswith("/toolbox/"):
+            if box.data.get("state") != "started":
+                return _error(400, f"Sandbox {box.id} is not started", path=request.url.path)
+            box.data["last_activity"] = time.time()  # the proxy counts toolbox calls as activity
         return box
 
     def _cpu_in_use(self) -> int:
         with self.ledger.lock:
-            return sum(int(b.data.get("cpu") or 1) for b in self.ledger.live.values())
+            return sum(int(b.data.get("cpu") or 1) for b in self.ledger.live.values() if b.data["state"] == "started")
 
     def _rate_ok(self) -> bool:
         if self.server_rate is None:
@@ -256,7 +278,9 @@ class FakeDaytona(FakeService):
             message = f"You have reached the maximum number of concurrent sandboxes ({self.concurrency})"
             return _error(429, message, path=path)
         box = self.new_box(body.get("labels") or {})
-        box.data.update(body, state=self.start_state)
+        box.data.update({k: v for k, v in body.items() if v is not None}, state=self.start_state)
+        if body.get("ephemeral"):  # the SDK sends autoDeleteInterval 0 too; the API does the same
+            box.data["autoDeleteInterval"] = 0
         source = self.snapshots.get(str(body.get("snapshot")))
         if source is not None:  # a sandbox from a snapshot taken of a sandbox starts with its files
             shutil.copytree(source["dir"], box.home, symlinks=True, dirs_exist_ok=True)
@@ -292,6 +316,77 @@ class FakeDaytona(FakeService):
         dto = self._dto(box, state="destroyed")
         self.remove(box.id)
         return JSONResponse(dto)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def new_box(self, labels: dict[str, str]) -> Box:
+        box = super().new_box(labels)
+        box.data.update(state="started", last_activity=time.time(), autoStopInterval=15)  # the API's defaults
+        return box
+
+    async def _stop(self, request: Request) -> Response:
+        gated = await self._gate(request, "stop")
+        box = gated or self._box_or_404(request)
+        if isinstance(box, Response):
+            return box
+        dto = self._dto(box, state="stopped")
+        self._stop_box(box)
+        self.stops.append(box.id)
+        return JSONResponse(dto)
+
+    def _stop_box(self, box: Box, *, auto: bool = False) -> None:
+        """Stop: every process dies, the files stay; an ephemeral sandbox is deleted (``auto``: by the auto-stop)."""
+        box.kill_all()
+        box.procs.clear()
+        box.data.update(state="stopped", stopped_at=time.time())
+        if box.data.get("autoDeleteInterval") == 0:
+            (self.expire_box if auto else self.remove)(box.id)
+
+    async def _start(self, request: Request) -> Response:
+        gated = await self._gate(request, "start")
+        box = gated or self._box_or_404(request)
+        if isinstance(box, Response):
+            return box
+        if box.data["state"] != "started":
+            cpu = int(box.data.get("cpu") or 1)
+            if self.quota is not None and self._cpu_in_use() + cpu > self.quota:
+                message = f"Total CPU limit exceeded. Maximum allowed: {self.quota}.\n{UPGRADE_TIER}"
+                return _error(self.quota_status, message, path=request.url.path)
+            box.data.update(state="started", last_activity=time.time())
+        return JSONResponse(self._dto(box))
+
+    async def _set_interval(self, request: Request) -> Response:
+        gated = await self._gate(request, "lifecycle")
+        box = gated or self._box_or_404(request)
+        if isinstance(box, Response):
+            return box
+        key = "autoStopInterval" if "/autostop/" in request.url.path else "autoDeleteInterval"
+        box.data[key] = int(request.path_params["minutes"])
+        return JSONResponse(self._dto(box))
+
+    async def _last_activity(self, request: Request) -> Response:
+        gated = await self._gate(request, "activity")
+        box = gated or self._box_or_404(request)
+        if isinstance(box, Response):
+            return box
+        box.data["last_activity"] = time.time()
+        self.activities.append(box.id)
+        return Response(status_code=201)
+
+    def expire(self, now: float) -> None:
+        """Auto-stop idle started sandboxes and auto-delete stopped ones, as Daytona's lifecycle jobs do."""
+        with self.ledger.lock:
+            boxes = list(self.ledger.live.values())
+        for box in boxes:
+            d = box.data
+            if d.get("state") == "started":
+                minutes = int(d.get("autoStopInterval") or 0)
+                if minutes > 0 and now - d["last_activity"] >= minutes * 60:
+                    self._stop_box(box, auto=True)
+            elif d.get("state") == "stopped":
+                minutes = int(d.get("autoDeleteInterval") if d.get("autoDeleteInterval") is not None else -1)
+                if minutes >= 0 and now - max(d["stopped_at"], d["last_activity"]) >= minutes * 60:
+                    self.expire_box(box.id)
 
     # ------------------------------------------------------------------ snapshots
 

@@ -6,13 +6,22 @@ The real ``e2b`` SDK talks to it unmodified with ``api_url=fake.url, sandbox_url
 2.63 wire format):
 
 * control plane: ``POST /v2/sandboxes`` (201), ``GET /v2/sandboxes`` (``metadata`` filter),
-  ``DELETE /sandboxes/{id}``, ``POST /sandboxes/{id}/timeout``;
+  ``DELETE /sandboxes/{id}``, ``POST /sandboxes/{id}/timeout``, ``POST /sandboxes/{id}/pause``
+  (204; 409 when already paused) and ``POST /v2/sandboxes/{id}/connect`` (201 resumed, 200
+  already running; its ``timeout`` starts the lifetime again);
 * envd: ``GET /health``, ``GET/POST /files`` and the Connect process service, served by the
   ``e2b`` package's own generated server stub (``ProcessASGIApplication``) with
   ``Start`` (start / data / end events), ``SendSignal`` and ``List``.
 
 Like the real service, a command whose client went away keeps running, and a sandbox that
-is gone answers envd calls with a 502 "... was not found". Faults come from
+is gone answers envd calls with a 502 "... was not found".
+
+Lifetimes, as E2B applies them: a running sandbox is killed once its timeout (set at create,
+by ``set_timeout`` and by ``connect``) has passed since it was last set, whatever its client
+does; a *paused* sandbox has no timeout (E2B keeps it until it is resumed or killed) and does
+not count against the concurrent-sandbox quota. A pause keeps memory: the box's processes are
+stopped where they are (SIGSTOP) and go on after ``connect`` (SIGCONT); envd does not answer
+while the sandbox is paused (502, like a sandbox that is not running). Faults come from
 :meth:`FakeService.inject` (an ``exec`` delay holds the end event back after the process ended).
 """
 
@@ -43,6 +52,8 @@ from starlette.routing import Route
 from ._common import Box, FakeService, drop_connection
 
 ENVD_VERSION = "0.5.7"
+#: The API's lifetime of a sandbox created without ``timeout`` (e2b SDK: 300 s).
+DEFAULT_TIMEOUT_S = 300
 
 
 def _error(status: int, message: str, retry_after: float | None = None) -> JSONResponse:
@@ -62,7 +73,7 @@ class _Process(process_connect.Process):
         self.fake = fake
 
     def _box(self, ctx: Any) -> Box:
-        box = self.fake.find(ctx.request_headers.get("e2b-sandbox-id", ""))
+        box = self.fake._running(ctx.request_headers.get("e2b-sandbox-id", ""))
         if box is None:
             raise ConnectError(Code.UNAVAILABLE, "The sandbox was not found")
         return box
@@ -150,6 +161,8 @@ class FakeE2B(FakeService):
         self.quota: int | None = None
         self.signals: list[tuple[str, int, int]] = []
         self.timeouts: list[tuple[str, int]] = []
+        #: Ids of the sandboxes paused, in order.
+        self.pauses: list[str] = []
         #: Snapshot templates: id -> (the source box's files copied at snapshot time, full names).
         self.snapshots: dict[str, tuple[Path, list[str]]] = {}
         self._rpc = process_connect.ProcessASGIApplication(_Process(self))
@@ -161,6 +174,8 @@ class FakeE2B(FakeService):
                 Route("/v2/sandboxes", self._list, methods=["GET"]),
                 Route("/sandboxes/{sid}", self._delete, methods=["DELETE"]),
                 Route("/sandboxes/{sid}/timeout", self._timeout, methods=["POST"]),
+                Route("/sandboxes/{sid}/pause", self._pause, methods=["POST"]),
+                Route("/v2/sandboxes/{sid}/connect", self._connect, methods=["POST"]),
                 Route("/sandboxes/{sid}/snapshots", self._snapshot, methods=["POST"]),
                 Route("/snapshots", self._list_snapshots, methods=["GET"]),
                 Route("/templates/{tid:path}", self._delete_template, methods=["DELETE"]),
@@ -175,7 +190,7 @@ class FakeE2B(FakeService):
             if scope["type"] == "http" and scope["path"].startswith("/process.Process/"):
                 headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
                 box_id = headers.get("e2b-sandbox-id", "")
-                if self.find(box_id) is None:
+                if self._running(box_id) is None:
                     body = json.dumps({"code": 502, "message": f"The sandbox {box_id} was not found"}).encode()
                     await send(
                         {
@@ -217,7 +232,7 @@ class FakeE2B(FakeService):
         if gated is not None:
             return gated
         body = await request.json()
-        if self.quota is not None and self.live_count >= self.quota:
+        if self.quota is not None and self.running_count >= self.quota:
             # e2b-dev/infra, packages/api/internal/orchestrator/create_instance.go: the team's
             # reservation fails with api.APIError{Code: 429, ClientMsg: ...} (this text).
             self.count_rejection(429)
@@ -233,6 +248,7 @@ class FakeE2B(FakeService):
             return _error(404, f"template '{template}' not found")
         box = self.new_box(body.get("metadata") or {})
         box.data.update(body)
+        self._set_end(box, body.get("timeout"))
         if source is not None:  # a sandbox from a snapshot starts with the snapshot's files
             shutil.copytree(source[0], box.home, symlinks=True, dirs_exist_ok=True)
         delay = getattr(request.state, "create_delay", 0.0)
@@ -263,11 +279,13 @@ class FakeE2B(FakeService):
                 "sandboxID": b.id,
                 "clientID": "fake",
                 "startedAt": dt.datetime.fromtimestamp(b.created_at, dt.timezone.utc).isoformat(),
-                "endAt": (now + dt.timedelta(seconds=b.data.get("timeout") or 300)).isoformat(),
+                "endAt": dt.datetime.fromtimestamp(b.data["end_at"], dt.timezone.utc).isoformat()
+                if b.data["state"] == "running"
+                else now.isoformat(),
                 "cpuCount": 1,
                 "memoryMB": 512,
                 "diskSizeMB": 1024,
-                "state": "running",
+                "state": b.data["state"],
                 "envdVersion": ENVD_VERSION,
                 "metadata": b.labels,
             }
@@ -293,8 +311,75 @@ class FakeE2B(FakeService):
             return _error(404, f"sandbox {request.path_params['sid']} not found")
         seconds = int((await request.json())["timeout"])
         self.timeouts.append((box.id, seconds))
-        box.data["timeout"] = seconds
+        self._set_end(box, seconds)
         return Response(status_code=204)
+
+    async def _pause(self, request: Request) -> Response:
+        # e2b SDK sandbox_async/sandbox_api.py _cls_pause: 204 paused, 409 "already paused", 404 unknown.
+        gated = await self._gate(request, "pause")
+        if gated is not None:
+            return gated
+        box = self.find(request.path_params["sid"])
+        if box is None:
+            return _error(404, f"sandbox {request.path_params['sid']} not found")
+        if box.data["state"] == "paused":
+            return _error(409, f"sandbox {box.id} is already paused")
+        box.freeze()
+        box.data["state"] = "paused"
+        self.pauses.append(box.id)
+        return Response(status_code=204)
+
+    async def _connect(self, request: Request) -> Response:
+        # e2b SDK api/client/api/sandboxes/post_v_2_sandboxes_sandbox_id_connect.py: 201 resumed,
+        # 200 already running -> Sandbox; the body's ``timeout`` is the lifetime from now.
+        gated = await self._gate(request, "connect")
+        if gated is not None:
+            return gated
+        box = self.find(request.path_params["sid"])
+        if box is None:
+            return _error(404, f"Paused sandbox {request.path_params['sid']} not found")
+        body = await request.json() if await request.body() else {}
+        resumed = box.data["state"] == "paused"
+        if resumed:
+            if self.quota is not None and self.running_count >= self.quota:
+                self.count_rejection(429)
+                return _error(429, f"you have reached the maximum number of concurrent E2B sandboxes ({self.quota})")
+            self._set_end(box, body.get("timeout"))  # before it runs: the expiry thread reads both
+            box.data["state"] = "running"
+            box.thaw()
+        elif body.get("timeout") is not None:  # a running sandbox's timeout only ever grows on connect
+            box.data["end_at"] = max(box.data["end_at"], time.time() + int(body["timeout"]))
+        answer = {"templateID": box.data.get("templateID", "base"), "sandboxID": box.id, "clientID": "fake"}
+        return JSONResponse({**answer, "envdVersion": ENVD_VERSION}, 201 if resumed else 200)
+
+    # ------------------------------------------------------------------ lifetimes
+
+    def new_box(self, labels: dict[str, str]) -> Box:
+        box = super().new_box(labels)
+        box.data.update(state="running", end_at=time.time() + DEFAULT_TIMEOUT_S)
+        return box
+
+    @staticmethod
+    def _set_end(box: Box, seconds: int | None) -> None:
+        box.data["end_at"] = time.time() + (int(seconds) if seconds is not None else DEFAULT_TIMEOUT_S)
+
+    def _running(self, box_id: str) -> Box | None:
+        box = self.find(box_id)
+        return box if box is not None and box.data.get("state") == "running" else None
+
+    @property
+    def running_count(self) -> int:
+        with self.ledger.lock:
+            return sum(b.data.get("state") == "running" for b in self.ledger.live.values())
+
+    def expire(self, now: float) -> None:
+        """Kill running sandboxes whose timeout passed (E2B's orchestrator does; paused ones have none)."""
+        with self.ledger.lock:
+            due = [
+                b.id for b in self.ledger.live.values() if b.data.get("state") == "running" and b.data["end_at"] <= now
+            ]
+        for box_id in due:
+            self.expire_box(box_id)
 
     async def _snapshot(self, request: Request) -> Response:
         # e2b SDK api/client/api/sandboxes/post_sandboxes_sandbox_id_snapshots.py: 201 -> SnapshotInfo
@@ -341,7 +426,7 @@ class FakeE2B(FakeService):
 
     def _envd_box(self, request: Request) -> Box | Response:
         box_id = request.headers.get("e2b-sandbox-id", "")
-        box = self.find(box_id)
+        box = self._running(box_id)
         if box is None:
             return _error(502, f"The sandbox {box_id} was not found")
         return box

@@ -35,6 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "_lease",
         "_capacity",
         "_signals",
+        "_started",
         "limiter",
         "metrics",
         "distributed",

@@ -32,11 +32,12 @@ import os
 import re
 import uuid
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 import anyio.to_thread
 
+from sandboxkit._watchdog import ttl_for
 from sandboxkit.backends._cloud_sandbox import (
     CREATE_LABEL,
     ENFORCED_LIMITS,
@@ -47,11 +48,15 @@ from sandboxkit.backends._cloud_sandbox import (
     redact,
     resolve_secret,
 )
+from sandboxkit.backends._cloud_ttl import Renewer
 from sandboxkit.base import Availability, Backend, Capabilities, Snapshot, own_snapshot
 from sandboxkit.configs import CloudConfig
 from sandboxkit.errors import BackendUnavailable, SandboxkitError, Transient
 from sandboxkit.languages import LANGUAGES, resolve_language
 from sandboxkit.models import Limits
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["CloudBackend", "named_limit"]
 
@@ -129,6 +134,8 @@ class CloudBackend(Backend):
     notes: ClassVar[tuple[str, ...]] = ()
     #: What a checkpoint of the service carries (``Capabilities.fork``); "none": no snapshot primitives.
     fork_level: ClassVar[str] = "none"
+    #: What survives the service's own suspend (``Capabilities.suspend``); "none": it has none.
+    suspend_level: ClassVar[str] = "none"
 
     def __init__(self, config: CloudConfig) -> None:
         self._api_key = resolve_secret(config.api_key, os.environ.get(self.key_env))
@@ -145,6 +152,8 @@ class CloudBackend(Backend):
         self._pending_tokens: set[str] = set()
         self._snapshots: set[CloudSnapshot] = set()  # checkpoints taken and not yet released
         self._interrupted: set[str] = set()  # sandboxes whose close was cancelled before the delete finished
+        self._suspended: set[str] = set()  # sandboxes stopped or paused by Sandbox.suspend
+        self._renewer = Renewer(self._live, self._renew_sync, lambda: self.renew_period_s, self.name)
 
     def _secret(self) -> str:
         assert self._api_key is not None
@@ -178,14 +187,36 @@ class CloudBackend(Backend):
             absolute_paths=True,  # a cloud sandbox is a machine of its own: its "/" is never this host's
             notes=self.notes,
             fork=self.fork_level,
+            suspend=self.suspend_level,
         )
+
+    @property
+    def lifetime_s(self) -> float:
+        """How long a sandbox outlives a dead owner: the pool's dead-man TTL (:func:`~sandboxkit._watchdog.ttl_for`)."""
+        return self.owner_ttl_s or ttl_for(None, Limits())
+
+    @property
+    def renew_period_s(self) -> float:
+        """Seconds between two renewals of a held sandbox's expiry at the service (:mod:`._cloud_ttl`)."""
+        return self.lifetime_s / 3
+
+    def _renew_sync(self, client: httpx.Client, sandbox_id: str) -> None:
+        """Push one held sandbox's expiry at the service one lifetime away (blocking; a renewer thread calls it)."""
 
     def sandbox_closed(self, sandbox_id: str, *, deleted: bool) -> None:
         """Called by a sandbox's ``close``: forget it once deleted, else delete it at ``aclose`` / exit."""
+        self._suspended.discard(sandbox_id)
         if deleted:
             self._live.discard(sandbox_id)
         else:
             self._interrupted.add(sandbox_id)
+
+    def suspended(self, sandbox_id: str, now: bool) -> None:
+        """Called by a sandbox's ``suspend`` (``now`` True) and ``resume``: renewals treat the two states apart."""
+        if now:
+            self._suspended.add(sandbox_id)
+        else:
+            self._suspended.discard(sandbox_id)
 
     # ------------------------------------------------------------------ the four primitives
 
@@ -276,6 +307,7 @@ class CloudBackend(Backend):
                 raise self.map_error(exc, op="create") from exc
             raise
         self._live.add(sandbox_id)
+        self._renewer.ensure_running()
         return await self._attach(sandbox_id, sdk, limits)
 
     async def _reap(self, token: str, sandbox_id: str | None) -> None:

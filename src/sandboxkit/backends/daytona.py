@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import re
 import uuid
@@ -49,6 +50,7 @@ from sandboxkit.errors import (
 from sandboxkit.models import Limits
 
 if TYPE_CHECKING:
+    import httpx
     from daytona import AsyncDaytona
     from daytona._async.sandbox import AsyncSandbox as SdkSandbox
 
@@ -159,6 +161,8 @@ class DaytonaSandbox(CloudSandbox):
         self._sdk_loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         self._session: str | None = None
         self.root = root
+        #: Stopped by :meth:`suspend`; Daytona answers no toolbox call until :meth:`resume`.
+        self.stopped = False
 
     async def _bound(self) -> SdkSandbox:
         """The SDK sandbox object usable on the *calling* loop (AsyncDaytona is loop-bound)."""
@@ -239,6 +243,53 @@ class DaytonaSandbox(CloudSandbox):
             raise await self._fail(exc, "run a control command") from exc
         return RawResult(resp.result or "", "", resp.exit_code, anyio.current_time() - started)
 
+    async def suspend(self) -> bool:
+        """Stop the sandbox (Daytona's ``stop``): its files stay, its processes and memory go.
+
+        Every sandboxkit sandbox is ephemeral (deleted the moment it stops), so it first gets an
+        auto-delete interval of the owner's lifetime: a stopped sandbox whose owner died is then
+        deleted by Daytona that long after the last renewal (:mod:`._cloud_ttl`), and never before.
+
+        Returns:
+            True once stopped; False for a closed or tainted sandbox (nothing changed).
+
+        Raises:
+            SandboxCrashed: the sandbox is gone.
+            RateLimited, Transient: the service refused or failed for now.
+        """
+        if self.closed or self.tainted:
+            return False
+        sdk = await self._bound()
+        try:
+            await sdk.set_auto_delete_interval(self._backend.lifetime_minutes, request_timeout=30)
+            await sdk.stop(timeout=self._backend.create_timeout_s)
+        except Exception as exc:
+            raise await self._fail(exc, "stop the sandbox") from exc
+        self._session = None  # its shell died with the sandbox's processes
+        self.stopped = True
+        self._backend.suspended(self.id, True)
+        return True
+
+    async def resume(self) -> None:
+        """Start a stopped sandbox again (Daytona's ``start``), ephemeral once more. Idempotent.
+
+        Its files are there; processes started before :meth:`suspend` are not.
+
+        Raises:
+            SandboxCrashed: the sandbox is gone (deleted while stopped).
+            CapacityExceeded, RateLimited, Transient: the service cannot start it now.
+        """
+        if not self.stopped or self.closed:
+            return
+        sdk = await self._bound()
+        try:
+            await sdk.start(timeout=self._backend.create_timeout_s)
+            await sdk.set_auto_delete_interval(0, request_timeout=30)
+        except Exception as exc:
+            raise self._backend.map_error(exc, op="start the stopped sandbox", sandbox_id=self.id) from exc
+        self.stopped = False
+        self._backend.suspended(self.id, False)
+
     async def alive(self) -> bool:
         """True while the service reports the sandbox as started. Never raises."""
         if self.closed:
@@ -278,8 +329,10 @@ class DaytonaBackend(CloudBackend):
         "network on/off is fixed when a sandbox is created (network_block_all), from the pool's limits",
         "memory is the sandbox's own (snapshot, or memory_gb with an image)",
         "fork: Daytona's own snapshots (sandbox.create_snapshot, then sandboxes from the snapshot): files only",
+        "suspend: Daytona's stop / start (files only: processes and memory are lost)",
     )
     fork_level: ClassVar[str] = "files"
+    suspend_level: ClassVar[str] = "files"
 
     config_model: ClassVar[type[DaytonaConfig]] = DaytonaConfig
 
@@ -298,6 +351,11 @@ class DaytonaBackend(CloudBackend):
         import daytona._async.daytona  # noqa: F401
 
         self._clients: dict[asyncio.AbstractEventLoop, AsyncDaytona] = {}
+
+    @property
+    def lifetime_minutes(self) -> int:
+        """The owner's lifetime in Daytona's unit: the dead-man TTL rounded up to whole minutes (at least 1)."""
+        return max(1, math.ceil(self.lifetime_s / 60))
 
     def __repr__(self) -> str:
         return f"DaytonaBackend(api_url={self.api_url!r}, target={self.target!r}, api_key='***')"
@@ -347,7 +405,7 @@ class DaytonaBackend(CloudBackend):
             "labels": {**self.labels, **labels},
             "public": False,
             "ephemeral": True,
-            "auto_stop_interval": self.auto_stop_minutes,
+            "auto_stop_interval": self.lifetime_minutes if self.auto_stop_minutes is None else self.auto_stop_minutes,
             "network_block_all": not limits.network,
         }
         if self.ttl_minutes is not None:
@@ -424,6 +482,17 @@ class DaytonaBackend(CloudBackend):
         for name in names:
             await client.snapshot.delete(name)
         return len(names)
+
+    @property
+    def renew_period_s(self) -> float:
+        return self.lifetime_minutes * 60 / 3
+
+    def _renew_sync(self, client: httpx.Client, sandbox_id: str) -> None:
+        """``refresh_activity`` by hand (``POST /sandbox/{id}/last-activity``): auto-stop and auto-delete count from it."""
+        client.post(
+            f"{self.api_url}/sandbox/{sandbox_id}/last-activity",
+            headers={"Authorization": f"Bearer {self._secret()}"},
+        ).raise_for_status()
 
     def _delete_now_sync(self, sandbox_id: str) -> None:
         import httpx

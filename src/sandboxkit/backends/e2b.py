@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import time
 import urllib.parse
@@ -49,6 +50,7 @@ from sandboxkit.errors import (
 from sandboxkit.models import Limits
 
 if TYPE_CHECKING:
+    import httpx
     from e2b import AsyncSandbox
 
 __all__ = ["E2BBackend", "E2BSandbox", "map_error"]
@@ -118,11 +120,13 @@ class E2BSandbox(CloudSandbox):
     def __init__(self, backend: E2BBackend, sdk: AsyncSandbox, limits: Limits) -> None:
         super().__init__(backend, sandbox_id=str(sdk.sandbox_id), limits=limits)
         self._sdk = sdk
-        self._expires_at = time.monotonic() + backend.sandbox_timeout_s
+        self._expires_at = time.monotonic() + backend.sandbox_lifetime_s
+        #: Paused by :meth:`suspend`; E2B answers no command until :meth:`resume`.
+        self.paused = False
 
     async def _keep_alive(self) -> None:
         """Renew the sandbox's lifetime once half of it is used (one API call per half-lifetime)."""
-        ttl = self._backend.sandbox_timeout_s
+        ttl = self._backend.sandbox_lifetime_s
         if self._expires_at - time.monotonic() > ttl / 2:
             return
         try:
@@ -197,6 +201,48 @@ class E2BSandbox(CloudSandbox):
         info = await self._sdk.create_snapshot(name, request_timeout=self._backend.create_timeout_s)
         return str(info.snapshot_id)
 
+    async def suspend(self) -> bool:
+        """Pause the sandbox with E2B's pause (memory and files kept; it holds no CPU and bills no compute).
+
+        Its processes, a kernel's variables included, go on where they stopped after :meth:`resume`.
+        A paused sandbox has no timeout at E2B: if this process dies meanwhile, it stays paused until
+        ``sandboxkit cleanup`` (docs/fleet.md).
+
+        Returns:
+            True once paused; False for a closed or tainted sandbox (nothing changed).
+
+        Raises:
+            SandboxCrashed: the sandbox is gone.
+            RateLimited, Transient: the service refused or failed for now (the sandbox still runs).
+        """
+        if self.closed or self.tainted:
+            return False
+        try:
+            await self._sdk.pause(request_timeout=self._backend.create_timeout_s)
+        except Exception as exc:
+            raise await self._fail(exc, "pause the sandbox") from exc
+        self.paused = True
+        self._backend.suspended(self.id, True)
+        return True
+
+    async def resume(self) -> None:
+        """Resume a paused sandbox (E2B's ``connect``), its lifetime set again from now. Idempotent.
+
+        Raises:
+            SandboxCrashed: the sandbox is gone (killed while paused).
+            CapacityExceeded, RateLimited, Transient: the service cannot run it now.
+        """
+        if not self.paused or self.closed:
+            return
+        ttl = self._backend.sandbox_lifetime_s
+        try:
+            await self._sdk.connect(timeout=ttl, request_timeout=self._backend.create_timeout_s)
+        except Exception as exc:
+            raise self._backend.map_error(exc, op="resume the sandbox", sandbox_id=self.id) from exc
+        self.paused = False
+        self._backend.suspended(self.id, False)
+        self._expires_at = time.monotonic() + ttl
+
     async def alive(self) -> bool:
         """True while envd in the sandbox answers its health check. Never raises."""
         if self.closed:
@@ -233,8 +279,10 @@ class E2BBackend(CloudBackend):
         "network on/off is fixed when a sandbox is created (allow_internet_access), from the pool's limits",
         "memory and CPU are the template's",
         "fork: E2B's own snapshots (create_snapshot, then sandboxes from the snapshot): files, processes, memory",
+        "suspend: E2B's pause / connect (files, processes, memory); a paused sandbox has no timeout at E2B",
     )
     fork_level: ClassVar[str] = "memory"
+    suspend_level: ClassVar[str] = "files+memory"
 
     config_model: ClassVar[type[E2BConfig]] = E2BConfig
 
@@ -250,6 +298,16 @@ class E2BBackend(CloudBackend):
         self.metadata = dict(config.metadata or {})
         self.user = config.user
         self.http_version = config.http_version
+
+    @property
+    def sandbox_lifetime_s(self) -> int:
+        """E2B's ``timeout`` of each sandbox: ``sandbox_timeout_s`` when set, else the pool's dead-man TTL.
+
+        The owner renews it while it lives (every call, and :mod:`._cloud_ttl` between calls), so a
+        SIGKILLed trainer's sandboxes are killed by E2B this long after its last renewal.
+        """
+        chosen = self.sandbox_timeout_s if self.sandbox_timeout_s is not None else self.lifetime_s
+        return max(1, math.ceil(chosen))
 
     def __repr__(self) -> str:
         where = self.api_url or f"https://api.{self.domain or 'e2b.app'}"
@@ -282,7 +340,7 @@ class E2BBackend(CloudBackend):
         with anyio.fail_after(self.create_timeout_s):
             sdk = await AsyncSandbox.create(
                 template=source or self.template,
-                timeout=self.sandbox_timeout_s,
+                timeout=self.sandbox_lifetime_s,
                 metadata={**self.metadata, **labels},
                 allow_internet_access=limits.network,
                 **self._params(retries=0, request_timeout=self.create_timeout_s + 5),
@@ -328,6 +386,21 @@ class E2BBackend(CloudBackend):
                 ):
                     removed += 1
         return removed
+
+    @property
+    def renew_period_s(self) -> float:
+        return self.sandbox_lifetime_s / 3
+
+    def _renew_sync(self, client: httpx.Client, sandbox_id: str) -> None:
+        """``set_timeout`` by hand (``POST /sandboxes/{id}/timeout``); a paused sandbox has no timeout to renew."""
+        if sandbox_id in self._suspended:
+            return
+        base = self.api_url or f"https://api.{self.domain or 'e2b.app'}"
+        client.post(
+            f"{base}/sandboxes/{sandbox_id}/timeout",
+            json={"timeout": self.sandbox_lifetime_s},
+            headers={"X-API-KEY": self._secret()},
+        ).raise_for_status()
 
     def _delete_now_sync(self, sandbox_id: str) -> None:
         import httpx

@@ -19,7 +19,7 @@ class TestDaytonaBackend(CloudBackendBehaviour):
 
     def assert_backstops(self, create_body: dict[str, Any]) -> None:
         assert create_body["networkBlockAll"] is True
-        assert create_body["autoStopInterval"] == 15  # idle sandboxes stop...
+        assert create_body["autoStopInterval"] == 1  # unrenewed sandboxes stop (the default TTL, 40 s, in minutes)...
         assert create_body["autoDeleteInterval"] == 0  # ...and, being ephemeral, are deleted
         assert create_body["public"] is False
 

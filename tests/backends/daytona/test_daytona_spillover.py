@@ -81,3 +81,20 @@ async def test_sessions_stay_on_the_backend_they_opened_on(
         "first": [("subprocess", "0\n"), ("subprocess", "1\n"), ("subprocess", "2\n")],
         "second": [("daytona", "0\n"), ("daytona", "1\n"), ("daytona", "2\n")],
     }
+
+
+async def test_a_spilled_session_names_suspends_and_expires_as_its_tier(
+    fake: FakeDaytona, make_backend: Callable[..., DaytonaBackend]
+) -> None:
+    """``backend_name`` is the tier's, suspend reaches the tier's sandbox, and the tier gets the pool's TTL."""
+    daytona = make_backend()
+    spill = SpilloverBackend([Tier(sandboxkit.backend("subprocess"), cap=1), Tier(daytona)])
+    async with SandboxPool(spill, max_concurrency=4, deadline_s=120) as pool:
+        assert daytona.owner_ttl_s == 120 and daytona.lifetime_minutes == 2  # not the default limits' 40 s
+        async with pool.session() as first, pool.session() as second:
+            await first.exec("true")
+            await second.write_files({"kept.txt": "on daytona"})
+            assert (first.backend_name, second.backend_name) == ("subprocess", "daytona")
+            assert await second.suspend() is True
+            assert fake.box(str(second.sandbox_id)).data["state"] == "stopped"
+            assert (await second.exec("cat kept.txt")).stdout == "on daytona"

@@ -19,7 +19,9 @@ class TestE2BBackend(CloudBackendBehaviour):
 
     def assert_backstops(self, create_body: dict[str, Any]) -> None:
         assert create_body["allow_internet_access"] is False
-        assert create_body["timeout"] == 600  # the sandbox dies on its own 10 minutes after its last renewal
+        assert (
+            create_body["timeout"] == 40
+        )  # it dies on its own one TTL (default limits: 10 s + 30 s) after its last renewal
 
     def pointed_at(self, url: str) -> dict[str, str]:
         return {"api_url": url, "sandbox_url": url}

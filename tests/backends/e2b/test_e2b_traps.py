@@ -47,17 +47,16 @@ async def test_sdk_timeout_leaves_the_process_running_the_backend_does_not(
         await sb.close()
 
 
-async def test_lifetime_is_renewed_while_the_sandbox_is_in_use(
+async def test_lifetime_is_renewed_while_the_owner_holds_the_sandbox(
     fake: FakeE2B, make_backend: Callable[..., E2BBackend]
 ) -> None:
     sb = await make_backend(sandbox_timeout_s=2).open(SHORT)
     try:
         assert fake.box(sb.id).data["timeout"] == 2
-        await sb.exec("true")
-        assert fake.timeouts == []  # renewed only once half the lifetime is used
-        await asyncio.sleep(1.1)
-        await sb.exec("true")
-        assert fake.timeouts == [(sb.id, 2)]
+        await asyncio.sleep(3.0)  # past the lifetime with no call: only the owner's renewals keep it
+        assert sb.id in fake.live_ids() and fake.ledger.expired == []
+        assert fake.timeouts[:2] == [(sb.id, 2), (sb.id, 2)]  # three renewals per lifetime
+        assert (await sb.exec("echo still")).stdout == "still\n"
     finally:
         await sb.close()
 

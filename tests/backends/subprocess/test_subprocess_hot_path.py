@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import statistics
 import subprocess
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -183,3 +185,119 @@ async def test_a_run_result_is_built_without_validating_what_the_host_typed_itse
         assert again == result
         assert again.model_fields_set == result.model_fields_set
     assert results[1].status is Status.FAILED and results[2].files == {"out.txt": b"y"}
+
+
+async def test_a_warm_pooled_run_schedules_one_timer(pool: SandboxPool) -> None:
+    """The host's backstop on the server's reply is the run's only timer.
+
+    A timer is a handle pushed on the loop's heap (Python comparisons) and cancelled later. The
+    server's state report on the last tenant's command, when it comes after this command was
+    sent, is waited for under the same timer as the exit; the program's pipes are at EOF when the
+    server reports its exit (every writer is dead by then), so they are read to the end at once
+    rather than under a timer of their own; a reset that finishes without waiting needs no
+    timeout scope either.
+    """
+    await pool.run("print(1)")
+    loop = asyncio.get_running_loop()
+    timers = 0
+    real = loop.call_at
+
+    def counting(*args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+        nonlocal timers
+        timers += 1
+        return real(*args, **kwargs)
+
+    setattr(loop, "call_at", counting)  # noqa: B010 (an instance attribute over the method, removed below)
+    try:
+        runs = 6
+        for i in range(runs):
+            result = await pool.run(f"import sys; print({i}); print('e' * 70000, file=sys.stderr)")
+            assert (result.stdout, len(result.stderr)) == (f"{i}\n", 70001), result
+    finally:
+        delattr(loop, "call_at")
+    assert timers <= runs, f"{timers / runs:.1f} timers per run"
+
+
+async def test_the_reset_removes_a_run_s_file_with_one_system_call(
+    pool: SandboxPool, backend: RecordingBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``unlink`` first: it removes a file, link, FIFO or socket itself (never what a link names), and
+    refuses a directory, which only then is looked at (and removed by fd, ``rmtree(dir_fd=)``)."""
+    await pool.run("print(1)")
+    (sandbox,) = backend.opened
+    stats = 0
+    real = os.stat
+
+    def counting(*args: Any, **kwargs: Any) -> os.stat_result:
+        nonlocal stats
+        stats += "dir_fd" in kwargs  # a look inside the workspace (the lease's liveness check is not)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", counting)
+    code = "import os; os.mkdir('d'); open('d/f', 'w').close(); os.symlink('/etc/passwd', 'l'); print(1)"
+    result = await pool.run(code)
+    assert result.stdout == "1\n", result
+    assert os.listdir(sandbox.workspace.path) == [], "the reset left files"
+    assert os.path.exists("/etc/passwd")
+    for _ in range(3):
+        assert (await pool.run("print(1)")).stdout == "1\n"
+    assert stats == 0, f"{stats} stat calls inside the workspace for 4 resets"
+
+
+async def test_a_run_result_with_every_field_given_skips_model_construct_s_per_field_lookups(
+    pool: SandboxPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``model_construct`` looks up aliases and defaults field by field (some 40 calls for a ``RunResult``);
+    the backend gives every field, in order, so the result's ``__dict__`` is set in one step. Same
+    object as a validated one, fields set, equality and ``repr`` included."""
+    await pool.run("print(1)")
+    constructed = 0
+    real = RunResult.model_construct.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type[RunResult], *args: Any, **values: Any) -> RunResult:
+        nonlocal constructed
+        constructed += 1
+        built: RunResult = real(cls, *args, **values)
+        return built
+
+    monkeypatch.setattr(RunResult, "model_construct", classmethod(counting))
+    results = [await pool.run("print(1)"), await pool.run("import sys; sys.exit(3)")]
+    execs = [await pool.exec("echo hi")]
+    monkeypatch.undo()
+    assert constructed == 0, f"{constructed} model_construct calls for 2 runs"
+    for result in [*results, *execs]:
+        again = type(result).model_validate(result.model_dump())
+        assert again == result and repr(again) == repr(result)
+        assert again.model_fields_set == result.model_fields_set
+        assert result.model_dump() == again.model_dump()
+    assert results[0].files == {} and results[0].files is not results[1].files
+    assert (results[1].status, execs[0].stdout) == (Status.FAILED, "hi\n")
+
+
+#: Python and C function calls in the host's thread per warm pooled ``print(1)``, the loop's own included
+#: (median of 15 runs). 528-655 (median 537) before the third cut of issue 30, 386-467 (median 436) after.
+MAX_CALLS_PER_RUN = 480
+
+
+async def test_a_warm_pooled_run_stays_within_its_budget_of_calls(pool: SandboxPool) -> None:
+    """The host's CPU per run is mostly the interpreter's calls, each cheap, none dominant: the count is
+    the budget that a profile cannot show growing one call at a time. Counted, not timed: the count does
+    not depend on the machine's load (only on whether output and exit wake the loop once or twice)."""
+    for _ in range(3):
+        await pool.run("print(1)")
+    counts = []
+    for _ in range(15):
+        calls = 0
+
+        def count(frame: object, event: str, arg: object) -> None:
+            nonlocal calls
+            calls += event in ("call", "c_call")
+
+        sys.setprofile(count)
+        try:
+            result = await pool.run("print(1)")
+        finally:
+            sys.setprofile(None)
+        assert result.stdout == "1\n", result
+        counts.append(calls)
+    assert statistics.median(counts) <= MAX_CALLS_PER_RUN, sorted(counts)

@@ -42,6 +42,8 @@ START_TIMEOUT_S = 15.0
 #: Largest command message (argv + env): far above any real command, a bound on what a child reads.
 MAX_MESSAGE = 1 << 20
 _PIPE_FLAGS = os.O_NONBLOCK | os.O_CLOEXEC
+#: ``socket``'s flags are ``IntFlag`` members, whose ``|`` runs in Python: combined once, here.
+_PEEK_NOW = int(socket.MSG_DONTWAIT | socket.MSG_PEEK)
 SERVER_SOURCE = standalone_source(Path(__file__).with_name("_server_main.py"))
 
 
@@ -272,11 +274,24 @@ class ForkServer:
                     pid = struct.unpack("3i", data[:12])[0]
             return msg, pid
 
-    async def _reply(self, sock: socket.socket, timeout_s: float, watcher: Watcher | None = None) -> bytes | None:
+    async def _reply(
+        self,
+        sock: socket.socket,
+        timeout_s: float,
+        watcher: Watcher | None = None,
+        *,
+        report: list[bytes] | None = None,
+        fresh: bool = False,
+    ) -> bytes | None:
         """The server's next message; ``b""`` if it died, ``None`` if ``timeout_s`` passed first.
 
         One reader callback and one timer rather than ``wait_for``: this runs once per
         command, and the warm path's budget is about a millisecond.
+
+        ``report``: the server's state report on the last command is due first. A first message
+        that is a report goes into the list and the wait goes on, under the same timer, for the
+        command's own reply (one timer per command, not two); a ``fresh`` command's wait ends at
+        a dirty report (the server refuses the command).
         """
         if watcher is None:
             watcher = self._watcher_now(asyncio.get_running_loop())
@@ -291,8 +306,13 @@ class ForkServer:
                 return
             except OSError:
                 msg = b""
-            if not done.done():
-                done.set_result(msg)
+            if done.done():
+                return
+            if report is not None and not report and msg.startswith(b"dirty "):
+                report.append(msg)
+                if not (fresh and msg == b"dirty 1"):
+                    return
+            done.set_result(msg)
 
         def expired() -> None:
             if not done.done():
@@ -351,7 +371,7 @@ class ForkServer:
     def _closed_or_talking(self, sock: socket.socket) -> bool:
         """``gone`` for a server already seen alive: its socket closed, or it sent unasked (killed)."""
         try:
-            peek = sock.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK)
+            peek = sock.recv(1, _PEEK_NOW)
         except BlockingIOError:
             return False
         except OSError:
@@ -493,18 +513,17 @@ class ForkServer:
         status: int | None = None
         timed_out = crashed = False
         try:
-            end = time.monotonic() + timeout_s + GRACE_S
-            reply = await self._reply(sock, timeout_s + GRACE_S, watcher)
-            if report_first and reply == b"":  # died before this command began: not the command's doing
-                self.died = True
-                raise lost("fork server is gone")
-            if fresh and report_first and reply is None:  # no report, so it never took this command
-                raise ServerLost("fork server did not report in time")
-            if report_first and reply is not None and reply.startswith(b"dirty "):
-                self.dirty = self.dirty or reply == b"dirty 1"
+            report: list[bytes] | None = [] if report_first else None
+            reply = await self._reply(sock, timeout_s + GRACE_S, watcher, report=report, fresh=fresh)
+            if report:  # the state report came first, then (unless refused) this command's reply
+                self.dirty = self.dirty or report[0] == b"dirty 1"
                 if fresh and self.dirty:  # the server refuses this command (b"stale"): not run
                     raise ServerStale("the last command left state")
-                reply = await self._reply(sock, max(end - time.monotonic(), 0.0), watcher)
+            elif report_first and reply == b"":  # died before this command began: not the command's doing
+                self.died = True
+                raise lost("fork server is gone")
+            elif fresh and report_first and reply is None:  # no report, so it never took this command
+                raise ServerLost("fork server did not report in time")
             elif report_first and reply is not None:  # not the report: nonsense
                 reply = b""
             if reply == b"stale":
@@ -524,7 +543,9 @@ class ForkServer:
         if crashed:
             self.kill()  # also ends every writer of the pipes
         try:
-            if not await drain.wait_eof(EOF_GRACE_S if not crashed else 1.0):
+            # Every writer of the pipes is dead once the server reports (or is killed): their last
+            # bytes and EOF are there already, read without a timer in the common case.
+            if not drain.read_now() and not await drain.wait_eof(EOF_GRACE_S if not crashed else 1.0):
                 drain.close()
         finally:
             drain.close()

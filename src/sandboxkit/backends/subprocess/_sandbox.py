@@ -99,6 +99,9 @@ class SubprocessSandbox(CallbackSandbox):
     """One workspace on this machine and the fork server that runs its commands in isolation."""
 
     backend_name = NAME
+    #: ``reset`` holds no anyio cancel scope across a wait (it takes an ``asyncio.Lock`` and, with a
+    #: rootfs view, reads a report): the pool steps it before setting up its timeout (``sandboxkit._started``).
+    reset_steps_inline = True
 
     def __init__(self, backend: SandboxHost, limits: Limits) -> None:
         self.id = f"sbx-{secrets.token_hex(6)}"

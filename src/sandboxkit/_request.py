@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from sandboxkit.base import OutputCallback
 from sandboxkit.errors import InvalidRequest
-from sandboxkit.models import ExecResult, Limits, RunRequest, RunResult
+from sandboxkit.models import ExecRequest, ExecResult, Limits, RunRequest, RunResult
 from sandboxkit.streaming import check_callbacks, exec_streaming, run_streaming
 
 if TYPE_CHECKING:
@@ -182,19 +182,9 @@ class RunsPrograms:
         elif self._workers is not None:
             return await self._workers.exec(command, cwd, env, stdin, timeout_s, deadline_s)
         streams = backend.capabilities.streaming
+        request = ExecRequest.of(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout_s, backend=backend.name)
         return await self._call(
-            lambda sandbox: exec_streaming(
-                sandbox,
-                streams,
-                command,
-                cwd=cwd,
-                env=env,
-                stdin=stdin,
-                timeout=timeout_s,
-                on_stdout=on_stdout,
-                on_stderr=on_stderr,
-            ),
-            deadline_s,
+            lambda sandbox: exec_streaming(sandbox, streams, request, on_stdout, on_stderr), deadline_s
         )
 
 

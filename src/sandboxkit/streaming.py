@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TypeVar
 
 from sandboxkit.base import OutputCallback, Sandbox
@@ -127,29 +127,41 @@ def replay(result: R, on_stdout: OutputCallback | None, on_stderr: OutputCallbac
 async def exec_streaming(
     sandbox: Sandbox,
     streams: bool,
-    command: str | Sequence[str],
-    *,
-    cwd: str | None = None,
-    env: Mapping[str, str] | None = None,
-    stdin: str | None = None,
-    timeout: float | None = None,
+    request: ExecRequest,
     on_stdout: OutputCallback | None = None,
     on_stderr: OutputCallback | None = None,
 ) -> ExecResult:
-    """``sandbox.exec`` with callbacks, for the pool and sessions.
+    """``sandbox.exec`` of a request checked once by the caller, with callbacks, for the pool and sessions.
 
     The callbacks are passed to the sandbox when it takes them (:func:`_takes_callbacks`); otherwise
     they are replayed here after the command, so a plugin backend written before streaming existed
     (whose ``exec`` takes no callbacks) keeps working.
     """
     if on_stdout is None and on_stderr is None:
-        return await sandbox.exec(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout)
+        return await _exec(sandbox, request)
     if _takes_callbacks(sandbox, streams):
-        return await sandbox.exec(
-            command, cwd=cwd, env=env, stdin=stdin, timeout=timeout, on_stdout=on_stdout, on_stderr=on_stderr
-        )
-    result = await sandbox.exec(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout)
-    return replay(result, on_stdout, on_stderr)
+        return await _exec(sandbox, request, {"on_stdout": on_stdout, "on_stderr": on_stderr})
+    return replay(await _exec(sandbox, request), on_stdout, on_stderr)
+
+
+async def _exec(
+    sandbox: Sandbox, request: ExecRequest, callbacks: Mapping[str, OutputCallback | None] | None = None
+) -> ExecResult:
+    """``request`` run by ``sandbox``: handed to ``exec_request`` as it is, unless the sandbox overrides
+    ``exec`` itself (a plugin's keyword form, which then gets the request's fields as keywords).
+
+    ``callbacks`` are passed only when given, so a keyword-form ``exec`` without them keeps working.
+    """
+    if type(sandbox).exec is Sandbox.exec:  # the base's exec would only check and bundle the request again
+        return await sandbox.exec_request(request, **(callbacks or {}))
+    return await sandbox.exec(
+        request.command,
+        cwd=request.cwd,
+        env=request.env,
+        stdin=request.stdin,
+        timeout=request.timeout_s,
+        **(callbacks or {}),
+    )
 
 
 async def run_streaming(

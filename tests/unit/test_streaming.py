@@ -228,3 +228,18 @@ def test_every_built_in_sandbox_takes_the_callbacks_through_one_class() -> None:
     for cls in (DockerSandbox, SubprocessSandbox, CloudSandbox, SandboxFusionSandbox, FakeSandbox):
         assert issubclass(cls, CallbackSandbox), cls
         assert [name for name in ("run", "exec_request") if name in vars(cls)] == [], cls
+
+
+async def test_an_empty_command_is_refused_before_a_sandbox_is_taken() -> None:
+    """The pool checks ``exec``'s arguments once (one ``ExecRequest``), before it leases a sandbox for them."""
+    backend = FakeBackend()
+    async with SandboxPool(backend, max_concurrency=1) as pool:
+        with pytest.raises(InvalidRequest, match="non-empty command"):
+            await pool.exec([], on_stdout=lambda chunk: None)
+        assert backend.opens_attempted == 0
+        async with pool.session() as session:
+            opened = backend.opens_attempted
+            with pytest.raises(InvalidRequest, match="non-empty command"):
+                await session.exec([])
+            assert backend.opens_attempted == opened
+    assert backend.opens_attempted == 1, "only the session's sandbox was opened"

@@ -32,7 +32,7 @@ This string is standalone Python (stdlib only): the sandbox cannot see sandboxki
 
 from __future__ import annotations
 
-from sandboxkit.judge._harness_source import PROCESSES, REPORTING, RUN_VALUES, SOLUTION, program_text
+from sandboxkit.judge._harness_source import PROCESSES, REPORTING, RUN_VALUES, SCHEDULING, SOLUTION, program_text
 
 __all__ = ["CODEC", "IMPORTS", "INLINE_SOURCE", "LIBRARY", "RUN_INLINE", "RUN_MANY", "SOURCE"]
 
@@ -68,7 +68,7 @@ _TESTS = program_text("isolated_tests")
 _PARENT = program_text("isolated_parent") + PROCESSES + program_text("isolated_children")
 
 #: Many cases: a forked checker and a forked solution per case, scheduled (some at once).
-_SCHEDULER = program_text("isolated_scheduler")
+_SCHEDULER = SCHEDULING + program_text("isolated_scheduler")
 
 #: Set-up, before any model code exists: the run's own values, import path, non-dumpable, the test's
 #: imports, the prelude. Everything from here on is the run's; everything before it only defines (a fork

@@ -33,6 +33,7 @@ __all__ = [
     "PROCESSES",
     "REPORTING",
     "RUN_VALUES",
+    "SCHEDULING",
     "SOLUTION",
     "STDIO",
     "program_text",
@@ -58,12 +59,17 @@ REPORTING = program_text("reporting")
 #: harness.
 PROCESSES = program_text("processes")
 
+#: Running many cases, at most so many at once, reporting each as it ends: shared with the isolated
+#: harness, whose cases are a checker and a solution each (each harness says how a case starts and ends).
+SCHEDULING = program_text("scheduling")
+
 #: Set-up: data, report channel, prelude, compile once, limits, the scheduler. ``_D`` is prepended.
 CORE = (
     "\nimport builtins, os, resource, select, signal, sys, time\n"
     + REPORTING
     + program_text("core_children")
     + PROCESSES
+    + SCHEDULING
     + program_text("core_cases")
 )
 

@@ -416,10 +416,9 @@ async def _one_run_per_case(
                 charge_unrun(outcome, [(index, case), *pending], job)
                 return outcome
             result = await timed_run(job, job.pool.run(request(case)))
-            verdict = _first_run_verdict(job, group, result)
+            verdict = _judge(job, group, (index, case), result, outcome)
             if verdict is not None:
                 return verdict
-            outcome.cases[index] = judge_run(index, case, result, job, outcome)
             if job.stop and not outcome.cases[index].passed:
                 return outcome
             if not job.stop:
@@ -436,16 +435,21 @@ async def _one_run_per_case(
             raise errors[0]
         for (index, case), item in zip(pending, results, strict=True):
             assert isinstance(item, RunResult)
-            verdict = _first_run_verdict(job, group, item)
+            verdict = _judge(job, group, (index, case), item, outcome)
             if verdict is not None:
                 return verdict
-            outcome.cases[index] = judge_run(index, case, item, job, outcome)
     return outcome
 
 
-def _first_run_verdict(job: Job, group: list[tuple[int, Any]], result: RunResult) -> Outcome | None:
+def _judge(
+    job: Job, group: list[tuple[int, Any]], case: tuple[int, Any], result: RunResult, outcome: Outcome
+) -> Outcome | None:
+    """Judge ``case``'s run into ``outcome``; or, when the run did not compile, the group's verdict (every
+    case a compile error: the same source would fail the same way for each)."""
     if result.status is Status.COMPILE_ERROR:
         return all_compile_error(group, compile_message(result))
+    index, data = case
+    outcome.cases[index] = judge_run(index, data, result, job, outcome)
     return None
 
 
@@ -466,10 +470,9 @@ async def _stdio_session_pass(
         job, session.run(job.code, language=job.lang.name, stdin=first_case.stdin, limits=job.limits)
     )
     attempt.program_ran = True
-    verdict = _first_run_verdict(job, group, first)
+    verdict = _judge(job, group, (first_index, first_case), first, outcome)
     if verdict is not None:
         return verdict
-    outcome.cases[first_index] = judge_run(first_index, first_case, first, job, outcome)
     if job.stop and not outcome.cases[first_index].passed:
         return None
     for position, (index, case) in enumerate(rest):

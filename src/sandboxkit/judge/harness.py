@@ -317,7 +317,18 @@ HARNESS_FILE = "<sandboxkit-harness>"
 #: The harness's functions that only the forked-child scheduler calls: left out of an inline harness,
 #: whose size every run pays (the compiler reads its bytecode's literal, ``marshal`` builds it).
 _FORK_ONLY = frozenset(
-    {"_write_all", "_enter_child", "_kill", "_pidfd", "_start", "_finish", "_schedule", "_child_function"}
+    {
+        "_write_all",
+        "_enter_child",
+        "_kill",
+        "_pidfd",
+        "_start",
+        "_finish",
+        "_schedule",
+        "_run_cases",
+        "_poll",
+        "_child_function",
+    }
 )
 #: ... and those the inline harness does without (it reads its one case's end itself).
 _NOT_INLINE = _FORK_ONLY | {"_Case", "_cpu_s", "_verdict"}

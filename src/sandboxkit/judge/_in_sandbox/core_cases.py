@@ -48,6 +48,7 @@ def _start(c, alone):
     c.data = {name: [] for name in c.reads.values()}
     c.sizes = {name: 0 for name in c.reads.values()}
     c.deadline = c.started + _WALL
+    return c
 
 
 def _finish(c):
@@ -63,80 +64,68 @@ def _finish(c):
 
 
 def _schedule(cases, parallel, stop):
-    # Runs every case (at most ``parallel`` at once), reporting each as it ends; stops starting new
-    # ones after a failure when ``stop``. Returns the cases a memory kill hit while others ran.
-    pending = list(cases)
-    running = []
-    retry = []
-    failed = False
-    while pending or running:
-        while pending and len(running) < parallel and not (stop and failed):
-            c = pending.pop(0)
-            _start(c, alone=parallel == 1)
-            running.append(c)
-        if not running:
-            break
-        fds = {}
-        for c in running:
-            for fd in c.reads:
-                fds[fd] = c
-            if c.pidfd is not None and not c.exited:
-                fds[c.pidfd] = c
-        now = time.monotonic()
-        wait = max(0.0, min(c.deadline for c in running) - now)
-        if all(c.pidfd is None for c in running):
-            wait = min(wait, 0.002)
-        ready = select.select(list(fds), [], [], wait)[0] if fds else time.sleep(wait) or []
-        for fd in ready:
-            c = fds[fd]
-            if fd == c.pidfd:
-                c.exited = True
-                continue
-            chunk = os.read(fd, 65536)
-            name = c.reads[fd]
-            if not chunk:
-                del c.reads[fd]
-                os.close(fd)
-                continue
-            c.sizes[name] += len(chunk)
-            if name == "err":
-                c.data[name] = [(b"".join(c.data[name]) + chunk)[-4096:]]
-            else:
-                c.data[name].append(chunk)
-            if c.sizes[name] > (_D["output_bytes"] if c.stdio else _CAP_IN):
-                c.over = True
-        now = time.monotonic()
-        for c in list(running):
-            if c.pidfd is None and not c.exited:
-                done, status, rusage = os.wait4(c.pid, os.WNOHANG)
-                if done:
-                    c.exited, c.status, c.rusage = True, status, rusage
-            if c.exited and c.reads and not c.draining:
-                # It ended but something it started still holds its pipes: kill its group, then
-                # give the pipes a moment to close (a daemon outside the group cannot hold us long).
-                c.draining = True
-                _kill(c.pid)
-                c.deadline = min(c.deadline, now + 0.25)
-            timed_out = now >= c.deadline
-            if timed_out and not (c.exited or c.over or c.draining):
-                # Time spent waiting for a CPU (the kernel's run-queue wait) does not count against the
-                # wall limit: it catches a case that sleeps or blocks, not one the machine kept waiting.
-                stretched = min(c.started + _WALL + _queued_s(c.pid), c.started + _WALL * _D["stretch"])
-                if now < stretched:
-                    c.deadline = stretched
-                    timed_out = False
-            if c.over or timed_out:
-                c.killed = timed_out and not c.over and not c.exited
-            elif not (c.exited and not c.reads):
-                continue
-            running.remove(c)
-            res = _finish(c)
-            if res["status"] == "memory_exceeded" and not c.alone:
-                retry.append(c)  # memory is shared by the cases running together: judge it alone
-                continue
-            _report(res)
-            failed = failed or res["status"] != "ok"
-    return retry
+    return _run_cases(cases, parallel, stop, lambda c: _start(c, alone=parallel == 1), _poll)
+
+
+def _poll(running):
+    # Waits for output, an exit or the nearest deadline; returns the cases that ended, with their results.
+    ended = []
+    fds = {}
+    for c in running:
+        for fd in c.reads:
+            fds[fd] = c
+        if c.pidfd is not None and not c.exited:
+            fds[c.pidfd] = c
+    now = time.monotonic()
+    wait = max(0.0, min(c.deadline for c in running) - now)
+    if all(c.pidfd is None for c in running):
+        wait = min(wait, 0.002)
+    ready = select.select(list(fds), [], [], wait)[0] if fds else time.sleep(wait) or []
+    for fd in ready:
+        c = fds[fd]
+        if fd == c.pidfd:
+            c.exited = True
+            continue
+        chunk = os.read(fd, 65536)
+        name = c.reads[fd]
+        if not chunk:
+            del c.reads[fd]
+            os.close(fd)
+            continue
+        c.sizes[name] += len(chunk)
+        if name == "err":
+            c.data[name] = [(b"".join(c.data[name]) + chunk)[-4096:]]
+        else:
+            c.data[name].append(chunk)
+        if c.sizes[name] > (_D["output_bytes"] if c.stdio else _CAP_IN):
+            c.over = True
+    now = time.monotonic()
+    for c in list(running):
+        if c.pidfd is None and not c.exited:
+            done, status, rusage = os.wait4(c.pid, os.WNOHANG)
+            if done:
+                c.exited, c.status, c.rusage = True, status, rusage
+        if c.exited and c.reads and not c.draining:
+            # It ended but something it started still holds its pipes: kill its group, then
+            # give the pipes a moment to close (a daemon outside the group cannot hold us long).
+            c.draining = True
+            _kill(c.pid)
+            c.deadline = min(c.deadline, now + 0.25)
+        timed_out = now >= c.deadline
+        if timed_out and not (c.exited or c.over or c.draining):
+            # Time spent waiting for a CPU (the kernel's run-queue wait) does not count against the
+            # wall limit: it catches a case that sleeps or blocks, not one the machine kept waiting.
+            stretched = min(c.started + _WALL + _queued_s(c.pid), c.started + _WALL * _D["stretch"])
+            if now < stretched:
+                c.deadline = stretched
+                timed_out = False
+        if c.over or timed_out:
+            c.killed = timed_out and not c.over and not c.exited
+        elif not (c.exited and not c.reads):
+            continue
+        running.remove(c)
+        ended.append((c, _finish(c)))
+    return ended
 
 
 def _cpu_s(c):

@@ -257,10 +257,7 @@ def _rpc(op, hid, arg):
     _send(4, _dumps([op, hid, node]))
     raised = None
     try:
-        raw = _recv(5)
-        if raw is None:
-            _died("the solution's process ended before the case finished")
-        reply = _loads(raw)
+        reply = _solution_reply("finished")
         if reply[0] == "x":
             raised = _remote_exception(reply[1])
         elif reply[0] == "r":
@@ -310,46 +307,36 @@ class _Remote:
     def __setattr__(self, name, value):
         _rpc("setattr", self._h, (name, value))
 
-    def __iter__(self):
-        return _rpc("iter", self._h, None)
 
-    def __next__(self):
-        return _rpc("next", self._h, None)
-
-    def __len__(self):
-        return _rpc("len", self._h, None)
-
-    def __bool__(self):
-        return _rpc("bool", self._h, None)
-
-    def __getitem__(self, key):
-        return _rpc("getitem", self._h, key)
-
-    def __str__(self):
-        return _rpc("str", self._h, None)
-
-    def __repr__(self):
-        return _rpc("repr", self._h, None)
-
-    def __format__(self, spec):
-        return _rpc("format", self._h, spec)
-
-    def __int__(self):
-        return _rpc("int", self._h, None)
-
-    def __float__(self):
-        return _rpc("float", self._h, None)
-
-    def __index__(self):
-        return _rpc("index", self._h, None)
-
-    def __instancecheck__(self, obj):
-        return _rpc("isinstance", self._h, obj)
-
-    def __subclasscheck__(self, cls):
-        return _rpc("issubclass", self._h, cls)
+def _solution_reply(before):
+    # The solution's next message (fd 5), decoded; its process ending first fails the case.
+    raw = _recv(5)
+    if raw is None:
+        _died("the solution's process ended before the case " + before)
+    return _loads(raw)
 
 
+def _forward(op, with_argument):
+    if with_argument:
+        def method(self, argument):
+            return _rpc(op, self._h, argument)
+    else:
+        def method(self):
+            return _rpc(op, self._h, None)
+    return method
+
+
+# What the test may ask of a remote value: answered by the solution's process (see ``_rpc``).
+for _name, _op, _with_argument in (
+    ("__iter__", "iter", False), ("__next__", "next", False), ("__len__", "len", False),
+    ("__bool__", "bool", False), ("__getitem__", "getitem", True), ("__str__", "str", False),
+    ("__repr__", "repr", False), ("__format__", "format", True), ("__int__", "int", False),
+    ("__float__", "float", False), ("__index__", "index", False), ("__instancecheck__", "isinstance", True),
+    ("__subclasscheck__", "issubclass", True),
+):
+    setattr(_Remote, _name, _forward(_op, _with_argument))
+
+# What it may not: only the solution's own code could decide them (see ``_refuse``).
 for _name, _what in (
     ("__eq__", "compares"), ("__ne__", "compares"), ("__lt__", "orders"), ("__le__", "orders"),
     ("__gt__", "orders"), ("__ge__", "orders"), ("__hash__", "hashes"), ("__contains__", "searches"),
@@ -385,10 +372,7 @@ def _checked(case):
     code = case["code"]
     result = None
     try:
-        raw = _recv(5)
-        if raw is None:
-            _died("the solution's process ended before the case started")
-        first = _loads(raw)
+        first = _solution_reply("started")
         if first[0] == "F":
             raise _remote_exception(first[1])
         ns = dict(_BASE)

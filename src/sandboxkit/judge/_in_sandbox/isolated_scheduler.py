@@ -34,45 +34,33 @@ def _finish(r, killed):
 
 
 def _schedule(cases, parallel, stop):
-    # Runs every case (at most ``parallel`` at once), reporting each as it ends; stops starting new
-    # ones after a failure when ``stop``. Returns the cases a memory kill hit while others ran.
-    pending = list(cases)
-    running = []
-    retry = []
-    failed = False
-    while pending or running:
-        while pending and len(running) < parallel and not (stop and failed):
-            running.append(_start(*pending.pop(0)))
-        if not running:
-            break
-        wait = max(0.0, min(r.deadline for r in running) - time.monotonic())
-        ready = select.select([r.res_r for r in running], [], [], wait)[0]
-        for r in list(running):
-            done = killed = False
-            if r.res_r in ready:
-                chunk = os.read(r.res_r, 65536)
-                if not chunk:
-                    done = True
-                elif r.size < 65536:
-                    r.data.append(chunk)
-                    r.size += len(chunk)
-            now = time.monotonic()
-            if not done and now >= r.deadline:
-                # Time spent waiting for a CPU does not count against the wall limit (as in the plain harness).
-                stretched = min(r.started + _WALL + _queued_s(r.chk) + _queued_s(r.sol), r.started + _WALL * _D["stretch"])
-                if now < stretched:
-                    r.deadline = stretched
-                else:
-                    done = killed = True
-            if not done:
-                continue
-            running.remove(r)
-            res = _finish(r, killed)
-            if res["status"] == "memory_exceeded" and parallel > 1:
-                retry.append((r.i, r.case))  # memory is shared by the cases running together: judge it alone
-                continue
-            _report(res)
-            failed = failed or res["status"] != "ok"
-    return retry
+    return _run_cases(cases, parallel, stop, lambda item: _start(*item), _poll)
 
 
+def _poll(running):
+    # Waits for a checker's report or the nearest deadline; returns the cases that ended, with their results.
+    ended = []
+    wait = max(0.0, min(r.deadline for r in running) - time.monotonic())
+    ready = select.select([r.res_r for r in running], [], [], wait)[0]
+    for r in list(running):
+        done = killed = False
+        if r.res_r in ready:
+            chunk = os.read(r.res_r, 65536)
+            if not chunk:
+                done = True
+            elif r.size < 65536:
+                r.data.append(chunk)
+                r.size += len(chunk)
+        now = time.monotonic()
+        if not done and now >= r.deadline:
+            # Time spent waiting for a CPU does not count against the wall limit (as in the plain harness).
+            stretched = min(r.started + _WALL + _queued_s(r.chk) + _queued_s(r.sol), r.started + _WALL * _D["stretch"])
+            if now < stretched:
+                r.deadline = stretched
+            else:
+                done = killed = True
+        if not done:
+            continue
+        running.remove(r)
+        ended.append(((r.i, r.case), _finish(r, killed)))
+    return ended

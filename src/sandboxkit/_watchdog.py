@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib
 import math
 import os
 import subprocess
@@ -27,15 +26,15 @@ import threading
 import time
 from typing import ClassVar
 
+from sandboxkit import _watchdog_process
+from sandboxkit._watchdog_process import MIN_TTL_S
 from sandboxkit.models import Limits
 
-__all__ = ["LEASE_PREFIX", "Lease", "describe", "lease_dir", "ttl_for"]
+__all__ = ["LEASE_PREFIX", "Lease", "describe", "lease_dir", "ttl_for", "watchdog_command"]
 
 #: Name prefix of the lease files in :func:`lease_dir` (``.owner-p<pid>-<kind>-<root digest>.lease``):
 #: outside the workspace root, which holds workspaces only.
 LEASE_PREFIX = ".owner-p"
-#: The shortest TTL: below it renewals (every quarter TTL) would cost more than they save.
-MIN_TTL_S = 1.0
 
 
 def ttl_for(deadline_s: float | None, limits: Limits) -> float:
@@ -67,13 +66,15 @@ def describe(deadline_s: float | None = None, limits: Limits | None = None) -> s
     )
 
 
-def _start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks (field 22 of ``/proc/PID/stat``); None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[19].decode()
-    except (OSError, IndexError):
-        return None
+def watchdog_command(owner: int, lease_path: str) -> list[str]:
+    """The command line of the watchdog process that watches ``owner`` under ``lease_path``.
+
+    kind and root are read from the lease file: a command line naming the root would look like
+    one of its sandboxes' processes to whoever scans /proc for them.
+    """
+    # Run as a file, not ``-m``: ``-m`` would import the whole package first (see ``_watchdog_process``).
+    run = f"import runpy; runpy.run_path({_watchdog_process.__file__!r}, run_name='__main__')"
+    return [sys.executable, "-c", run, str(owner), lease_path]
 
 
 class Lease:
@@ -94,9 +95,7 @@ class Lease:
         package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([package_parent, os.environ.get("PYTHONPATH", "")]))
         self.process = subprocess.Popen(
-            # kind and root are read from the lease file: a command line naming the root would look
-            # like one of its sandboxes' processes to whoever scans /proc for them.
-            [sys.executable, "-m", "sandboxkit._watchdog", str(os.getpid()), self.path],
+            watchdog_command(self.owner, self.path),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -134,39 +133,3 @@ class Lease:
             with contextlib.suppress(OSError):
                 os.utime(self.path)
             time.sleep(self.ttl_s / 4)
-
-
-def _expiry(lease_path: str) -> float:
-    """The wall time after which the owner's sandboxes may go: last renewal plus TTL (now, once the file is gone)."""
-    try:
-        with open(lease_path) as f:
-            ttl = float(f.readline().strip() or MIN_TTL_S)
-        return os.stat(lease_path).st_mtime + ttl
-    except (OSError, ValueError):
-        return time.time()
-
-
-def _remove(cleanup: str, root: str) -> None:
-    """Remove every dead owner's leftovers with the backend's own cleanup code (``root``: its workspaces)."""
-    module, _, function = cleanup.partition(":")
-    if not module.startswith("sandboxkit.backends.") or not function:
-        return  # only a sandboxkit backend's own function is ever called (the lease file is ours, but cheap to check)
-    getattr(importlib.import_module(module), function)(root)
-
-
-def watch(owner: int, lease_path: str) -> None:
-    """Wait for ``owner`` to die, then for its lease to expire, then remove what it left."""
-    with open(lease_path) as f:
-        _, _kind, root, cleanup = (f.readline().strip() for _ in range(4))
-    started = _start_time(owner)
-    while started is not None and _start_time(owner) == started:
-        time.sleep(min(1.0, max(0.05, (_expiry(lease_path) - time.time()) / 4)))
-    while (left := _expiry(lease_path) - time.time()) > 0:
-        time.sleep(min(left, 1.0))
-    _remove(cleanup, root)
-    with contextlib.suppress(OSError):
-        os.unlink(lease_path)
-
-
-if __name__ == "__main__":
-    watch(int(sys.argv[1]), sys.argv[2])

@@ -46,6 +46,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("backends",),
     ("protocols", "base", "streaming", "kernel"),
     ("models", "errors", "languages", "_plan", "output", "configs", "_in_sandbox_std", "_standalone", "_watchdog"),
+    ("_watchdog_process",),  # the watchdog's own process: standard library only
 )
 
 #: What a backend may import from sandboxkit besides its own package (and third-party SDKs); ``configs``:

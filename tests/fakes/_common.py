@@ -446,20 +446,26 @@ def interrupt_when_ready(
     Asserts the child was still running when ready; ``before_sigint`` may assert more first. The
     child is killed if it outlives the wait, so a test never leaves it behind.
     """
-    proc = subprocess.Popen([sys.executable, "-c", script], env=dict(env), stderr=subprocess.PIPE)
-    try:
-        started = wait_until(lambda: ready() or proc.poll() is not None, timeout_s)
-        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-        assert started
-        if before_sigint is not None:
-            before_sigint()
-        os.kill(proc.pid, signal.SIGINT)
-        proc.wait(timeout=timeout_s)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return proc.stderr.read().decode() if proc.stderr else ""
+    # stderr goes to a file, not a pipe: a child whose teardown writes more than a pipe holds (64 KiB of
+    # tracebacks and warnings) would block on the write, never exit, and fail the wait as a hang.
+    with tempfile.TemporaryFile() as stderr:
+        proc = subprocess.Popen([sys.executable, "-c", script], env=dict(env), stderr=stderr)
+        try:
+            started = wait_until(lambda: ready() or proc.poll() is not None, timeout_s)
+            if proc.poll() is not None:
+                stderr.seek(0)
+                raise AssertionError(stderr.read().decode(errors="replace"))
+            assert started
+            if before_sigint is not None:
+                before_sigint()
+            os.kill(proc.pid, signal.SIGINT)
+            proc.wait(timeout=timeout_s)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        stderr.seek(0)
+        return stderr.read().decode(errors="replace")
 
 
 async def run_command(

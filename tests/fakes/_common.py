@@ -449,7 +449,8 @@ def interrupt_when_ready(
     # stderr goes to a file, not a pipe: a child whose teardown writes more than a pipe holds (64 KiB of
     # tracebacks and warnings) would block on the write, never exit, and fail the wait as a hang.
     with tempfile.TemporaryFile() as stderr:
-        proc = subprocess.Popen([sys.executable, "-c", script], env=dict(env), stderr=stderr)
+        # -X faulthandler: a child that outlives the wait is sent SIGABRT, and its threads' stacks land in stderr.
+        proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", script], env=dict(env), stderr=stderr)
         try:
             started = wait_until(lambda: ready() or proc.poll() is not None, timeout_s)
             if proc.poll() is not None:
@@ -459,7 +460,14 @@ def interrupt_when_ready(
             if before_sigint is not None:
                 before_sigint()
             os.kill(proc.pid, signal.SIGINT)
-            proc.wait(timeout=timeout_s)
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGABRT)
+                proc.wait(timeout=10)
+                stderr.seek(0)
+                stacks = stderr.read().decode(errors="replace")[-8000:]
+                raise AssertionError(f"the child outlived SIGINT by {timeout_s} s; its threads:\n{stacks}") from None
         finally:
             if proc.poll() is None:
                 proc.kill()

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -166,18 +167,28 @@ def test_signal_mid_batch_leaves_no_sandbox_open(tmp_path: Path, sig: signal.Sig
     markers = tmp_path / "markers"
     markers.mkdir()
     script = _BATCH_SCRIPT.format(tests=str(Path(__file__).parents[1]), markers=str(markers))
-    proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 30
-        while len(list(markers.iterdir())) < 6:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, "the batch never started"
-            time.sleep(0.05)
-        os.kill(proc.pid, sig)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    # stderr to a file (a pipe nobody reads can block the child); -X faulthandler: a child that outlives the
+    # wait gets SIGABRT, and its threads' stacks are the failure message.
+    with tempfile.TemporaryFile() as stderr:
+        proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", script], stderr=stderr)
+        try:
+            deadline = time.monotonic() + 30
+            while len(list(markers.iterdir())) < 6:
+                assert proc.poll() is None, "the child died before the batch started"
+                assert time.monotonic() < deadline, "the batch never started"
+                time.sleep(0.05)
+            os.kill(proc.pid, sig)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGABRT)
+                proc.wait(timeout=10)
+                stderr.seek(0)
+                stacks = stderr.read().decode(errors="replace")[-8000:]
+                raise AssertionError(f"the child outlived {sig.name}; its threads:\n{stacks}") from None
+        finally:
+            if proc.poll() is None:
+                proc.kill()
     assert list(markers.iterdir()) == [], "sandboxes left open after the signal"
 
 

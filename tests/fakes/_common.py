@@ -22,18 +22,17 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import uvicorn
+
+from support.procs import interrupt_when_ready as interrupt_when_ready  # the Ctrl-C tests' helper
 
 MARKER = "SANDBOXKIT_FAKE_BOX"
 SPAWN_MARKER = "SANDBOXKIT_FAKE_SPAWN"
@@ -432,48 +431,6 @@ def wait_until(predicate: Any, timeout_s: float = 10.0) -> bool:
             return True
         time.sleep(0.02)
     return bool(predicate())
-
-
-def interrupt_when_ready(
-    script: str,
-    env: Mapping[str, str],
-    ready: Callable[[], bool],
-    before_sigint: Callable[[], None] | None = None,
-    timeout_s: float = 60.0,
-) -> str:
-    """Run ``script`` in a child Python, send it SIGINT once ``ready()``, return its stderr (Ctrl-C tests).
-
-    Asserts the child was still running when ready; ``before_sigint`` may assert more first. The
-    child is killed if it outlives the wait, so a test never leaves it behind.
-    """
-    # stderr goes to a file, not a pipe: a child whose teardown writes more than a pipe holds (64 KiB of
-    # tracebacks and warnings) would block on the write, never exit, and fail the wait as a hang.
-    with tempfile.TemporaryFile() as stderr:
-        # -X faulthandler: a child that outlives the wait is sent SIGABRT, and its threads' stacks land in stderr.
-        proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", script], env=dict(env), stderr=stderr)
-        try:
-            started = wait_until(lambda: ready() or proc.poll() is not None, timeout_s)
-            if proc.poll() is not None:
-                stderr.seek(0)
-                raise AssertionError(stderr.read().decode(errors="replace"))
-            assert started
-            if before_sigint is not None:
-                before_sigint()
-            os.kill(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGABRT)
-                proc.wait(timeout=10)
-                stderr.seek(0)
-                stacks = stderr.read().decode(errors="replace")[-8000:]
-                raise AssertionError(f"the child outlived SIGINT by {timeout_s} s; its threads:\n{stacks}") from None
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        stderr.seek(0)
-        return stderr.read().decode(errors="replace")
 
 
 async def run_command(

@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import signal
-import subprocess
-import sys
-import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 import anyio
@@ -27,6 +22,7 @@ from sandboxkit import (
 )
 from sandboxkit.testing import FakeBackend
 from support.marks import missing
+from support.procs import interrupt_when_ready
 
 FAST = {"backoff_base_s": 0.001, "backoff_max_s": 0.01}
 
@@ -167,28 +163,7 @@ def test_signal_mid_batch_leaves_no_sandbox_open(tmp_path: Path, sig: signal.Sig
     markers = tmp_path / "markers"
     markers.mkdir()
     script = _BATCH_SCRIPT.format(tests=str(Path(__file__).parents[1]), markers=str(markers))
-    # stderr to a file (a pipe nobody reads can block the child); -X faulthandler: a child that outlives the
-    # wait gets SIGABRT, and its threads' stacks are the failure message.
-    with tempfile.TemporaryFile() as stderr:
-        proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", script], stderr=stderr)
-        try:
-            deadline = time.monotonic() + 30
-            while len(list(markers.iterdir())) < 6:
-                assert proc.poll() is None, "the child died before the batch started"
-                assert time.monotonic() < deadline, "the batch never started"
-                time.sleep(0.05)
-            os.kill(proc.pid, sig)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGABRT)
-                proc.wait(timeout=10)
-                stderr.seek(0)
-                stacks = stderr.read().decode(errors="replace")[-8000:]
-                raise AssertionError(f"the child outlived {sig.name}; its threads:\n{stacks}") from None
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+    interrupt_when_ready(script, None, lambda: len(list(markers.iterdir())) >= 6, timeout_s=30, sig=sig)
     assert list(markers.iterdir()) == [], "sandboxes left open after the signal"
 
 

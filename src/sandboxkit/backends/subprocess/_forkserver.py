@@ -1,8 +1,9 @@
 """Host side of a sandbox's fork server (see ``_server_main`` for the side inside the sandbox).
 
 One server per sandbox, started inside the sandbox's namespaces as its uid. Each command is
-a small ``marshal`` message plus three pipe descriptors passed with ``SCM_RIGHTS``; the
-host drains the pipes itself, so output capping works exactly as on the cold path.
+a small ``marshal`` message plus three pipe descriptors passed with ``SCM_RIGHTS`` (or the stdin
+pipe alone, where the server holds one output pair for its life: ``hold_pipes``); the host
+drains the pipes itself, so output capping works exactly as on the cold path.
 
 The host keeps its own timer (``timeout + GRACE_S``): if the server does not report in
 time, or dies (a program may kill it: it is its parent), the whole sandbox is killed. A
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import logging
 import marshal
 import os
 import signal
@@ -44,6 +46,7 @@ MAX_MESSAGE = 1 << 20
 _PIPE_FLAGS = os.O_NONBLOCK | os.O_CLOEXEC
 #: ``socket``'s flags are ``IntFlag`` members, whose ``|`` runs in Python: combined once, here.
 _PEEK_NOW = int(socket.MSG_DONTWAIT | socket.MSG_PEEK)
+log = logging.getLogger(__name__)
 SERVER_SOURCE = standalone_source(Path(__file__).with_name("_server_main.py"))
 
 
@@ -77,6 +80,11 @@ class ForkServer:
         pass_fds: descriptors ``prefix`` refers to (bwrap's ``--seccomp FD``); closed here after start.
         modules: sandboxkit's own modules the server runs at start, name -> (source, bytecode of
             this interpreter or ``b""``) (see ``SubprocessBackend.preload_python_module``).
+        hold_pipes: give the server one pair of output pipes for its whole life instead of a new
+            pair per command (two pipes, four closes and four watch changes less per run). Only
+            where the sweep after each command reaches every process that could hold a write end
+            and nothing outside can be handed one: a PID namespace of its own and no network
+            (``_server_main.HELD``). Output that arrives with no command running kills the server.
     """
 
     def __init__(
@@ -93,8 +101,13 @@ class ForkServer:
         private_state: bool = False,
         pass_fds: Sequence[int] = (),
         modules: Mapping[str, tuple[str, bytes]] | None = None,
+        hold_pipes: bool = False,
     ) -> None:
         self.python = python
+        self.hold_pipes = hold_pipes
+        #: The held output pipes' read ends (``hold_pipes``), and the command reading them now.
+        self._held: tuple[int, int] | None = None
+        self._drain: Drain | None = None
         #: The modules this server was started with (a sandbox restarts it when the backend has more).
         self.modules = dict(modules or {})
         self.preload = ",".join(preload)
@@ -179,6 +192,8 @@ class ForkServer:
             self.kill()
             raise ServerStartError(f"the fork server answered {msg!r} instead of b'ready'")
         self.server_pid = pid
+        if self.hold_pipes:
+            self._give_pipes()
         if self.cgroup is not None:
             # Nothing but bwrap and the server exists yet, so moving these is race-free. Only
             # processes of the sandbox's own tree: never this process (the server's parent
@@ -189,6 +204,57 @@ class ForkServer:
                 tree.insert(1, init)
             for p in dict.fromkeys(tree):
                 self.cgroup.add(p)
+
+    def _give_pipes(self) -> None:
+        """Send the server the output pipes it gives every command, and watch their read ends.
+
+        Raises:
+            ServerStartError: the server is gone already.
+        """
+        assert self.sock is not None
+        out_r, out_w = os.pipe2(_PIPE_FLAGS)
+        err_r, err_w = os.pipe2(_PIPE_FLAGS)
+        try:
+            socket.send_fds(self.sock, [b"pipes"], [out_w, err_w])
+        except OSError as exc:
+            os.close(out_r)
+            os.close(err_r)
+            self.kill()
+            raise ServerStartError(f"the fork server did not take its pipes: {exc}") from None
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        self._held = (out_r, err_r)
+        watcher = self._watcher_now(asyncio.get_running_loop())
+        watcher.add(out_r, self._stdout_readable)
+        watcher.add(err_r, self._stderr_readable)
+
+    def _stdout_readable(self) -> None:
+        self._held_readable(0)
+
+    def _stderr_readable(self) -> None:
+        self._held_readable(1)
+
+    def _held_readable(self, index: int) -> None:
+        drain = self._drain
+        if drain is not None:
+            drain.readable(index)
+            return
+        # Nothing runs, yet something wrote (or the server died: EOF). Every process of the
+        # sandbox was killed before the last exit report, so the isolation did not hold: end it.
+        if self.alive:
+            log.warning("a fork server's output pipes were written with no command running; killing it")
+        self.kill()
+
+    def _close_held(self) -> None:
+        held, self._held = self._held, None
+        self._drain = None
+        if held is None:
+            return
+        for fd in held:
+            if self._watcher is not None:
+                self._watcher.remove(fd)
+            os.close(fd)
 
     def _modules_fd(self) -> int | None:
         """A memory file holding the modules for the server to run at start, or None when there are none.
@@ -224,6 +290,7 @@ class ForkServer:
     def kill(self) -> None:
         """Kill the server and everything in the sandbox. Idempotent, synchronous, quick."""
         proc, self.proc = self.proc, None
+        self._close_held()
         if self._watcher is not None:
             self._watcher.close()
             self._watcher = None
@@ -479,13 +546,26 @@ class ForkServer:
         if len(body) > MAX_MESSAGE:
             raise ValueError(f"command, environment and arguments take {len(body)} bytes; the limit is {MAX_MESSAGE}")
         watcher = self._watcher_now(asyncio.get_running_loop())  # the server is alive: not closing
+        if self._held is not None:
+            # Bytes in the held pipes now were written with no command running (the loop may not
+            # have looked since): they kill the server here, and never become this command's output.
+            watcher.dispatch()
+            if self._held is None:
+                self.died = True
+                raise lost("fork server is gone")
         oom_before = self.cgroup.oom_kills() if self.cgroup is not None else 0
         header = marshal.dumps({"timeout": timeout_s, "sweep": self.sweep_all, "fresh": fresh})
         # Non-blocking from the start, both ends (the child makes its own ends blocking): three
         # ``set_blocking`` calls less here (an ``ioctl`` each) per command.
+        held = self._held
         in_r, in_w = os.pipe2(_PIPE_FLAGS)
-        out_r, out_w = os.pipe2(_PIPE_FLAGS)
-        err_r, err_w = os.pipe2(_PIPE_FLAGS)
+        if held is None:
+            out_r, out_w = os.pipe2(_PIPE_FLAGS)
+            err_r, err_w = os.pipe2(_PIPE_FLAGS)
+            theirs = [in_r, out_w, err_w]
+            ours = [in_w, out_r, err_r]
+        else:
+            (out_r, err_r), theirs, ours = held, [in_r], [in_w]
         # The child's part rides ahead of stdin (see ``_server_main``). Written before the server
         # hears of the command, it is in the pipe when the child looks: written after, a child
         # forked on the other CPU while this process was preempted by the server's wake-up
@@ -498,18 +578,22 @@ class ForkServer:
             written = 0
         started = time.perf_counter()
         try:
-            socket.send_fds(sock, [header], [in_r, out_w, err_w])
+            socket.send_fds(sock, [header], theirs)
         except OSError:
-            for fd in (in_w, out_r, err_r):
+            for fd in ours:
                 os.close(fd)
             self.died = True
             self.kill()
             raise ConnectionError("fork server is gone") from None
         finally:
-            for fd in (in_r, out_w, err_w):
+            for fd in theirs:
                 os.close(fd)
         feed = stdin if written == len(prefix) else prefix[written:] + stdin
-        drain = Drain(out_r, err_r, in_w, feed, output, self._send_kill, watcher, nonblocking=True)
+        drain = Drain(
+            out_r, err_r, in_w, feed, output, self._send_kill, watcher, nonblocking=True, held=held is not None
+        )
+        if held is not None:
+            self._drain = drain
         status: int | None = None
         timed_out = crashed = False
         try:
@@ -540,18 +624,38 @@ class ForkServer:
             self._report_pending = self.private_state
         else:  # b"": the server died (a program may kill its parent) or answered nonsense
             crashed = self.died = True
-        if crashed:
-            self.kill()  # also ends every writer of the pipes
-        try:
-            # Every writer of the pipes is dead once the server reports (or is killed): their last
-            # bytes and EOF are there already, read without a timer in the common case.
-            if not drain.read_now() and not await drain.wait_eof(EOF_GRACE_S if not crashed else 1.0):
+        if held is not None:
+            self._end_held(drain, crashed)
+        else:
+            if crashed:
+                self.kill()  # also ends every writer of the pipes
+            try:
+                # Every writer of the pipes is dead once the server reports (or is killed): their last
+                # bytes and EOF are there already, read without a timer in the common case.
+                if not drain.read_now() and not await drain.wait_eof(EOF_GRACE_S if not crashed else 1.0):
+                    drain.close()
+            finally:
                 drain.close()
-        finally:
-            drain.close()
         code = os.waitstatus_to_exitcode(status) if status is not None else -signal.SIGKILL
         oom = self.cgroup is not None and self.cgroup.oom_kills() > oom_before
         return drain.outcome(code, time.perf_counter() - started, timed_out=timed_out, oom_killed=oom)
+
+    def _end_held(self, drain: Drain, crashed: bool) -> None:
+        """Take a command's last output from the held pipes, and stop routing them to it.
+
+        Reported: every process that could write was killed before the report, so what they wrote
+        is in the pipes now and read until empty. Crashed (no report in time, or the server died):
+        what is there is read, then the server is killed, which closes the pipes.
+        """
+        try:
+            if not drain.read_now() and not crashed:
+                log.warning("a fork server's output pipes kept filling after the command ended; killing it")
+                crashed = True
+        finally:
+            self._drain = None
+            drain.close()
+            if crashed:
+                self.kill()
 
 
 def _set_done(fut: asyncio.Future[None]) -> None:

@@ -72,6 +72,9 @@ class Drain:
         watcher: where the output pipes are watched (a fork server's epoll set, see ``_watch``,
             attached to the running loop); ``None``: the loop's own ``add_reader``.
         nonblocking: the three descriptors are non-blocking already (made with ``O_NONBLOCK``).
+        held: the output pipes outlive this command (a fork server's held pair, see ``ForkServer``):
+            the owner watches them and calls :meth:`readable`, and closes them; they reach no EOF
+            while the server lives, so :meth:`read_now` ends when they are empty instead.
     """
 
     def __init__(
@@ -85,9 +88,11 @@ class Drain:
         watcher: Watcher | None = None,
         *,
         nonblocking: bool = False,
+        held: bool = False,
     ) -> None:
         self._loop = watcher.loop if watcher is not None else asyncio.get_running_loop()
         self._watcher = watcher
+        self._held = held
         self._readers = [_Reader(stdout_fd, output, output.sinks[0]), _Reader(stderr_fd, output, output.sinks[1])]
         self._stop_at = output.stop
         self._on_stop = on_stop
@@ -96,6 +101,8 @@ class Drain:
         self._eof = self._loop.create_future()
         self._open = 2
         for reader in self._readers:
+            if held:
+                continue
             if not nonblocking:
                 os.set_blocking(reader.fd, False)
             if watcher is not None:
@@ -137,6 +144,12 @@ class Drain:
     def _on_readable(self, reader: _Reader) -> None:
         self._read(reader)
 
+    def readable(self, index: int) -> None:
+        """Stream ``index`` (0: stdout, 1: stderr) is readable: its owner's watch calls this (``held``)."""
+        reader = self._readers[index]
+        if not reader.done:
+            self._read(reader)
+
     def _read(self, reader: _Reader) -> bool:
         """Read one chunk of ``reader``; whether it got data (``False``: nothing there now, or EOF)."""
         try:
@@ -164,17 +177,25 @@ class Drain:
         their last bytes and then EOF, and reading them here saves a timed wait on the loop (a
         timer and one more wake-up per run). At most ``max_chunks`` reads per stream, so a writer
         that somehow lives on cannot keep the host here; the caller then waits with a timeout.
+        ``held`` pipes have no EOF while their server lives: they are read until empty, and the
+        answer is whether both were emptied.
         """
+        drained = True
         for reader in self._readers:
             for _ in range(max_chunks):
                 if reader.done or not self._read(reader):
                     break
-        return self._open == 0
+            else:
+                drained = False
+        return drained if self._held else self._open == 0
 
     def _finish_reader(self, reader: _Reader) -> None:
         if reader.done:
             return
         reader.done = True
+        if self._held:  # the owner's pipes: EOF means their server is gone
+            self._open -= 1
+            return
         if self._watcher is not None:
             self._watcher.remove(reader.fd)
         else:

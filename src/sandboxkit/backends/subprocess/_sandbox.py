@@ -351,6 +351,7 @@ class SubprocessSandbox(CallbackSandbox):
                 modules=self._backend.python_modules,
                 private_state=iso.bwrap is not None,
                 pass_fds=fds,
+                hold_pipes=iso.bwrap is not None and not network,
             )
             try:
                 await server.start()

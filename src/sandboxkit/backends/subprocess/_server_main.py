@@ -28,8 +28,12 @@ there), and a file holding sandboxkit's own modules to run before serving (``-``
 interpreter's, else compiled; one that fails is left out (a program then finds no such module).
 
 Protocol on the control socket (``SOCK_SEQPACKET``, one message per datagram):
-    host -> server: ``marshal`` dict {"timeout", "sweep", "fresh"} with three descriptors attached (stdin
-                    read end, stdout and stderr write ends). The stdin pipe starts with the child's
+    host -> server: ``b"pipes"`` once, right after ``ready``, with two descriptors attached: stdout and
+                    stderr write ends the server holds and gives every command (see ``HELD``), when
+                    the host keeps one pair of output pipes for the server's life;
+                    ``marshal`` dict {"timeout", "sweep", "fresh"} with three descriptors attached (stdin
+                    read end, stdout and stderr write ends), or with the stdin read end alone after
+                    ``pipes``. The stdin pipe starts with the child's
                     part: an 8-byte little-endian length and the ``marshal`` request {"argv"|"python",
                     "cwd", "env", "rlimits"}, with "source" when the child writes the
                     program's file itself (``_write_source``); the program's own stdin follows. Only the forked
@@ -79,10 +83,17 @@ MODULES_FD = int(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[4].isdigit() els
 os.environ.pop("PWD", None)  # set by bwrap --chdir; programs get exactly the environment the host sent
 BASE_ENV = dict(os.environ)
 MAX_MSG = 4096
+#: ``fcntl`` commands (not the ``fcntl`` module: one import less in every sandbox) and a pipe's default size.
+_F_SETFL, _F_SETPIPE_SZ, PIPE_SIZE = 4, 1031, 65536
 #: Where a command can leave files outside the workspace (all private to this server's namespaces).
 STATE_DIRS = ("/tmp", "/dev/shm", "/dev/mqueue")
 #: shmctl(SHM_INFO), msgctl(MSG_INFO), semctl(SEM_INFO): counts of SysV objects in this IPC namespace.
 _SHM_INFO, _MSG_INFO, _SEM_INFO = 14, 12, 19
+#: The stdout and stderr write ends every command gets, once the host sent ``pipes`` (else each
+#: command brings its own). The host reads them for as long as this server lives; a command's output
+#: ends where its exit report begins, because every process that could write has been killed by then
+#: (the host only sends ``pipes`` where ``sweep`` reaches every process: a PID namespace, no network).
+HELD: list[int] = []
 #: Top-level names of modules a workspace file may shadow (filled in by ``main``).
 SHADOWABLE: frozenset[str] = frozenset()
 
@@ -310,6 +321,8 @@ def _child(ctl: _socket.socket, fds: list[int]) -> None:
         for fd in fds[:3]:
             if fd > 2:
                 os.close(fd)
+        if HELD:
+            _reset_held()
         source = req.get("source")
         if source is not None and not _write_source(req["python"], source):
             os._exit(1)
@@ -348,6 +361,24 @@ def _child(ctl: _socket.socket, fds: list[int]) -> None:
         except BaseException:
             pass
     os._exit(code)
+
+
+def _reset_held() -> None:
+    """Undo what an earlier command did to the held output pipes: they outlive it (see ``HELD``).
+
+    Status flags live in the open file description the server's copy shares: ``O_DIRECT`` would
+    packetise the next command's writes, ``O_ASYNC`` signal an old owner. A pipe shrunk to one
+    page would slow its output. Done in the child, so the host pays nothing for it.
+    """
+    fcntl = libc("fcntl")  # resolved by the server before any fork (``main``)
+    if fcntl is None:
+        return
+    for fd in (1, 2):
+        try:
+            fcntl(fd, _F_SETFL, 0)  # blocking again, too
+            fcntl(fd, _F_SETPIPE_SZ, PIPE_SIZE)
+        except Exception:
+            pass
 
 
 def _sweep(sweep_all: bool, pgid: int) -> None:
@@ -427,7 +458,10 @@ def _serve_one(ctl: _socket.socket, req: dict[str, Any], fds: list[int]) -> None
             os.close(fd)
         ctl.send(b"stale")
         return
-    if len(fds) != 3:
+    held = len(fds) == 1 and bool(HELD)
+    if held:
+        fds = [fds[0], *HELD]
+    elif len(fds) != 3:
         for fd in fds:
             os.close(fd)
         ctl.send(b"exit %d 0" % (127 << 8))
@@ -437,7 +471,7 @@ def _serve_one(ctl: _socket.socket, req: dict[str, Any], fds: list[int]) -> None
     pid = os.fork()
     if pid == 0:
         _child(ctl, fds)
-    for fd in fds:
+    for fd in fds[:1] if held else fds:
         os.close(fd)
     pidfd = os.pidfd_open(pid)
     timed_out = False
@@ -539,6 +573,7 @@ def main() -> None:
     SERVER_FRAMES = _frames_below() + 3  # main's depth, then _serve_one, _child, _run_python
     if PRIVATE:
         SYSV = _SysV()
+    libc("fcntl")  # looked up once here, not in every child (see ``_reset_held``)
     _preload()
     _warm_up()
     # Move everything alive now out of the collector's reach: a child's GC then never
@@ -560,7 +595,10 @@ def main() -> None:
             os._exit(0)
         if not msg:
             os._exit(0)
-        if msg == b"kill":  # a late kill for a command that already ended
+        if msg == b"pipes" and len(fds) == 2 and not HELD:
+            HELD.extend(fds)
+            continue
+        if msg in (b"kill", b"pipes"):  # a late kill for a command that already ended; a second pair
             for fd in fds:
                 os.close(fd)
             continue

@@ -73,6 +73,10 @@ class Watcher:
         if self._closing and not self._callbacks:
             self._shutdown()
 
+    def dispatch(self) -> None:
+        """Run the callbacks of the descriptors readable now, without waiting for the loop."""
+        self._dispatch()
+
     def _dispatch(self) -> None:
         epoll = self._epoll
         if epoll is None:

@@ -33,7 +33,7 @@ from sandboxkit.backends.subprocess._output import Drain, OutputLimits
 from sandboxkit.backends.subprocess._status import Outcome
 from sandboxkit.backends.subprocess._watch import Watcher
 
-__all__ = ["GRACE_S", "ForkServer", "ServerStartError"]
+__all__ = ["GRACE_S", "ForkServer", "ServerLost", "ServerStale", "ServerStartError", "ServerUnwiped"]
 
 #: The host's own deadline is the command's timeout plus this (the server enforces the timeout).
 GRACE_S = 0.5
@@ -62,6 +62,10 @@ class ServerStale(Exception):
     """A new tenant's first command was refused: the last tenant left state (the server is killed)."""
 
 
+class ServerUnwiped(Exception):
+    """A command that was to run in an emptied workspace was refused: the server could not empty it (killed)."""
+
+
 class ForkServer:
     """One sandbox's fork server process tree and its control socket.
 
@@ -80,6 +84,8 @@ class ForkServer:
         pass_fds: descriptors ``prefix`` refers to (bwrap's ``--seccomp FD``); closed here after start.
         modules: sandboxkit's own modules the server runs at start, name -> (source, bytecode of
             this interpreter or ``b""``) (see ``SubprocessBackend.preload_python_module``).
+        workspace: the workspace's path inside the sandbox, which a command's ``wipe`` empties
+            (``None``: the server never wipes; see ``_server_main._wipe``).
         hold_pipes: give the server one pair of output pipes for its whole life instead of a new
             pair per command (two pipes, four closes and four watch changes less per run). Only
             where the sweep after each command reaches every process that could hold a write end
@@ -102,7 +108,9 @@ class ForkServer:
         pass_fds: Sequence[int] = (),
         modules: Mapping[str, tuple[str, bytes]] | None = None,
         hold_pipes: bool = False,
+        workspace: str | None = None,
     ) -> None:
+        self.workspace = workspace
         self.python = python
         self.hold_pipes = hold_pipes
         #: The held output pipes' read ends (``hold_pipes``), and the command reading them now.
@@ -151,6 +159,7 @@ class ForkServer:
         argv.append("1" if self.private_state else "0")
         modules_fd = self._modules_fd()
         argv.append(str(modules_fd) if modules_fd is not None else "-")
+        argv.append(self.workspace or "-")
         if modules_fd is not None:
             self.pass_fds.append(modules_fd)
         try:
@@ -495,6 +504,7 @@ class ForkServer:
         output: OutputLimits,
         fresh: bool = False,
         alive_known: bool = False,
+        wipe: int | None = None,
     ) -> Outcome:
         """Run one command (``request``: the child's part of the protocol, see ``_server_main``).
 
@@ -503,11 +513,14 @@ class ForkServer:
         turns out closed). ``fresh``: the first command of a new tenant, after a reset that did not wait for the
         state report. The server refuses it after a dirty report (``ServerStale``), so the last
         tenant's state never reaches it, and a server found dead before it took the command is
-        ``ServerLost`` (never this command's doing).
+        ``ServerLost`` (never this command's doing). ``wipe``: the server empties the workspace,
+        with these permissions, before it runs the command (the last tenant's files, left by the
+        host's reset); ``None``: it does not.
 
         Raises:
             ServerLost: ``fresh``, and the server died before it took the command.
             ServerStale: ``fresh``, and the last command left state; the server is killed.
+            ServerUnwiped: ``wipe``, and the server could not empty the workspace; the server is killed.
             ConnectionError: the server is not running (``died`` says whether it died on its own).
             ValueError: the request is too large to send.
         """
@@ -554,7 +567,7 @@ class ForkServer:
                 self.died = True
                 raise lost("fork server is gone")
         oom_before = self.cgroup.oom_kills() if self.cgroup is not None else 0
-        header = marshal.dumps({"timeout": timeout_s, "sweep": self.sweep_all, "fresh": fresh})
+        header = marshal.dumps({"timeout": timeout_s, "sweep": self.sweep_all, "fresh": fresh, "wipe": wipe})
         # Non-blocking from the start, both ends (the child makes its own ends blocking): three
         # ``set_blocking`` calls less here (an ``ioctl`` each) per command.
         held = self._held
@@ -612,6 +625,8 @@ class ForkServer:
                 reply = b""
             if reply == b"stale":
                 raise ServerStale("the server refused a fresh command")
+            if reply == b"unwiped":
+                raise ServerUnwiped("the server could not empty the workspace")
         except BaseException:  # cancelled mid-command, or gone: a late reply would confuse the next one
             self.kill()
             drain.close()

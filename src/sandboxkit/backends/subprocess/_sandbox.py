@@ -14,6 +14,7 @@ import logging
 import os
 import secrets
 import shutil
+import stat
 import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Protocol
@@ -27,7 +28,13 @@ from sandboxkit.backends.subprocess import _rootfs as rootfs
 from sandboxkit.backends.subprocess import _seccomp as seccomp
 from sandboxkit.backends.subprocess._cgroup import SandboxCgroup
 from sandboxkit.backends.subprocess._fork import DirectorySnapshot, fork_into, take_snapshot
-from sandboxkit.backends.subprocess._forkserver import ForkServer, ServerLost, ServerStale, ServerStartError
+from sandboxkit.backends.subprocess._forkserver import (
+    ForkServer,
+    ServerLost,
+    ServerStale,
+    ServerStartError,
+    ServerUnwiped,
+)
 from sandboxkit.backends.subprocess._freeze import Freezer, frozen, suspend_freezer
 from sandboxkit.backends.subprocess._host_spawn import Command, run_from_host
 from sandboxkit.backends.subprocess._kernel import KernelLaunch, start_kernel
@@ -113,6 +120,9 @@ class SubprocessSandbox(CallbackSandbox):
         self._server: ForkServer | None = None
         #: A reset did not wait for the server's state report: the next command is ``fresh``.
         self._handover = False
+        #: A reset left the last tenant's files for the fork server to remove (``_server_main._wipe``):
+        #: the next command tells it to, before its child exists; anything else first wipes on the host.
+        self._wipe_pending = False
         self._server_network: bool | None = None
         image = backend.rootfs
         #: Whether ``uid`` is this sandbox's alone (rootfs sandboxes share the image owner's only where the
@@ -123,7 +133,7 @@ class SubprocessSandbox(CallbackSandbox):
         # The owner's pid in the names lets ``cleanup`` tell a crashed process's leftovers from live ones.
         tag = f"{self.id}-p{os.getpid()}"
         path = os.path.realpath(tempfile.mkdtemp(prefix=f"{tag}-", dir=backend.root))
-        self.workspace = Workspace(path, owner, self.id)
+        self.workspace = Workspace(path, owner, self.id, mode=_mode_of(path))
         #: The sandbox's own directory on the host (its tmpfs): the workspace, or what holds its root
         #: view or (forked) its workspace overlay.
         self._base = path
@@ -154,13 +164,40 @@ class SubprocessSandbox(CallbackSandbox):
 
     # ------------------------------------------------------------------ helpers
 
-    def _check_open(self) -> None:
+    def _check_open(self, *, wipe: bool = True) -> None:
+        """Refuse a closed or broken sandbox; ``wipe``: finish a reset's wipe now (see ``_wipe_now``).
+
+        Every operation starts here, so none sees the last tenant's files: only a warm Python run,
+        whose command empties the workspace in the server first, passes ``wipe=False``.
+        """
         if self._closed:
             raise SandboxCrashed("the sandbox is closed; open a new one", backend=NAME, sandbox_id=self.id)
         if self._broken is not None:
             raise SandboxCrashed(self._broken, backend=NAME, sandbox_id=self.id)
         if self.view is not None:
             self.view.repair_workdir()  # no program runs now; the last one may have replaced /testbed
+        if wipe and self._wipe_pending:
+            self._wipe_now()
+
+    def _wipe_now(self) -> None:
+        """Remove the last tenant's files on the host, as root (what the reset left to the server).
+
+        Raises:
+            SandboxLost: the workspace could not be wiped; nothing of this call ran.
+        """
+        self._wipe_pending = False
+        try:
+            self.workspace.wipe()
+        except OSError as exc:
+            log.warning("could not wipe workspace of %s", self.id, exc_info=True)
+            self._broken = f"the workspace could not be wiped between two tenants ({exc.strerror})"
+            if self._server is not None:
+                self._server.kill()
+            raise SandboxLost(
+                f"{self._broken}; nothing of this call ran: open a new sandbox (a pool does so by itself)",
+                backend=NAME,
+                sandbox_id=self.id,
+            ) from exc
 
     def _discard(self) -> None:
         """The server died on its own: never start another in a workspace the program controlled."""
@@ -233,6 +270,13 @@ class SubprocessSandbox(CallbackSandbox):
 
     def _env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
         return program_env(self.inner_path, self._backend.path, extra)
+
+    @property
+    def _server_wipes(self) -> bool:
+        """Whether a reset leaves the wipe to the fork server: it lives in a mount namespace of its own,
+        where the workspace is all it can reach (without bwrap it would walk the host's tree as the
+        sandbox's user; a root view's upper layer is discarded whole instead)."""
+        return self.view is None and self._iso.bwrap is not None
 
     @property
     def inner_path(self) -> str:
@@ -352,6 +396,7 @@ class SubprocessSandbox(CallbackSandbox):
                 private_state=iso.bwrap is not None,
                 pass_fds=fds,
                 hold_pipes=iso.bwrap is not None and not network,
+                workspace=self._inner(self.workspace.path) if self._server_wipes else None,
             )
             try:
                 await server.start()
@@ -496,6 +541,8 @@ class SubprocessSandbox(CallbackSandbox):
                 self.workspace.write(written)
             source = None
         if server is None:
+            if self._wipe_pending:
+                self._wipe_now()
             prefix, fds = self._prefix(limits.network, cwd)
             cmd = Command(
                 argv,
@@ -526,12 +573,23 @@ class SubprocessSandbox(CallbackSandbox):
             request["argv"] = list(argv)
         fresh, self._handover = self._handover, False
         while True:
+            wipe = self._wipe_pending and self.workspace.mode is not None
             try:
                 outcome = await server.run(
-                    request, stdin=stdin, timeout_s=timeout_s, output=output, fresh=fresh, alive_known=True
+                    request,
+                    stdin=stdin,
+                    timeout_s=timeout_s,
+                    output=output,
+                    fresh=fresh,
+                    alive_known=True,
+                    wipe=self.workspace.mode if wipe else None,
                 )
                 break
-            except ServerStale:  # the last tenant left state: a server in fresh namespaces runs this
+            except (ServerStale, ServerUnwiped) as exc:
+                # The last tenant left state (a server in fresh namespaces runs this), or files its
+                # server could not remove (the host removes them first).
+                if isinstance(exc, ServerUnwiped):
+                    self._wipe_now()
                 fresh = False
                 restarted = await self._server_for(limits.network)
                 assert restarted is not None
@@ -545,6 +603,12 @@ class SubprocessSandbox(CallbackSandbox):
                 raise InvalidRequest(str(exc), backend=NAME, sandbox_id=self.id) from exc
         if server.died:  # this command's program killed the server: its result stands, the sandbox goes
             self._discard()
+        elif wipe:
+            # Emptied before the command ran, if the server took it: it reported the command's exit
+            # and lives. Killed without a report, it may not have: the sandbox goes (the result stands).
+            self._wipe_pending = False
+            if server.sock is None:
+                self._discard()
         return outcome
 
     # ------------------------------------------------------------------ contract
@@ -559,7 +623,7 @@ class SubprocessSandbox(CallbackSandbox):
             BackendUnavailable: the sandbox's isolation could not be started.
             SandboxCrashed: the sandbox is closed.
         """
-        self._check_open()
+        self._check_open(wipe=False)
         planned = plan(request, warm_python=self._backend.warm_python)
         lang = planned.language
         if not self._backend.has_toolchain(lang):
@@ -574,11 +638,13 @@ class SubprocessSandbox(CallbackSandbox):
         stdin = self._text(request.stdin or "", "stdin")
         self._check_texts(request.env, request.argv)
         async with self._lock:
-            self._check_open()
+            self._check_open(wipe=False)
             src = planned.source_name
             run = planned.run
             warm = run.python_script is not None
             source = _inline_source(src, planned.source) if warm and not request.files else None
+            if source is None or self.view is not None or planned.compile is not None:
+                self._check_open()  # the host writes: the last tenant's files go first
             if source is None or self.view is not None:  # else the child writes it (see _spawn)
                 source = None
                 written: dict[str, bytes | str] = {**request.files, src: planned.source}
@@ -802,7 +868,7 @@ class SubprocessSandbox(CallbackSandbox):
                 )
             )
             if merged is not None:
-                self.workspace = Workspace(merged, owner, self.id)
+                self.workspace = Workspace(merged, owner, self.id, mode=_mode_of(merged))
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 await self.close()
@@ -839,8 +905,9 @@ class SubprocessSandbox(CallbackSandbox):
     async def reset(self) -> bool:
         """Give the next run what a fresh sandbox gives.
 
-        No process survives a command, so what is left is files in the workspace (wiped here)
-        and state in the server's namespaces: files in ``/tmp``, ``/dev/shm``, ``/dev/mqueue``
+        No process survives a command, so what is left is files in the workspace (wiped by the
+        next command's server before its child exists, or here without bwrap; any other operation
+        wipes on the host first, see ``_check_open``) and state in the server's namespaces: files in ``/tmp``, ``/dev/shm``, ``/dev/mqueue``
         and SysV IPC objects, which also stay charged to the sandbox's memory. The server
         reports when a command left any; then it is stopped, and the next command starts one
         in fresh namespaces. A sandbox whose server died on its own is not reset (False).
@@ -874,6 +941,8 @@ class SubprocessSandbox(CallbackSandbox):
                         self._server.kill()
                         self._server = None
                     self.view.reset()
+                elif self._server_wipes:
+                    self._wipe_pending = True  # by the server, off the host's CPU (see ``_check_open``)
                 else:
                     self.workspace.wipe()
             except OSError:
@@ -919,3 +988,8 @@ def _inline_source(name: str, text: str) -> tuple[str, bytes] | None:
         return name, text.encode("utf-8")
     except UnicodeEncodeError:
         return None
+
+
+def _mode_of(path: str) -> int:
+    """The permissions of a directory the host just made (what a wipe gives back; see ``Workspace``)."""
+    return stat.S_IMODE(os.stat(path).st_mode)

@@ -57,6 +57,9 @@ class Workspace:
         path: the directory (created by the caller, empty).
         owner: ``(uid, gid)`` the sandboxed program runs as, or ``None`` when it runs as us;
             files written from the host are given to that user so the program may change them.
+        mode: the directory's permissions as the host made it, given back by :meth:`wipe` (a
+            program may take its own write permission away, and the next tenant's with it);
+            ``None``: left as found.
         anchor: a directory the host made above ``path`` (a root view's ``/``) when the
             components between them belong to the program (``/testbed``): ``path`` is then
             opened below ``anchor`` with no link followed, not by its host name.
@@ -68,8 +71,10 @@ class Workspace:
         owner: tuple[int, int] | None = None,
         sandbox_id: str | None = None,
         anchor: str | None = None,
+        mode: int | None = None,
     ) -> None:
         self.path = path
+        self.mode = mode
         self.owner = owner
         self.sandbox_id = sandbox_id
         self.anchor = anchor
@@ -240,6 +245,8 @@ class Workspace:
         """Remove everything inside the workspace, keeping the directory itself (by fd: no link is followed)."""
         base = self.open_base()
         try:
+            if self.mode is not None:
+                os.fchmod(base, self.mode)
             for name in os.listdir(base):
                 beneath.remove_entry(base, name)
         finally:

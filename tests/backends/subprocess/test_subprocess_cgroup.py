@@ -333,3 +333,45 @@ async def test_the_first_oom_kill_ends_the_whole_sandbox_as_memory_exceeded(back
     assert run.result.status is Status.MEMORY_EXCEEDED, run.result
     assert "every child ended" not in run.result.stdout
     assert not os.path.exists(run.memory_dir)
+
+
+#: Three children of 150 MB at memory_mb=256: each under RLIMIT_AS, together past the cgroup's limit.
+BIG_CHILDREN = """
+import os, time
+kids = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        block = bytearray(150 << 20)
+        for i in range(0, len(block), 4096):
+            block[i] = 1
+        time.sleep(2)
+        os._exit(0)
+    kids.append(pid)
+for pid in kids:
+    os.waitpid(pid, 0)
+print("survived")
+"""
+
+
+@needs_memory_cgroup
+async def test_an_oom_kill_between_two_commands_is_neither_s(backend: RecordingBackend) -> None:
+    """A command's "before" count is the last command's "after" (one file read less per run), so an OOM
+    kill between two commands, in the sandbox's kernel, must not make the next correct program
+    ``memory_exceeded``; and one during a command is that command's."""
+    sandbox: SubprocessSandbox = await backend.open(Limits(timeout_s=30.0, memory_mb=256, pids=64))
+    try:
+        first = await sandbox.run(RunRequest(code="print(1)", limits=sandbox.limits))
+        assert first.status is Status.OK
+        killed = await sandbox.run(RunRequest(code=BIG_CHILDREN, limits=sandbox.limits))
+        assert killed.status is Status.MEMORY_EXCEEDED, killed
+        assert (await sandbox.run(RunRequest(code="print(2)", limits=sandbox.limits))).status is Status.OK
+        kernel = await sandbox.open_kernel()
+        assert sandbox.cgroup is not None
+        before = sandbox.cgroup.oom_kills()
+        await kernel.run(BIG_CHILDREN)
+        assert sandbox.cgroup.oom_kills() > before, "the kernel was not killed for memory"
+        result = await sandbox.run(RunRequest(code="print(3)", limits=sandbox.limits))
+        assert (result.status, result.stdout) == (Status.OK, "3\n"), result
+    finally:
+        await sandbox.close()

@@ -290,7 +290,7 @@ class SandboxCgroup:
     def oom_kills(self) -> int:
         """How many processes the kernel killed for memory in this sandbox so far.
 
-        Read twice per command, so the file stays open and is re-read with ``pread``.
+        Read once or twice per command, so the file stays open and is re-read with ``pread``.
         """
         if self.memory_dir is None:
             return 0
@@ -298,13 +298,19 @@ class SandboxCgroup:
             if self._oom_fd is None:
                 name = "memory.events" if _unified(self.memory_dir) else "memory.oom_control"
                 self._oom_fd = os.open(os.path.join(self.memory_dir, name), os.O_RDONLY | os.O_CLOEXEC)
-            for line in os.pread(self._oom_fd, 4096, 0).decode().splitlines():
-                key, _, value = line.partition(" ")
-                if key == "oom_kill":
-                    return int(value)
-        except (OSError, ValueError):
-            pass
-        return 0
+            data = os.pread(self._oom_fd, 4096, 0)
+        except OSError:
+            return 0
+        # One line ``oom_kill N`` (v1's ``oom_kill_disable`` and v2's ``oom_group_kill`` never match
+        # ``oom_kill `` with its space); found without splitting the file into lines.
+        start = data.find(b"oom_kill ")
+        if start < 0:
+            return 0
+        end = data.find(b"\n", start)
+        try:
+            return int(data[start + 9 : end if end >= 0 else len(data)])
+        except ValueError:
+            return 0
 
     def pids(self) -> list[int]:
         """Every process in the sandbox's cgroups."""

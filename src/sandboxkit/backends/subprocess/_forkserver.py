@@ -116,6 +116,9 @@ class ForkServer:
         #: The held output pipes' read ends (``hold_pipes``), and the command reading them now.
         self._held: tuple[int, int] | None = None
         self._drain: Drain | None = None
+        #: The cgroup's OOM kill count after this server's last command, while nothing else has run
+        #: in the sandbox since (``None``: unknown; see ``oom_unknown``). The next command's "before".
+        self._oom_seen: int | None = None
         #: The modules this server was started with (a sandbox restarts it when the backend has more).
         self.modules = dict(modules or {})
         self.preload = ",".join(preload)
@@ -488,6 +491,11 @@ class ForkServer:
         elif reply == b"dirty 1":
             self.dirty = True
 
+    def oom_unknown(self) -> None:
+        """Something other than this server's commands runs in the sandbox (a kernel): the next
+        command reads the OOM kill count before it starts, rather than trusting the last one's."""
+        self._oom_seen = None
+
     def _send_kill(self) -> None:
         if self.sock is not None:
             with contextlib.suppress(OSError):
@@ -566,7 +574,12 @@ class ForkServer:
             if self._held is None:
                 self.died = True
                 raise lost("fork server is gone")
-        oom_before = self.cgroup.oom_kills() if self.cgroup is not None else 0
+        # Between two commands only the idle server lives in the cgroup, unless the sandbox said
+        # otherwise: the last command's count is this one's "before" (one file read less per run).
+        oom_before = self._oom_seen
+        if oom_before is None:
+            oom_before = self.cgroup.oom_kills() if self.cgroup is not None else 0
+        self._oom_seen = None  # until this command has reported
         header = marshal.dumps({"timeout": timeout_s, "sweep": self.sweep_all, "fresh": fresh, "wipe": wipe})
         # Non-blocking from the start, both ends (the child makes its own ends blocking): three
         # ``set_blocking`` calls less here (an ``ioctl`` each) per command.
@@ -652,7 +665,12 @@ class ForkServer:
             finally:
                 drain.close()
         code = os.waitstatus_to_exitcode(status) if status is not None else -signal.SIGKILL
-        oom = self.cgroup is not None and self.cgroup.oom_kills() > oom_before
+        oom = False
+        if self.cgroup is not None:
+            oom_after = self.cgroup.oom_kills()
+            oom = oom_after > oom_before
+            if not crashed:
+                self._oom_seen = oom_after
         return drain.outcome(code, time.perf_counter() - started, timed_out=timed_out, oom_killed=oom)
 
     def _end_held(self, drain: Drain, crashed: bool) -> None:

@@ -572,6 +572,8 @@ class SubprocessSandbox(CallbackSandbox):
         else:
             request["argv"] = list(argv)
         fresh, self._handover = self._handover, False
+        if self._kernel is not None:  # it may have been killed for memory since the last command
+            server.oom_unknown()
         while True:
             wipe = self._wipe_pending and self.workspace.mode is not None
             try:
@@ -773,6 +775,7 @@ class SubprocessSandbox(CallbackSandbox):
 
             async def start() -> KernelLink:
                 self._check_open()
+                self._oom_unknown()  # the kernel lives in the cgroup beside the server's commands
                 link, self._freezer = start_kernel(self._kernel_launch())
                 return link
 
@@ -826,6 +829,12 @@ class SubprocessSandbox(CallbackSandbox):
         kernel, self._kernel = self._kernel, None
         if kernel is not None:
             kernel.discard()
+            self._oom_unknown()
+
+    def _oom_unknown(self) -> None:
+        """A kernel ran in the cgroup: the server's last OOM kill count may be old (``ForkServer.oom_unknown``)."""
+        if self._server is not None:
+            self._server.oom_unknown()
 
     async def snapshot(self) -> Snapshot:
         """Copy the workspace into a checkpoint that sandboxes open copy-on-write (see ``_fork``).

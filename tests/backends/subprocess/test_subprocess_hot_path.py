@@ -305,3 +305,29 @@ async def test_a_warm_pooled_run_stays_within_its_budget_of_calls(pool: SandboxP
         assert result.stdout == "1\n", result
         counts.append(calls)
     assert min(counts) <= MAX_CALLS_PER_RUN, sorted(counts)
+
+
+async def test_a_warm_pooled_run_changes_no_watch(pool: SandboxPool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's socket and held output pipes are watched for the server's life: a run adds and
+    removes nothing (two ``epoll_ctl`` calls and their Python each, per run, before)."""
+    from sandboxkit.backends.subprocess._watch import Watcher
+
+    await pool.run("print(1)")
+    changes = 0
+    real_add, real_remove = Watcher.add, Watcher.remove
+
+    def add(self: Watcher, fd: int, callback: Any) -> None:
+        nonlocal changes
+        changes += 1
+        real_add(self, fd, callback)
+
+    def remove(self: Watcher, fd: int) -> None:
+        nonlocal changes
+        changes += 1
+        real_remove(self, fd)
+
+    monkeypatch.setattr(Watcher, "add", add)
+    monkeypatch.setattr(Watcher, "remove", remove)
+    for _ in range(5):
+        assert (await pool.run("print(1)")).stdout == "1\n"
+    assert changes == 0, f"{changes / 5:.1f} watch changes per run"

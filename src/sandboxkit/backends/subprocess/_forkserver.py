@@ -24,7 +24,7 @@ import socket
 import struct
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from sandboxkit._standalone import standalone_source
@@ -116,6 +116,9 @@ class ForkServer:
         #: The held output pipes' read ends (``hold_pipes``), and the command reading them now.
         self._held: tuple[int, int] | None = None
         self._drain: Drain | None = None
+        #: Who takes the server's next message (a command's or ``settle``'s wait), or None: then it can
+        #: only be the state report, taken as it comes (see ``_socket_readable``).
+        self._waiter: Callable[[bytes], None] | None = None
         #: The cgroup's OOM kill count after this server's last command, while nothing else has run
         #: in the sandbox since (``None``: unknown; see ``oom_unknown``). The next command's "before".
         self._oom_seen: int | None = None
@@ -204,6 +207,8 @@ class ForkServer:
             self.kill()
             raise ServerStartError(f"the fork server answered {msg!r} instead of b'ready'")
         self.server_pid = pid
+        # Watched for the server's life, not per command: two ``epoll_ctl`` calls less per run.
+        self._watcher_now(asyncio.get_running_loop()).add(host.fileno(), self._socket_readable)
         if self.hold_pipes:
             self._give_pipes()
         if self.cgroup is not None:
@@ -268,6 +273,39 @@ class ForkServer:
                 self._watcher.remove(fd)
             os.close(fd)
 
+    def _unwatch_socket(self) -> None:
+        if self._watcher is not None and self.sock is not None:
+            self._watcher.remove(self.sock.fileno())
+
+    def _socket_readable(self) -> None:
+        """A message from the server: to whoever waits for one, or else the state report on the last command.
+
+        Anything else with nobody waiting (the server closed its end, or spoke out of turn) means
+        the server is not to be trusted with another command: it counts as dead on its own. A
+        command still reading its output keeps the pipes until it is done; the socket is let go.
+        """
+        sock = self.sock
+        if sock is None:
+            return
+        try:
+            msg = sock.recv(256, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return
+        except OSError:
+            msg = b""
+        waiter = self._waiter
+        if waiter is not None:
+            waiter(msg)
+            return
+        if self._report_pending and msg.startswith(b"dirty "):
+            self._report_pending = False
+            self._take_report(msg)
+            return
+        self.died = True
+        self._unwatch_socket()
+        if self._drain is None:
+            self.kill()
+
     def _modules_fd(self) -> int | None:
         """A memory file holding the modules for the server to run at start, or None when there are none.
 
@@ -303,6 +341,8 @@ class ForkServer:
         """Kill the server and everything in the sandbox. Idempotent, synchronous, quick."""
         proc, self.proc = self.proc, None
         self._close_held()
+        self._unwatch_socket()
+        self._waiter = None
         if self._watcher is not None:
             self._watcher.close()
             self._watcher = None
@@ -364,46 +404,45 @@ class ForkServer:
     ) -> bytes | None:
         """The server's next message; ``b""`` if it died, ``None`` if ``timeout_s`` passed first.
 
-        One reader callback and one timer rather than ``wait_for``: this runs once per
-        command, and the warm path's budget is about a millisecond.
+        One timer, and the socket's watch that lasts the server's life (``_socket_readable``),
+        rather than ``wait_for``: this runs once per command, and the warm path's budget is about
+        a millisecond.
 
         ``report``: the server's state report on the last command is due first. A first message
         that is a report goes into the list and the wait goes on, under the same timer, for the
         command's own reply (one timer per command, not two); a ``fresh`` command's wait ends at
-        a dirty report (the server refuses the command).
+        a dirty report (the server refuses the command). An exit report makes the state report
+        on this command due next: taken as it comes, with nobody waiting.
         """
+        del sock  # read by ``_socket_readable``
         if watcher is None:
             watcher = self._watcher_now(asyncio.get_running_loop())
         loop = watcher.loop
         done: asyncio.Future[bytes | None] = loop.create_future()
-        fd = sock.fileno()
 
-        def readable() -> None:
-            try:
-                msg = sock.recv(256, socket.MSG_DONTWAIT)
-            except BlockingIOError:
-                return
-            except OSError:
-                msg = b""
-            if done.done():
-                return
+        def message(msg: bytes) -> None:
             if report is not None and not report and msg.startswith(b"dirty "):
                 report.append(msg)
                 if not (fresh and msg == b"dirty 1"):
                     return
+            elif msg.startswith(b"exit "):
+                self._report_pending = self.private_state
+            self._waiter = None
             done.set_result(msg)
 
         def expired() -> None:
             if not done.done():
+                self._waiter = None
                 done.set_result(None)
 
-        watcher.add(fd, readable)
+        self._waiter = message
         timer = loop.call_later(timeout_s, expired)
         try:
             return await done
         finally:
             timer.cancel()
-            watcher.remove(fd)
+            if self._waiter is message:
+                self._waiter = None
 
     def _watcher_now(self, loop: asyncio.AbstractEventLoop) -> Watcher:
         if self._watcher is None:
@@ -539,6 +578,18 @@ class ForkServer:
                 raise ServerLost("fork server is gone")
             raise ConnectionError("fork server is not running")
         lost = ServerLost if fresh else ConnectionError
+        watcher = self._watcher_now(asyncio.get_running_loop())  # the server is alive: not closing
+        if self._held is not None:
+            # Bytes in the held pipes now were written with no command running (the loop may not
+            # have looked since): they kill the server here, and never become this command's output.
+            # A state report already here is taken on the way (``_socket_readable``).
+            watcher.dispatch()
+            if self.sock is None:
+                self.died = True
+                raise lost("fork server is gone")
+            if fresh and self.dirty:
+                self.kill()
+                raise ServerStale("the last command left state")
         # The server's state report on the last command, if unread, comes before this command's
         # exit: the server sends it, then takes this command (already waiting, no wake-up).
         report_first, self._report_pending = self._report_pending, False
@@ -566,14 +617,6 @@ class ForkServer:
         body = marshal.dumps(request)
         if len(body) > MAX_MESSAGE:
             raise ValueError(f"command, environment and arguments take {len(body)} bytes; the limit is {MAX_MESSAGE}")
-        watcher = self._watcher_now(asyncio.get_running_loop())  # the server is alive: not closing
-        if self._held is not None:
-            # Bytes in the held pipes now were written with no command running (the loop may not
-            # have looked since): they kill the server here, and never become this command's output.
-            watcher.dispatch()
-            if self._held is None:
-                self.died = True
-                raise lost("fork server is gone")
         # Between two commands only the idle server lives in the cgroup, unless the sandbox said
         # otherwise: the last command's count is this one's "before" (one file read less per run).
         oom_before = self._oom_seen
@@ -649,7 +692,6 @@ class ForkServer:
         elif reply.startswith(b"exit "):
             _, raw_status, raw_timeout = reply.split()
             status, timed_out = int(raw_status), raw_timeout == b"1"
-            self._report_pending = self.private_state
         else:  # b"": the server died (a program may kill its parent) or answered nonsense
             crashed = self.died = True
         if held is not None:

@@ -342,7 +342,9 @@ def _child(ctl: _socket.socket, fds: list[int]) -> None:
     try:
         os.setsid()
         os.close(ctl.detach())  # the program must not be able to talk to the host
-        for fd in fds[:3]:  # the host makes the pipes non-blocking (its own ends must be)
+        # The host makes the pipes non-blocking (its own ends must be); held output pipes get all
+        # their flags reset below instead (``_reset_held``: one call each rather than two).
+        for fd in fds[:1] if HELD else fds[:3]:
             os.set_blocking(fd, True)
         req = _read_request(fds[0])
         for target, fd in enumerate(fds[:3]):

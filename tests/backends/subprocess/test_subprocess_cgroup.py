@@ -214,22 +214,30 @@ def test_a_cgroup_outside_the_mount_is_not_guessed() -> None:
 needs_memory_cgroup = requires(ISO.cgroup.memory_parent is not None, "needs a writable memory cgroup")
 needs_pids_cgroup = requires(ISO.cgroup.pids_parent is not None, "needs a writable pids cgroup")
 
-#: Twenty processes of 200 MB each (4 GB in all), every one under its own address-space limit.
-FOUR_GB = """
-import os
+
+def children_allocating(count: int, megabytes: int, *, then: str, hold_s: float = 0.0) -> str:
+    """A program whose ``count`` children each touch ``megabytes`` MB, every one under its own
+    address-space limit, hold it ``hold_s`` seconds and exit; the parent waits for all, then prints ``then``."""
+    return f"""
+import os, time
 kids = []
-for _ in range(20):
+for _ in range({count}):
     pid = os.fork()
     if pid == 0:
-        block = bytearray(200 << 20)
+        block = bytearray({megabytes} << 20)
         for i in range(0, len(block), 4096):
             block[i] = 1
+        time.sleep({hold_s})
         os._exit(0)
     kids.append(pid)
 for pid in kids:
     os.waitpid(pid, 0)
-print("all allocated")
+print({then!r})
 """
+
+
+#: Twenty processes of 200 MB each (4 GB in all).
+FOUR_GB = children_allocating(20, 200, then="all allocated")
 
 
 @dataclass
@@ -335,23 +343,8 @@ async def test_the_first_oom_kill_ends_the_whole_sandbox_as_memory_exceeded(back
     assert not os.path.exists(run.memory_dir)
 
 
-#: Three children of 150 MB at memory_mb=256: each under RLIMIT_AS, together past the cgroup's limit.
-BIG_CHILDREN = """
-import os, time
-kids = []
-for _ in range(3):
-    pid = os.fork()
-    if pid == 0:
-        block = bytearray(150 << 20)
-        for i in range(0, len(block), 4096):
-            block[i] = 1
-        time.sleep(2)
-        os._exit(0)
-    kids.append(pid)
-for pid in kids:
-    os.waitpid(pid, 0)
-print("survived")
-"""
+#: Three children of 150 MB at memory_mb=256: together past the cgroup's limit.
+BIG_CHILDREN = children_allocating(3, 150, then="survived", hold_s=2)
 
 
 @needs_memory_cgroup

@@ -41,7 +41,8 @@ async def one(backend: RecordingBackend) -> SandboxPool:
 
 async def _left_behind(pool: SandboxPool, backend: RecordingBackend) -> SubprocessSandbox:
     assert (await pool.run(LEAVE)).stdout == "left\n"
-    (sandbox,) = backend.opened
+    assert len(backend.opened) == 1
+    sandbox: SubprocessSandbox = backend.opened[0]
     assert sandbox._wipe_pending, "the reset left the wipe to the server"
     return sandbox
 

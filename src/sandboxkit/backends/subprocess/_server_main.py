@@ -402,14 +402,12 @@ def _reset_held() -> None:
     page would slow its output. Done in the child, so the host pays nothing for it.
     """
     fcntl = libc("fcntl")  # resolved by the server before any fork (``main``)
-    if fcntl is None:
-        return
     for fd in (1, 2):
         try:
             fcntl(fd, _F_SETFL, 0)  # blocking again, too
             fcntl(fd, _F_SETPIPE_SZ, PIPE_SIZE)
-        except Exception:
-            pass
+        except Exception:  # no libc call here (an image's python3 without ctypes): blocking, at least
+            os.set_blocking(fd, True)
 
 
 def _sweep(sweep_all: bool, pgid: int) -> None:

@@ -12,10 +12,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from sandboxkit.backends.subprocess import SubprocessSandbox
+from sandboxkit.backends.subprocess._forkserver import SERVER_SOURCE
 from sandboxkit.errors import SandboxCrashed
 from sandboxkit.models import Limits, RunRequest, Status
 from sandboxkit.pool import SandboxPool
@@ -182,3 +186,32 @@ async def test_a_sandbox_without_bwrap_still_gets_a_pair_per_command() -> None:
             assert sandbox._server is None or sandbox._server._held is None
     finally:
         await backend.aclose()
+
+
+@pytest.mark.parametrize("libc_call", [True, False])
+def test_the_child_makes_held_pipes_blocking_with_or_without_its_libc_call(tmp_path: Path, libc_call: bool) -> None:
+    """The child clears the held pipes' flags with libc's ``fcntl`` (one call per pipe); an image's
+    ``python3`` without ctypes has none, and must still give the program blocking streams."""
+    server = tmp_path / "server.py"
+    server.write_text(SERVER_SOURCE)
+    out = tmp_path / "flags"
+    probe = f"""
+import fcntl, os, sys
+sys.argv = ["server", "-1"]
+ns = {{"__name__": "server_under_test"}}
+exec(compile(open({str(server)!r}).read(), "server", "exec"), ns)
+if not {libc_call!r}:
+    ns["_LIBC_FUNCTIONS"]["fcntl"] = None
+for target in (1, 2):
+    r, w = os.pipe2(os.O_NONBLOCK)
+    fcntl.fcntl(w, fcntl.F_SETFL, os.O_NONBLOCK | os.O_APPEND)
+    os.dup2(w, target)
+ns["_reset_held"]()
+with open({str(out)!r}, "w") as f:
+    f.write(" ".join(str(fcntl.fcntl(fd, fcntl.F_GETFL) & (os.O_NONBLOCK | os.O_APPEND)) for fd in (1, 2)))
+"""
+    subprocess.run([sys.executable, "-I", "-c", probe], check=True, timeout=30)
+    flags = [int(x) for x in out.read_text().split()]
+    assert all(f & os.O_NONBLOCK == 0 for f in flags), "the program would get a non-blocking stdout"
+    if libc_call:
+        assert flags == [0, 0], "every flag an earlier program set is cleared"

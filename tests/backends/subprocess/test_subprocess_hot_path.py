@@ -278,8 +278,9 @@ async def test_a_run_result_with_every_field_given_skips_model_construct_s_per_f
 
 
 #: Python and C function calls in the host's thread per warm pooled ``print(1)``, the loop's own included
-#: (the fewest of 15 runs). 513-655 before the third cut of issue 30, 375-501 after: the fewest is the
-#: path's own cost, while load adds wake-ups (a CI run at load 7 had a median of 501, past a median budget).
+#: (the fewest of 15 runs). 513-655 before the third cut of issue 30, 375-501 after, 340-364 after the
+#: fourth (whose cuts have counting tests of their own): the fewest is the path's own cost, while load
+#: adds wake-ups (a CI run at load 7 had a median of 501, past a median budget).
 MAX_CALLS_PER_RUN = 480
 
 

@@ -332,3 +332,34 @@ async def test_a_warm_pooled_run_changes_no_watch(pool: SandboxPool, monkeypatch
     for _ in range(5):
         assert (await pool.run("print(1)")).stdout == "1\n"
     assert changes == 0, f"{changes / 5:.1f} watch changes per run"
+
+
+async def test_a_warm_pooled_run_works_out_its_limits_once(pool: SandboxPool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pool's runs repeat one frozen ``Limits``: their rlimits and output limits are worked out once."""
+    from sandboxkit.backends.subprocess import _sandbox
+
+    await pool.run("print(1)")
+    worked_out = 0
+    real = _sandbox.rlimits_for
+
+    def counting(*args: Any, **kwargs: Any) -> list[tuple[int, int]]:
+        nonlocal worked_out
+        worked_out += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_sandbox, "rlimits_for", counting)
+    for _ in range(5):
+        assert (await pool.run("print(1)")).stdout == "1\n"
+    assert worked_out == 0, f"{worked_out} times for 5 runs with the same limits"
+
+
+async def test_a_run_with_other_limits_gets_its_own(sandbox: SubprocessSandbox) -> None:
+    """The limits worked out for one step never reach a step with other limits (the cache is by identity)."""
+    code = "print('x' * 1000)"
+    small = await sandbox.run(RunRequest(code=code, limits=FAST.merged(output_bytes=100)))
+    full = await sandbox.run(RunRequest(code=code, limits=FAST))
+    again = await sandbox.run(RunRequest(code=code, limits=FAST.merged(output_bytes=100)))
+    assert (small.stdout_truncated, full.stdout_truncated, again.stdout_truncated) == (True, False, True)
+    assert full.stdout == "x" * 1000 + "\n"
+    timed = await sandbox.run(RunRequest(code="import time\ntime.sleep(5)", limits=FAST.merged(timeout_s=0.5)))
+    assert timed.status is Status.TIMEOUT

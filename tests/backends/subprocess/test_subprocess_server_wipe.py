@@ -14,6 +14,7 @@ import os
 import pytest
 
 from sandboxkit.backends.subprocess import SubprocessSandbox
+from sandboxkit.backends.subprocess._sandbox import INLINE_SOURCE_MAX
 from sandboxkit.backends.subprocess._workspace import Workspace
 from sandboxkit.models import Limits, RunRequest
 from sandboxkit.pool import SandboxPool
@@ -70,7 +71,7 @@ async def test_a_warm_run_finds_an_empty_workspace_and_the_host_wipes_nothing(
 
 @pytest.mark.parametrize(
     "first",
-    ["read_files", "exec", "run_with_files", "write_then_run", "snapshot"],
+    ["read_files", "exec", "run_with_files", "write_then_run", "snapshot", "big_source"],
 )
 async def test_a_new_tenant_s_first_operation_never_sees_the_last_tenant_s_files(
     one: SandboxPool, backend: RecordingBackend, first: str
@@ -86,6 +87,10 @@ async def test_a_new_tenant_s_first_operation_never_sees_the_last_tenant_s_files
             elif first == "run_with_files":
                 result = await session.run(RunRequest(code=LIST, files={"mine.txt": "x"}))
                 assert result.stdout == "['main.py', 'mine.txt']\n"
+            elif first == "big_source":  # past INLINE_SOURCE_MAX the host writes main.py (CI found this)
+                padding = "#" * (INLINE_SOURCE_MAX + 1000)
+                result = await session.run(f"{padding}\n{LIST}")
+                assert result.stdout == "['main.py']\n", result.stderr
             elif first == "write_then_run":
                 await session.write_files({"mine.txt": "x", "json.py": "print('my own json')"})
                 result = await session.run("import json\nimport os\nprint(sorted(os.listdir('.')))")

@@ -544,14 +544,14 @@ class SubprocessSandbox(CallbackSandbox):
             if sinks == _NO_SINKS:
                 self._step = _Step(limits, timeout_s, lang, compiler, rlimits, output)
         server = await self._server_for(limits.network)
+        if self._wipe_pending and (server is None or (source is not None and len(source[1]) > INLINE_SOURCE_MAX)):
+            self._wipe_now()  # the host writes the file below, or runs the command itself
         if source is not None and (server is None or len(source[1]) > INLINE_SOURCE_MAX):
             written = {source[0]: source[1]}
             with self._frozen_for(written):
                 self.workspace.write(written)
             source = None
         if server is None:
-            if self._wipe_pending:
-                self._wipe_now()
             prefix, fds = self._prefix(limits.network, cwd)
             cmd = Command(
                 argv,

@@ -16,6 +16,9 @@ TESTS=$(arg sk_tests | base64 -d)
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
 export PYTHONPATH=$PKG PYTHONDONTWRITEBYTECODE=1 CI=true COLUMNS=200
 
+# The loopback interface, down in a fresh kernel: a test that lets a program use the network connects
+# to a port on 127.0.0.1 (test_connecting_to_a_host_port).
+ip link set lo up 2>/dev/null || busybox ip link set lo up 2>/dev/null || echo "SUMMARY: no loopback (no ip command)"
 # The host's / is read-only here: give the writable places a tmpfs.
 for d in /tmp /run /var/tmp /dev/shm /root/.cache; do mount -t tmpfs -o mode=1777 tmpfs "$d" 2>/dev/null; done
 mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup || { echo "SUMMARY: FAIL cannot mount cgroup2"; exit 1; }

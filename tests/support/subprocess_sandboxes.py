@@ -9,6 +9,7 @@ and none at all once it is closed.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 
@@ -30,6 +31,11 @@ class RecordingBackend(SubprocessBackend):
         sb = await super().open(limits)
         self.opened.append(sb)
         return sb
+
+    def without_bwrap(self) -> RecordingBackend:
+        """Sandboxes opened from now on run without bubblewrap (as on a host that lacks it); returns self."""
+        self.isolation = dataclasses.replace(self.isolation, bwrap=None, bwrap_error="disabled by the test")
+        return self
 
 
 def _proc_uid_ppid(pid: int) -> tuple[int, int] | None:

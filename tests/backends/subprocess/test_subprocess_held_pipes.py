@@ -9,7 +9,6 @@ test here is such an attack, or a count that failed before the change.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import subprocess
@@ -176,8 +175,7 @@ async def test_a_warm_pooled_run_makes_one_pipe(pool: SandboxPool, monkeypatch: 
 
 
 async def test_a_sandbox_without_bwrap_still_gets_a_pair_per_command() -> None:
-    backend = RecordingBackend()
-    backend.isolation = dataclasses.replace(backend.isolation, bwrap=None, bwrap_error="disabled by the test")
+    backend = RecordingBackend().without_bwrap()
     try:
         async with SandboxPool(backend, max_concurrency=1, limits=Limits(timeout_s=10)) as pool:
             result = await pool.run("import sys\nprint('o')\nprint('e', file=sys.stderr)")

@@ -196,9 +196,7 @@ async def test_session_that_replaces_its_sandbox_says_state_lost(backend: Record
 
 async def test_without_bubblewrap_the_supervisor_cleans_up(backend: RecordingBackend) -> None:
     """No PID namespace to kill: the subreaper supervisor ends its tree (the fixture checks the uid is empty)."""
-    import dataclasses
-
-    backend.isolation = dataclasses.replace(backend.isolation, bwrap=None, bwrap_error="disabled by the test")
+    backend.without_bwrap()
     sb = await backend.open(SMALL)
     try:
         await kernels.cell(sb, "kept = 1")

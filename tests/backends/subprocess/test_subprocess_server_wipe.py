@@ -8,7 +8,6 @@ tenant's files, and no wipe may remove the new tenant's own.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 import pytest
@@ -134,8 +133,7 @@ async def test_a_server_that_dies_before_the_wipe_loses_the_sandbox_not_the_call
 
 
 async def test_without_bwrap_the_reset_wipes_on_the_host() -> None:
-    backend = RecordingBackend()
-    backend.isolation = dataclasses.replace(backend.isolation, bwrap=None, bwrap_error="disabled by the test")
+    backend = RecordingBackend().without_bwrap()
     try:
         async with SandboxPool(backend, max_concurrency=1, limits=Limits(timeout_s=10)) as pool:
             assert (await pool.run("open('x', 'w').close()")).status.value == "ok"
@@ -152,7 +150,7 @@ async def test_a_tenant_that_takes_away_the_workspace_s_write_permission_fails_n
 ) -> None:
     """A correct program scored 0 here before: its ``main.py`` could not be written (found in this change)."""
     if not bwrap:
-        backend.isolation = dataclasses.replace(backend.isolation, bwrap=None, bwrap_error="disabled by the test")
+        backend.without_bwrap()
     async with SandboxPool(backend, max_concurrency=1, limits=FAST) as pool:
         assert (await pool.run("import os\nos.chmod('.', 0o500)\nprint(1)")).stdout == "1\n"
         result = await pool.run("open('out.txt', 'w').write('x')\nprint('correct')")

@@ -395,7 +395,6 @@ class ForkServer:
 
     async def _reply(
         self,
-        sock: socket.socket,
         timeout_s: float,
         watcher: Watcher | None = None,
         *,
@@ -414,7 +413,6 @@ class ForkServer:
         a dirty report (the server refuses the command). An exit report makes the state report
         on this command due next: taken as it comes, with nobody waiting.
         """
-        del sock  # read by ``_socket_readable``
         if watcher is None:
             watcher = self._watcher_now(asyncio.get_running_loop())
         loop = watcher.loop
@@ -512,10 +510,8 @@ class ForkServer:
         if self.take_report():
             return
         self._report_pending = False
-        sock = self.sock
-        assert sock is not None  # take_report returned False: alive, socket open
         try:
-            reply = await self._reply(sock, START_TIMEOUT_S)
+            reply = await self._reply(START_TIMEOUT_S)
         except BaseException:  # cancelled: a late report would be taken for the next command's
             self.kill()
             raise
@@ -667,7 +663,7 @@ class ForkServer:
         timed_out = crashed = False
         try:
             report: list[bytes] | None = [] if report_first else None
-            reply = await self._reply(sock, timeout_s + GRACE_S, watcher, report=report, fresh=fresh)
+            reply = await self._reply(timeout_s + GRACE_S, watcher, report=report, fresh=fresh)
             if report:  # the state report came first, then (unless refused) this command's reply
                 self.dirty = self.dirty or report[0] == b"dirty 1"
                 if fresh and self.dirty:  # the server refuses this command (b"stale"): not run

@@ -202,6 +202,13 @@ class SubprocessSandbox(CallbackSandbox):
                 sandbox_id=self.id,
             ) from exc
 
+    def _write(self, files: Mapping[str, bytes | str]) -> None:
+        """Write a run's files from the host: the last tenant's go first (a reset may have left them to the server)."""
+        if self._wipe_pending:
+            self._wipe_now()
+        with self._frozen_for(files):
+            self.workspace.write(files)
+
     def _discard(self) -> None:
         """The server died on its own: never start another in a workspace the program controlled."""
         self._broken = (
@@ -535,23 +542,22 @@ class SubprocessSandbox(CallbackSandbox):
         Raises:
             InvalidRequest: the command and its environment are too large to send.
         """
+        plain = sinks == _NO_SINKS
         step = self._step
-        if step is not None and step.fits(limits, timeout_s, lang, compiler) and sinks == _NO_SINKS:
+        if plain and step is not None and step.fits(limits, timeout_s, lang, compiler):
             rlimits, output = step.rlimits, step.output
         else:
             rlimits = self._rlimits(limits, timeout_s, lang, compiler=compiler)
             output = OutputLimits.of(limits, sinks)
-            if sinks == _NO_SINKS:
+            if plain:
                 self._step = _Step(limits, timeout_s, lang, compiler, rlimits, output)
         server = await self._server_for(limits.network)
-        if self._wipe_pending and (server is None or (source is not None and len(source[1]) > INLINE_SOURCE_MAX)):
-            self._wipe_now()  # the host writes the file below, or runs the command itself
         if source is not None and (server is None or len(source[1]) > INLINE_SOURCE_MAX):
-            written = {source[0]: source[1]}
-            with self._frozen_for(written):
-                self.workspace.write(written)
+            self._write({source[0]: source[1]})
             source = None
         if server is None:
+            if self._wipe_pending:  # a command the host runs itself
+                self._wipe_now()
             prefix, fds = self._prefix(limits.network, cwd)
             cmd = Command(
                 argv,
@@ -581,10 +587,10 @@ class SubprocessSandbox(CallbackSandbox):
         else:
             request["argv"] = list(argv)
         fresh, self._handover = self._handover, False
-        if self._kernel is not None:  # it may have been killed for memory since the last command
+        if self._kernel is not None:  # it lives in the cgroup beside the commands: its OOM kills are not theirs
             server.oom_unknown()
         while True:
-            wipe = self._wipe_pending and self.workspace.mode is not None
+            wipe = self.workspace.mode if self._wipe_pending else None
             try:
                 outcome = await server.run(
                     request,
@@ -593,7 +599,7 @@ class SubprocessSandbox(CallbackSandbox):
                     output=output,
                     fresh=fresh,
                     alive_known=True,
-                    wipe=self.workspace.mode if wipe else None,
+                    wipe=wipe,
                 )
                 break
             except (ServerStale, ServerUnwiped) as exc:
@@ -614,7 +620,7 @@ class SubprocessSandbox(CallbackSandbox):
                 raise InvalidRequest(str(exc), backend=NAME, sandbox_id=self.id) from exc
         if server.died:  # this command's program killed the server: its result stands, the sandbox goes
             self._discard()
-        elif wipe:
+        elif wipe is not None:
             # Emptied before the command ran, if the server took it: it reported the command's exit
             # and lives. Killed without a report, it may not have: the sandbox goes (the result stands).
             self._wipe_pending = False
@@ -654,13 +660,9 @@ class SubprocessSandbox(CallbackSandbox):
             run = planned.run
             warm = run.python_script is not None
             source = _inline_source(src, planned.source) if warm and not request.files else None
-            if source is None or self.view is not None or planned.compile is not None:
-                self._check_open()  # the host writes: the last tenant's files go first
             if source is None or self.view is not None:  # else the child writes it (see _spawn)
                 source = None
-                written: dict[str, bytes | str] = {**request.files, src: planned.source}
-                with self._frozen_for(written):
-                    self.workspace.write(written)
+                self._write({**request.files, src: planned.source})
             env = self._env({**lang.env, **request.env})
             compile_result: ExecResult | None = None
             if planned.compile is not None:
@@ -784,7 +786,6 @@ class SubprocessSandbox(CallbackSandbox):
 
             async def start() -> KernelLink:
                 self._check_open()
-                self._oom_unknown()  # the kernel lives in the cgroup beside the server's commands
                 link, self._freezer = start_kernel(self._kernel_launch())
                 return link
 
@@ -838,12 +839,8 @@ class SubprocessSandbox(CallbackSandbox):
         kernel, self._kernel = self._kernel, None
         if kernel is not None:
             kernel.discard()
-            self._oom_unknown()
-
-    def _oom_unknown(self) -> None:
-        """A kernel ran in the cgroup: the server's last OOM kill count may be old (``ForkServer.oom_unknown``)."""
-        if self._server is not None:
-            self._server.oom_unknown()
+            if self._server is not None:  # it may have been killed for memory since the last command
+                self._server.oom_unknown()
 
     async def snapshot(self) -> Snapshot:
         """Copy the workspace into a checkpoint that sandboxes open copy-on-write (see ``_fork``).

@@ -48,7 +48,7 @@ class Watcher:
             raise ConnectionError("fork server closed")
         if loop is not self._loop:  # first use, or a new loop (the last one closed)
             self._detach()
-            loop.add_reader(epoll.fileno(), self._dispatch)
+            loop.add_reader(epoll.fileno(), self.dispatch)
             self._loop = loop
 
     def add(self, fd: int, callback: Callable[[], None]) -> None:
@@ -74,10 +74,7 @@ class Watcher:
             self._shutdown()
 
     def dispatch(self) -> None:
-        """Run the callbacks of the descriptors readable now, without waiting for the loop."""
-        self._dispatch()
-
-    def _dispatch(self) -> None:
+        """Run the callbacks of the descriptors readable now (the loop calls this when the set is readable)."""
         epoll = self._epoll
         if epoll is None:
             return

@@ -22,9 +22,10 @@ from sandboxkit.backends.subprocess._forkserver import SERVER_SOURCE
 from sandboxkit.errors import SandboxCrashed
 from sandboxkit.models import Limits, RunRequest, Status
 from sandboxkit.pool import SandboxPool
+from support.marks import requires
 from support.subprocess_sandboxes import FAST, RecordingBackend
 
-pytestmark = pytest.mark.skipif(RecordingBackend().isolation.bwrap is None, reason="held pipes need bwrap")
+pytestmark = requires(RecordingBackend().isolation.bwrap is not None, "held pipes need bubblewrap")
 
 
 async def _held(sandbox: SubprocessSandbox) -> tuple[int, int]:

@@ -17,9 +17,10 @@ from sandboxkit.backends.subprocess._sandbox import INLINE_SOURCE_MAX
 from sandboxkit.backends.subprocess._workspace import Workspace
 from sandboxkit.models import Limits, RunRequest
 from sandboxkit.pool import SandboxPool
+from support.marks import requires
 from support.subprocess_sandboxes import FAST, RecordingBackend
 
-pytestmark = pytest.mark.skipif(RecordingBackend().isolation.bwrap is None, reason="the server wipes only with bwrap")
+pytestmark = requires(RecordingBackend().isolation.bwrap is not None, "the server wipes only under bubblewrap")
 
 LEAVE = (
     "import os\n"
